@@ -1,0 +1,21 @@
+"""The demo: FedAvg on Fashion-MNIST, 100 clients (Dirichlet 0.5), 10 clients per round, MLP."""
+
+from fedsim_jax.config import base_config
+
+
+def get_config():
+  config = base_config()
+  config.algorithm = 'fedavg'
+  config.data.name = 'fashion_mnist'
+  config.data.num_clients = 100
+  config.data.partition = 'dirichlet'
+  config.data.concentration = 0.5
+  config.model.name = 'mlp'
+  config.client.learning_rate = 0.05
+  config.client.batch_size = 32
+  config.client.local_steps = 20
+  config.scheduler.cohort_size = 10
+  config.run.num_rounds = 100
+  config.run.eval_every = 5
+  config.run.target_accuracy = 0.8
+  return config

@@ -1,0 +1,8 @@
+"""Client layer: pure local-update functions `(params, data, task, key) -> (delta, aux)`."""
+
+from fedsim_jax.client.local_update import (CLIENT_OPTIMIZERS, ClientState, ClientUpdate,
+                                            client_optimizer, sgd_client_update)
+from fedsim_jax.client.runner import run_local_training
+
+__all__ = ['CLIENT_OPTIMIZERS', 'ClientState', 'ClientUpdate', 'client_optimizer',
+           'sgd_client_update', 'run_local_training']

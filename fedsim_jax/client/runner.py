@@ -1,0 +1,44 @@
+"""Drives a `ClientUpdate` through a task's local steps inside jit, with step masking."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from fedsim_jax.client.local_update import ClientUpdate
+from fedsim_jax.data.federated import ClientDataArrays, client_batch
+from fedsim_jax.models import Params
+
+
+def run_local_training(client_update: ClientUpdate, data: ClientDataArrays,
+                       start_params: Params, client_id: jax.Array, num_steps: jax.Array,
+                       key: jax.Array, task_inputs: Any = None, *, max_steps: int,
+                       sampling: str = 'shuffle', unroll: int | bool = 1
+                       ) -> tuple[Params, dict[str, jax.Array]]:
+  """Runs `num_steps` local steps (a traced value, at most the static `max_steps`).
+
+  Steps at or past `num_steps` are computed but masked out: they change neither the params nor
+  the optimizer state, so a task padded to a longer `max_steps` returns exactly the result of an
+  unpadded run. Step `s` always reads the same batch (it depends only on `key` and `s`).
+
+  Args:
+    unroll: `lax.scan` unroll factor; `True` unrolls every step (fast for convolutions on
+      XLA:CPU, slow to compile for long tasks).
+
+  Returns:
+    `(delta, aux)` from `client_update.final`.
+  """
+  state = client_update.init(start_params, task_inputs)
+
+  def body(state, step):
+    batch = client_batch(data, client_id, step, key, client_update.batch_size, sampling)
+    new_state = client_update.step(state, batch, task_inputs)
+    active = step < num_steps
+    state = jax.tree_util.tree_map(lambda new, old: jnp.where(active, new, old), new_state, state)
+    return state, None
+
+  if max_steps > 0:
+    state, _ = jax.lax.scan(body, state, jnp.arange(max_steps), unroll=unroll)
+  return client_update.final(state, start_params)

@@ -1,0 +1,162 @@
+"""Runs batches of client tasks: vmap or loop backends over one pure local-update function.
+
+The runtime hands the executor every pending task whose inputs are known; the executor pads the
+batch to a bucketed number of tasks and of local steps, runs it, and returns stacked results.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedsim_jax.client.local_update import ClientUpdate
+from fedsim_jax.client.runner import run_local_training
+from fedsim_jax.data.federated import ClientDataArrays
+from fedsim_jax.executor.bucketing import round_up_to_bucket
+from fedsim_jax.models import Params
+
+BACKENDS = ('vmap', 'loop')
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientTask:
+  """One unit of client work.
+
+  Attributes:
+    client_id: which client trains.
+    num_steps: local steps to run (>= 0).
+    seed: task seed; the task's PRNG key is `fold_in(base_key, seed)`, so a result depends
+      only on the task, never on which batch it was run in.
+    start_params: parameters the client starts from (the model it downloaded).
+    task_inputs: optional per-task pytree for the client objective (e.g. a proximal anchor);
+      all tasks of one batch must have the same structure.
+  """
+
+  client_id: int
+  num_steps: int
+  seed: int
+  start_params: Params
+  task_inputs: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskBatchResult:
+  """Stacked results of a batch: row i belongs to the i-th task given to `Executor.run`.
+
+  Attributes:
+    deltas: pytree with leaves `[num_rows, ...]` (rows past `num_tasks` are padding).
+    aux: dict of `[num_rows]` arrays (`train_loss`, `steps_run`).
+    num_tasks: number of real tasks.
+  """
+
+  deltas: Params
+  aux: dict[str, jax.Array]
+  num_tasks: int
+
+
+def _stack(trees: Sequence[Any]) -> Any:
+  return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *trees)
+
+
+class Executor:
+  """Executes client tasks in batches.
+
+  Args:
+    client_update: the pure local objective/optimizer.
+    data: device arrays of the federation.
+    base_key: PRNG key all task keys derive from.
+    backend: 'vmap' (one program over all tasks) or 'loop' (a Python loop over tasks, each a
+      call of one jitted per-task program). On XLA:CPU the loop is often faster for
+      convolutional models; on accelerators vmap is (see DESIGN.md).
+    sampling: client batch sampling mode (`data.federated.SAMPLING_MODES`).
+    unroll: `lax.scan` unroll factor over local steps.
+    bucket_bits: significant bits kept when bucketing task counts and step counts.
+  """
+
+  def __init__(self, client_update: ClientUpdate, data: ClientDataArrays, base_key: jax.Array,
+               *, backend: str = 'vmap', sampling: str = 'shuffle', unroll: int | bool = 1,
+               bucket_bits: int = 3):
+    if backend not in BACKENDS:
+      raise ValueError(f'executor.backend={backend!r}; allowed: {BACKENDS}')
+    self.client_update = client_update
+    self.data = data
+    self.base_key = base_key
+    self.backend = backend
+    self.bucket_bits = bucket_bits
+    self._signatures: set[tuple] = set()
+    self.tasks_run = 0
+    self.steps_run = 0
+    self.steps_computed = 0  # including masked padding steps: the cost actually paid
+
+    def one_task(params, client_id, num_steps, seed, task_inputs, data, base_key, max_steps):
+      key = jax.random.fold_in(base_key, seed)
+      return run_local_training(client_update, data, params, client_id, num_steps, key,
+                                task_inputs, max_steps=max_steps, sampling=sampling,
+                                unroll=unroll)
+
+    def many_tasks(params, client_ids, num_steps, seeds, task_inputs, data, base_key,
+                   max_steps, shared_params):
+      in_axes = (None if shared_params else 0, 0, 0, 0,
+                 None if task_inputs is None else 0, None, None, None)
+      return jax.vmap(one_task, in_axes=in_axes)(params, client_ids, num_steps, seeds,
+                                                 task_inputs, data, base_key, max_steps)
+
+    self._one_task = jax.jit(one_task, static_argnames=('max_steps',))
+    self._many_tasks = jax.jit(many_tasks, static_argnames=('max_steps', 'shared_params'))
+
+  @property
+  def num_compiled_programs(self) -> int:
+    """Distinct program signatures executed so far (each compiled once)."""
+    return len(self._signatures)
+
+  def run(self, tasks: Sequence[ClientTask]) -> TaskBatchResult:
+    """Runs `tasks` and returns their stacked results (row i = tasks[i])."""
+    if not tasks:
+      raise ValueError('Executor.run needs at least one task')
+    self.tasks_run += len(tasks)
+    self.steps_run += sum(t.num_steps for t in tasks)
+    if self.backend == 'vmap':
+      return self._run_vmap(tasks)
+    return self._run_loop(tasks)
+
+  def _run_vmap(self, tasks: Sequence[ClientTask]) -> TaskBatchResult:
+    num_rows = round_up_to_bucket(len(tasks), self.bucket_bits)
+    max_steps = round_up_to_bucket(max(t.num_steps for t in tasks), self.bucket_bits)
+    padding = num_rows - len(tasks)
+    # Padding rows run client 0 for zero steps; their results are never read.
+    client_ids = np.array([t.client_id for t in tasks] + [0] * padding, np.int32)
+    num_steps = np.array([t.num_steps for t in tasks] + [0] * padding, np.int32)
+    seeds = np.array([t.seed for t in tasks] + [0] * padding, np.uint32)
+    shared = all(t.start_params is tasks[0].start_params for t in tasks)
+    if shared:
+      params = tasks[0].start_params
+    else:
+      params = _stack([t.start_params for t in tasks] + [tasks[0].start_params] * padding)
+    task_inputs = None
+    if tasks[0].task_inputs is not None:
+      task_inputs = _stack([t.task_inputs for t in tasks] + [tasks[0].task_inputs] * padding)
+    self._signatures.add(('vmap', num_rows, max_steps, shared,
+                          jax.tree_util.tree_structure(task_inputs)))
+    self.steps_computed += num_rows * max_steps
+    deltas, aux = self._many_tasks(params, client_ids, num_steps, seeds, task_inputs,
+                                   self.data, self.base_key, max_steps=max_steps,
+                                   shared_params=shared)
+    return TaskBatchResult(deltas=deltas, aux=aux, num_tasks=len(tasks))
+
+  def _run_loop(self, tasks: Sequence[ClientTask]) -> TaskBatchResult:
+    deltas, auxes = [], []
+    for task in tasks:
+      max_steps = round_up_to_bucket(task.num_steps, self.bucket_bits)
+      self._signatures.add(('loop', max_steps, jax.tree_util.tree_structure(task.task_inputs)))
+      self.steps_computed += max_steps
+      delta, aux = self._one_task(task.start_params, np.int32(task.client_id),
+                                  np.int32(task.num_steps), np.uint32(task.seed),
+                                  task.task_inputs, self.data, self.base_key,
+                                  max_steps=max_steps)
+      deltas.append(delta)
+      auxes.append(aux)
+    return TaskBatchResult(deltas=_stack(deltas), aux=_stack(auxes), num_tasks=len(tasks))

@@ -1,0 +1,166 @@
+"""Builds and runs a whole experiment from a config: the one function binaries call.
+
+`run_experiment(config, workdir)` loads and partitions the data, builds the model, algorithm,
+executor, latency model and simulation, runs it, and writes `config.json`, `metrics.jsonl` and
+`summary.json` into `workdir`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any, Callable
+
+import jax
+import ml_collections
+import numpy as np
+from absl import logging
+
+from fedsim_jax import config as config_lib
+from fedsim_jax.client import client_optimizer
+from fedsim_jax.data import partition as partition_lib
+from fedsim_jax.data.federated import FederatedDataset
+from fedsim_jax.data.loading import load_dataset
+from fedsim_jax.executor import Executor
+from fedsim_jax.metrics import MetricsWriter, make_evaluator, summarize, write_json
+from fedsim_jax.models import Model, get_model
+from fedsim_jax.runtime import PerStepLatency, Simulation, StopCondition
+from fedsim_jax.strategy import get_algorithm
+
+
+@dataclasses.dataclass(frozen=True)
+class RandomStreams:
+  """Independent random streams derived from one seed, so that changing one component (say,
+  the latency model) never changes another's draws (say, client sampling)."""
+
+  init_key: jax.Array
+  train_key: jax.Array
+  scheduler_rng: np.random.Generator
+  latency_rng: np.random.Generator
+
+  @classmethod
+  def from_seed(cls, seed: int) -> 'RandomStreams':
+    init_key, train_key = jax.random.split(jax.random.PRNGKey(seed))
+    scheduler_seq, latency_seq = np.random.SeedSequence(seed).spawn(2)
+    return cls(init_key=init_key, train_key=train_key,
+               scheduler_rng=np.random.default_rng(scheduler_seq),
+               latency_rng=np.random.default_rng(latency_seq))
+
+
+def build_federated_dataset(config: ml_collections.ConfigDict) -> FederatedDataset:
+  """Loads `config.data.name` and partitions its training split over clients."""
+  data = config.data
+  central = load_dataset(data.name, data.data_dir)
+  seed = config.seed if data.partition_seed is None else data.partition_seed
+  if data.partition == 'iid':
+    parts = partition_lib.iid(len(central.train_y), data.num_clients, seed)
+  elif data.partition == 'dirichlet':
+    parts = partition_lib.dirichlet(central.train_y, data.num_clients, data.concentration, seed,
+                                    min_client_size=data.min_client_size)
+  else:
+    parts = partition_lib.shards(central.train_y, data.num_clients, data.shards_per_client, seed)
+  return FederatedDataset.from_partition(central.name, central.train_x, central.train_y, parts,
+                                         central.test_x, central.test_y, central.num_classes)
+
+
+def build_model(config: ml_collections.ConfigDict, dataset: FederatedDataset) -> Model:
+  kwargs = {'hidden_sizes': tuple(config.model.hidden_sizes)} if config.model.name == 'mlp' else {}
+  return get_model(config.model.name, dataset.input_shape, dataset.num_classes, **kwargs)
+
+
+def build_simulation(config: ml_collections.ConfigDict, dataset: FederatedDataset, model: Model,
+                     on_version: Callable[[Simulation], None] | None = None) -> Simulation:
+  """Wires model, algorithm, executor and latency model into a ready-to-run `Simulation`."""
+  streams = RandomStreams.from_seed(config.seed)
+  algorithm = get_algorithm(config)
+  client = config.client
+  optimizer = client_optimizer(client.optimizer, client.learning_rate, momentum=client.momentum,
+                               weight_decay=client.weight_decay)
+  client_update = algorithm.make_client_update(model, optimizer, client.batch_size)
+  executor = Executor(client_update, dataset.device_arrays(), streams.train_key,
+                      backend=config.executor.backend, sampling=client.sampling,
+                      unroll=config.executor.unroll, bucket_bits=config.executor.bucket_bits)
+  latency = PerStepLatency(dataset.num_clients, streams.latency_rng,
+                           mean=config.latency.mean, distribution=config.latency.distribution,
+                           spread=config.latency.spread, jitter=config.latency.jitter,
+                           communication_time=config.latency.communication_time)
+  return Simulation(executor=executor, scheduler=algorithm.scheduler,
+                    aggregator=algorithm.aggregator, latency=latency,
+                    init_params=model.init(streams.init_key), client_sizes=dataset.client_sizes,
+                    rng=streams.scheduler_rng, deferred=config.executor.deferred,
+                    on_version=on_version, bucket_bits=config.executor.bucket_bits)
+
+
+def stop_condition(config: ml_collections.ConfigDict) -> StopCondition:
+  return StopCondition(max_versions=config.run.num_rounds,
+                       max_virtual_time=config.run.max_virtual_time,
+                       max_client_updates=config.run.max_client_updates)
+
+
+def run_experiment(config: ml_collections.ConfigDict, workdir: str | os.PathLike,
+                   dataset: FederatedDataset | None = None) -> dict[str, Any]:
+  """Runs the experiment described by `config`, writing its outputs into `workdir`.
+
+  Args:
+    config: see `fedsim_jax.config.base_config`; validated first.
+    workdir: run directory (created if needed).
+    dataset: an already built federation (skips loading and partitioning), e.g. in tests.
+
+  Returns:
+    The summary dict also written to `summary.json`.
+
+  Raises:
+    ConfigError: an invalid setting (before any data is loaded).
+    DatasetNotFoundError / CorruptDatasetError: the dataset is not prepared or unreadable.
+  """
+  config_lib.validate(config)
+  os.makedirs(workdir, exist_ok=True)
+  write_json(os.path.join(workdir, 'config.json'), config.to_dict())
+  host_start = time.perf_counter()
+  if dataset is None:
+    dataset = build_federated_dataset(config)
+  if config.scheduler.cohort_size > dataset.num_clients:
+    raise config_lib.ConfigError(
+        f'scheduler.cohort_size={config.scheduler.cohort_size} is invalid; allowed values: '
+        f'1..{dataset.num_clients} (the federation size)')
+  model = build_model(config, dataset)
+  evaluate = make_evaluator(model, dataset.test_x, dataset.test_y, config.run.eval_batch_size)
+  writer = MetricsWriter(workdir)
+  last_evaluated = [-1]
+
+  def record(sim: Simulation) -> None:
+    metrics = evaluate(sim.params)
+    last_evaluated[0] = sim.version
+    writer.write({
+        'virtual_time': sim.now, 'version': sim.version, 'client_updates': sim.client_updates,
+        'gradient_steps': sim.gradient_steps, 'test_accuracy': metrics['accuracy'],
+        'test_loss': metrics['loss']})
+    logging.info('version %d  virtual time %.1fs  client updates %d  test accuracy %.4f  '
+                 'loss %.4f  (host %.1fs)', sim.version, sim.now, sim.client_updates,
+                 metrics['accuracy'], metrics['loss'], time.perf_counter() - host_start)
+
+  def on_version(sim: Simulation) -> None:
+    if sim.version % config.run.eval_every == 0:
+      record(sim)
+
+  sim = build_simulation(config, dataset, model, on_version)
+  logging.info('%s on %s: %d clients, model %s (%d parameters), backend %s', config.algorithm,
+               dataset.name, dataset.num_clients, model.name, model.num_params(sim.params),
+               config.executor.backend)
+  record(sim)
+  sim.run(stop_condition(config))
+  if last_evaluated[0] != sim.version:
+    record(sim)
+  writer.close()
+  summary = summarize(writer.rows, config.run.target_accuracy)
+  host_seconds = time.perf_counter() - host_start
+  summary['host'] = {
+      'seconds': host_seconds,
+      'executor_batches': sim.executor_batches,
+      'compiled_client_programs': sim.executor.num_compiled_programs,
+      'client_examples_per_second': (sim.executor.steps_run * config.client.batch_size
+                                     / max(host_seconds, 1e-9)),
+  }
+  write_json(os.path.join(workdir, 'summary.json'), summary)
+  return summary

@@ -1,0 +1,6 @@
+"""Metrics layer: evaluation, metrics.jsonl and summary writers."""
+
+from fedsim_jax.metrics.evaluation import make_evaluator
+from fedsim_jax.metrics.writers import MetricsWriter, summarize, write_json
+
+__all__ = ['make_evaluator', 'MetricsWriter', 'summarize', 'write_json']

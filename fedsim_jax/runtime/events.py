@@ -1,0 +1,44 @@
+"""A deterministic priority queue of events over virtual time."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import heapq
+from typing import Any
+
+
+class EventKind(enum.Enum):
+  ARRIVAL = 'arrival'  # a client's update reaches the server
+  TIMER = 'timer'      # a scheduler-set alarm (deadline, group timer, periodic trigger)
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+  time: float
+  kind: EventKind
+  payload: Any
+
+
+class EventQueue:
+  """Min-heap on (virtual time, insertion order): simultaneous events pop in the order pushed,
+  so a run never depends on how Python compares payloads."""
+
+  def __init__(self):
+    self._heap: list[tuple[float, int, Event]] = []
+    self._counter = 0
+
+  def push(self, time: float, kind: EventKind, payload: Any = None) -> Event:
+    event = Event(float(time), kind, payload)
+    heapq.heappush(self._heap, (event.time, self._counter, event))
+    self._counter += 1
+    return event
+
+  def pop(self) -> Event:
+    return heapq.heappop(self._heap)[2]
+
+  def peek_time(self) -> float:
+    return self._heap[0][0]
+
+  def __len__(self) -> int:
+    return len(self._heap)

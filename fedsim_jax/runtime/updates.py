@@ -1,0 +1,102 @@
+"""Client updates as they reach an aggregator: stacked deltas plus per-update metadata."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, NamedTuple, Sequence
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedsim_jax.executor import TaskBatchResult, round_up_to_bucket
+from fedsim_jax.models import Params
+
+
+@flax.struct.dataclass
+class UpdateBatch:
+  """What an aggregator receives. Padding rows have weight 0 and must not count.
+
+  Attributes:
+    deltas: pytree, leaves `[K, ...]`: client params after local training minus start params.
+    weights: `[K]` float32 aggregation weights chosen by the scheduler (0 on padding rows).
+    staleness: `[K]` int32 server versions between a client's download and this aggregation.
+    num_steps: `[K]` int32 local steps each client ran.
+  """
+
+  deltas: Params
+  weights: jax.Array
+  staleness: jax.Array
+  num_steps: jax.Array
+
+  @property
+  def mask(self) -> jax.Array:
+    return (self.weights > 0).astype(jnp.float32)
+
+
+def weighted_mean_delta(updates: UpdateBatch) -> Params:
+  """sum_k w_k delta_k / sum_k w_k (FedAvg's weighted average of client deltas)."""
+  total = jnp.maximum(updates.weights.sum(), 1e-12)
+  return jax.tree_util.tree_map(
+      lambda d: jnp.tensordot(updates.weights, d, axes=1) / total, updates.deltas)
+
+
+class Aggregator(NamedTuple):
+  """How updates change the server state: a pair of pure functions (optax-style).
+
+  `init(params) -> state` and `apply(state, updates: UpdateBatch) -> state`. The state must
+  expose the current global model as `state.params`. `apply` is jitted by the runtime.
+  """
+
+  init: Callable[[Params], Any]
+  apply: Callable[[Any, UpdateBatch], Any]
+
+
+@dataclasses.dataclass
+class ResultRef:
+  """Where a computed task result lives: row `row` of a stacked `TaskBatchResult`."""
+
+  batch: TaskBatchResult
+  row: int
+
+
+def stack_results(refs: Sequence[ResultRef], weights: Sequence[float],
+                  staleness: Sequence[int], num_steps: Sequence[int],
+                  bucket_bits: int = 3) -> UpdateBatch:
+  """Assembles an `UpdateBatch` from task results, padded to a bucketed size with weight 0.
+
+  When the updates are exactly the rows of one executor batch (a synchronous round) the
+  stacked arrays are used as they are, with no gather.
+  """
+  count = len(refs)
+  first = refs[0].batch
+  whole_batch = (all(r.batch is first for r in refs) and count == first.num_tasks
+                 and all(r.row == i for i, r in enumerate(refs)))
+  if whole_batch:
+    deltas = first.deltas
+    num_rows = jax.tree_util.tree_leaves(deltas)[0].shape[0]
+  else:
+    num_rows = round_up_to_bucket(count, bucket_bits)
+    # Gather each source batch's rows once, then put the updates back in the callers' order.
+    groups: dict[int, tuple[TaskBatchResult, list[int]]] = {}
+    take = []
+    for r in refs:
+      batch, rows = groups.setdefault(id(r.batch), (r.batch, []))
+      take.append((id(r.batch), len(rows)))
+      rows.append(r.row)
+    offsets, parts, offset = {}, [], 0
+    for key, (batch, rows) in groups.items():
+      offsets[key] = offset
+      offset += len(rows)
+      parts.append(jax.tree_util.tree_map(lambda a, rows=np.array(rows): a[rows], batch.deltas))
+    order = np.array([offsets[key] + j for key, j in take] + [0] * (num_rows - count), np.int32)
+    deltas = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs)[order], *parts)
+
+  def padded(values, dtype):
+    out = np.zeros(num_rows, dtype)
+    out[:count] = values
+    return out
+
+  return UpdateBatch(deltas=deltas, weights=padded(weights, np.float32),
+                     staleness=padded(staleness, np.int32), num_steps=padded(num_steps, np.int32))
