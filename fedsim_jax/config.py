@@ -16,7 +16,7 @@ from fedsim_jax.data.federated import SAMPLING_MODES
 from fedsim_jax.executor import BACKENDS
 from fedsim_jax.models import MODELS
 from fedsim_jax.runtime.latency import SPEED_DISTRIBUTIONS
-from fedsim_jax.strategy import ALGORITHMS, WEIGHTINGS
+from fedsim_jax.strategy import ADAPTIVE_FORMS, ALGORITHMS, WEIGHTINGS
 
 PARTITIONS = ('iid', 'dirichlet', 'shards')
 
@@ -61,6 +61,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.server.b1 = 0.9                # fedadam / fedyogi
   c.server.b2 = 0.99
   c.server.eps = 1e-3              # adaptivity tau of Reddi et al.
+  c.server.adaptive_form = 'reddi'  # or 'optax' (bias-corrected optax.adam/yogi/adagrad)
 
   c.scheduler = ml_collections.ConfigDict()
   c.scheduler.cohort_size = 10
@@ -132,6 +133,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _positive('client.local_epochs', client.local_epochs, optional=True)
   _positive('server.learning_rate', config.server.learning_rate)
   _positive('server.eps', config.server.eps)
+  _choice('server.adaptive_form', config.server.adaptive_form, ADAPTIVE_FORMS)
   for name in ('momentum', 'b1', 'b2'):
     value = config.server[name]
     if not 0 <= value < 1:

@@ -11,7 +11,8 @@ import ml_collections
 
 from fedsim_jax.client import sgd_client_update
 from fedsim_jax.runtime.updates import Aggregator
-from fedsim_jax.strategy.fedopt import fedopt, server_optimizer
+from fedsim_jax.strategy.fedopt import fedopt
+from fedsim_jax.strategy.server_optimizers import server_optimizer
 from fedsim_jax.strategy.synchronous import LocalWork, SynchronousScheduler
 
 
@@ -37,7 +38,8 @@ def _synchronous_fedopt(optimizer_name: str) -> Callable[[ml_collections.ConfigD
   def build(config: ml_collections.ConfigDict) -> Algorithm:
     server = config.server
     optimizer = server_optimizer(optimizer_name, server.learning_rate, momentum=server.momentum,
-                                 b1=server.b1, b2=server.b2, eps=server.eps)
+                                 b1=server.b1, b2=server.b2, eps=server.eps,
+                                 adaptive_form=server.adaptive_form)
     scheduler = SynchronousScheduler(config.scheduler.cohort_size,
                                      local_work_from_config(config),
                                      config.scheduler.weighting)

@@ -1,0 +1,170 @@
+"""Client engine and executor: batch sampling, masking, backend equality, bucketing."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from fedsim_jax.client import run_local_training, sgd_client_update
+from fedsim_jax.data.federated import client_batch
+from fedsim_jax.executor import ClientTask, Executor, round_up_to_bucket
+from fedsim_jax.models import get_model
+
+from conftest import make_toy_federation
+
+
+def _setup(fed, model_name='mlp', lr=0.1, batch_size=5, **model_kwargs):
+  model = get_model(model_name, fed.input_shape, fed.num_classes, **model_kwargs)
+  params = model.init(jax.random.PRNGKey(0))
+  update = sgd_client_update(model, optax.sgd(lr), batch_size)
+  return model, params, update
+
+
+def _assert_trees_close(a, b, atol):
+  for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=atol, rtol=0)
+
+
+def _assert_trees_equal(a, b):
+  for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+class TestClientBatch:
+
+  def test_shuffle_visits_every_example_once_per_epoch(self, toy_federation):
+    data = toy_federation.device_arrays()
+    client = 2
+    size = int(toy_federation.client_sizes[client])
+    batch_size = 4
+    key = jax.random.PRNGKey(3)
+    rows = []
+    steps = 3 * size  # enough for 3 epochs plus
+    for step in range(steps):
+      x, y, w = client_batch(data, client, step, key, batch_size)
+      assert float(w.sum()) == min(batch_size, size)
+      # Recover the rows through the (unique) labels-and-pixels of each example.
+      rows.extend(np.asarray(x).reshape(batch_size, -1)[:int(w.sum())].tolist())
+    own = toy_federation.client_examples(client)[0].reshape(size, -1).tolist()
+    first_epoch = rows[:size]
+    assert sorted(map(tuple, first_epoch)) == sorted(map(tuple, own))
+    second_epoch = rows[size:2 * size]
+    assert sorted(map(tuple, second_epoch)) == sorted(map(tuple, own))
+    assert first_epoch != second_epoch  # a fresh order each epoch
+
+  def test_small_client_uses_all_examples_and_masks_the_rest(self):
+    fed = make_toy_federation(min_size=3, max_size=3)
+    x, y, w = client_batch(fed.device_arrays(), 0, 0, jax.random.PRNGKey(0), batch_size=8)
+    np.testing.assert_array_equal(np.asarray(w), [1, 1, 1, 0, 0, 0, 0, 0])
+    assert sorted(np.asarray(y)[:3].tolist()) == sorted(fed.client_examples(0)[1].tolist())
+
+  def test_with_replacement_stays_inside_the_client(self, toy_federation):
+    data = toy_federation.device_arrays()
+    own = set(toy_federation.client_examples(1)[1].tolist())
+    for step in range(5):
+      _, y, w = client_batch(data, 1, step, jax.random.PRNGKey(0), 6, 'with_replacement')
+      assert set(np.asarray(y).tolist()) <= own
+      assert float(w.sum()) == min(6, int(toy_federation.client_sizes[1]))
+
+  def test_unknown_sampling_mode_raises(self, toy_federation):
+    with pytest.raises(ValueError, match='client.sampling'):
+      client_batch(toy_federation.device_arrays(), 0, 0, jax.random.PRNGKey(0), 4, 'bogus')
+
+
+class TestMasking:
+
+  @pytest.mark.parametrize('sampling', ['shuffle', 'with_replacement'])
+  def test_masked_run_equals_unmasked_shorter_run_exactly(self, toy_federation, sampling):
+    _, params, update = _setup(toy_federation)
+    data = toy_federation.device_arrays()
+    key = jax.random.PRNGKey(7)
+
+    def run(num_steps, max_steps):
+      fn = jax.jit(lambda p: run_local_training(update, data, p, 3, num_steps, key,
+                                                max_steps=max_steps, sampling=sampling))
+      return fn(params)
+
+    short_delta, short_aux = run(5, 5)
+    masked_delta, masked_aux = run(5, 12)
+    _assert_trees_equal(short_delta, masked_delta)
+    assert int(masked_aux['steps_run']) == 5
+    np.testing.assert_array_equal(short_aux['train_loss'], masked_aux['train_loss'])
+    longer_delta, _ = run(6, 12)
+    assert not np.array_equal(np.asarray(jax.tree_util.tree_leaves(longer_delta)[0]),
+                              np.asarray(jax.tree_util.tree_leaves(masked_delta)[0]))
+
+  def test_zero_steps_give_zero_delta(self, toy_federation):
+    _, params, update = _setup(toy_federation)
+    delta, aux = run_local_training(update, toy_federation.device_arrays(), params, 0, 0,
+                                    jax.random.PRNGKey(0), max_steps=4)
+    for leaf in jax.tree_util.tree_leaves(delta):
+      assert not np.any(np.asarray(leaf))
+    assert int(aux['steps_run']) == 0
+
+
+class TestBackends:
+
+  def _tasks(self, params, shared=True):
+    tasks = []
+    for i in range(7):
+      start = params if shared else jax.tree_util.tree_map(lambda p, i=i: p + 0.01 * i, params)
+      tasks.append(ClientTask(client_id=i % 6, num_steps=3 + (i % 2) * 2, seed=100 + i,
+                              start_params=start))
+    return tasks
+
+  @pytest.mark.parametrize('model_name,shared', [('mlp', True), ('mlp', False),
+                                                 ('lenet5', False)])
+  def test_vmap_and_loop_backends_agree(self, model_name, shared):
+    fed = make_toy_federation(image_shape=(12, 12, 1)) if model_name == 'lenet5' \
+        else make_toy_federation()
+    _, params, update = _setup(fed, model_name)
+    tasks = self._tasks(params, shared)
+    results = {}
+    for backend in ('vmap', 'loop'):
+      executor = Executor(update, fed.device_arrays(), jax.random.PRNGKey(1), backend=backend)
+      results[backend] = executor.run(tasks)
+    for i in range(len(tasks)):
+      row = lambda tree, i=i: jax.tree_util.tree_map(lambda a: a[i], tree)
+      _assert_trees_close(row(results['vmap'].deltas), row(results['loop'].deltas), atol=1e-5)
+    np.testing.assert_array_equal(results['vmap'].aux['steps_run'][:7],
+                                  [t.num_steps for t in tasks])
+
+  def test_result_of_a_task_does_not_depend_on_its_batch(self, toy_federation):
+    _, params, update = _setup(toy_federation)
+    executor = Executor(update, toy_federation.device_arrays(), jax.random.PRNGKey(1))
+    tasks = self._tasks(params)
+    together = executor.run(tasks)
+    alone = executor.run([tasks[4]])
+    _assert_trees_close(jax.tree_util.tree_map(lambda a: a[4], together.deltas),
+                        jax.tree_util.tree_map(lambda a: a[0], alone.deltas), atol=1e-6)
+
+  def test_bucketing_bounds_the_number_of_programs(self, toy_federation):
+    _, params, update = _setup(toy_federation)
+    executor = Executor(update, toy_federation.device_arrays(), jax.random.PRNGKey(1))
+    for num_tasks in (9, 10):  # both bucket to 10 tasks
+      for steps in (9, 10):    # both bucket to 10 steps
+        executor.run([ClientTask(0, steps, i, params) for i in range(num_tasks)])
+    assert executor.num_compiled_programs == 1
+    assert executor.steps_computed == 4 * 10 * 10
+
+  def test_unknown_backend(self, toy_federation):
+    _, params, update = _setup(toy_federation)
+    with pytest.raises(ValueError, match='executor.backend'):
+      Executor(update, toy_federation.device_arrays(), jax.random.PRNGKey(0), backend='gpu')
+
+
+@pytest.mark.parametrize('n,bits,expected', [
+    (0, 3, 0), (1, 3, 1), (8, 3, 8), (9, 3, 10), (10, 3, 10), (11, 3, 12), (17, 3, 20),
+    (100, 3, 112), (100, 4, 104), (1000, 3, 1024)])
+def test_round_up_to_bucket(n, bits, expected):
+  assert round_up_to_bucket(n, bits) == expected
+
+
+@pytest.mark.parametrize('bits', [2, 3, 4])
+def test_bucket_padding_and_count_bounds(bits):
+  buckets = {round_up_to_bucket(n, bits) for n in range(1, 4097)}
+  assert len(buckets) <= (1 << bits) + (1 << (bits - 1)) * 12
+  for n in range(1, 4097):
+    b = round_up_to_bucket(n, bits)
+    assert n <= b <= n * (1 + 2.0 ** (1 - bits)) + 1e-9

@@ -1,0 +1,155 @@
+"""FedAvg / FedOpt: the aggregator on hand-computable numbers and FedAvg end to end against a
+hand-written numpy reference."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from fedsim_jax.client import sgd_client_update
+from fedsim_jax.executor import Executor
+from fedsim_jax.models import get_model
+from fedsim_jax.runtime import PerStepLatency, Simulation, StopCondition, UpdateBatch
+from fedsim_jax.strategy import LocalWork, SynchronousScheduler, fedopt, server_optimizer
+
+from conftest import make_toy_federation
+
+
+def _updates(deltas, weights):
+  k = len(weights)
+  return UpdateBatch(deltas={'w': jnp.asarray(deltas, jnp.float32)},
+                     weights=jnp.asarray(weights, jnp.float32),
+                     staleness=jnp.zeros(k, jnp.int32), num_steps=jnp.ones(k, jnp.int32))
+
+
+def _apply_rounds(optimizer, rounds, x0=(1.0, 2.0)):
+  aggregator = fedopt(optimizer)
+  state = aggregator.init({'w': jnp.asarray(x0, jnp.float32)})
+  for deltas, weights in rounds:
+    state = jax.jit(aggregator.apply)(state, _updates(deltas, weights))
+  return np.asarray(state.params['w'])
+
+
+class TestFedOptAggregator:
+
+  def test_fedavg_is_the_weighted_mean_of_deltas(self):
+    # mean delta = (1*[1,0] + 3*[3,2]) / 4 = [2.5, 1.5]
+    x = _apply_rounds(optax.sgd(1.0), [([[1, 0], [3, 2]], [1, 3])])
+    np.testing.assert_allclose(x, [3.5, 3.5])
+
+  def test_padding_rows_with_zero_weight_do_not_count(self):
+    x = _apply_rounds(optax.sgd(1.0), [([[1, 0], [3, 2], [1e6, -1e6]], [1, 3, 0])])
+    np.testing.assert_allclose(x, [3.5, 3.5])
+
+  def test_server_learning_rate_scales_the_step(self):
+    x = _apply_rounds(server_optimizer('sgd', 0.5), [([[1, 0], [3, 2]], [1, 3])])
+    np.testing.assert_allclose(x, [1 + 1.25, 2 + 0.75])
+
+  def test_fedavgm_accumulates_momentum(self):
+    # v1 = D1 = [1, 1]; v2 = 0.9 v1 + D2 = [1.9, -0.1]; x = x0 + v1 + v2.
+    x = _apply_rounds(server_optimizer('momentum', 1.0, momentum=0.9),
+                      [([[1, 1]], [1]), ([[1, -1]], [1])])
+    np.testing.assert_allclose(x, [1 + 1 + 1.9, 2 + 1 - 0.1], rtol=1e-6)
+
+  @pytest.mark.parametrize('rule', ['adam', 'yogi', 'adagrad'])
+  def test_adaptive_rules_follow_reddi_algorithm_2(self, rule):
+    eta, b1, b2, tau = 0.1, 0.9, 0.99, 1e-2
+    deltas = [0.5, -0.2, 0.3]
+    x, m, v = 1.0, 0.0, tau**2
+    for d in deltas:  # Algorithm 2 of Reddi et al., written out by hand
+      m = b1 * m + (1 - b1) * d
+      if rule == 'adagrad':
+        v = v + d * d
+      elif rule == 'yogi':
+        v = v - (1 - b2) * d * d * np.sign(v - d * d)
+      else:
+        v = b2 * v + (1 - b2) * d * d
+      x = x + eta * m / (np.sqrt(v) + tau)
+    got = _apply_rounds(server_optimizer(rule, eta, b1=b1, b2=b2, eps=tau),
+                        [([[d]], [1.0]) for d in deltas], x0=(1.0,))
+    np.testing.assert_allclose(got, [x], rtol=1e-5)
+
+  def test_optax_form_of_adam_is_bias_corrected(self):
+    # optax.adam's first step moves each coordinate by about lr, whatever the delta's size.
+    got = _apply_rounds(server_optimizer('adam', 0.1, eps=1e-8, adaptive_form='optax'),
+                        [([[5.0, -0.01]], [1.0])], x0=(0.0, 0.0))
+    np.testing.assert_allclose(got, [0.1, -0.1], rtol=1e-4)
+
+  def test_unknown_server_optimizer(self):
+    with pytest.raises(ValueError, match='allowed'):
+      server_optimizer('lamb', 1.0)
+
+
+def _numpy_fedavg_reference(fed, w0, b0, lr, local_steps, rounds):
+  """FedAvg (McMahan et al. 2017, Algorithm 1) for softmax regression, full-batch clients,
+  full participation, weights n_k / n, in float64 numpy."""
+  w, b = w0.astype(np.float64), b0.astype(np.float64)
+  for _ in range(rounds):
+    new_w, new_b, total = np.zeros_like(w), np.zeros_like(b), 0
+    for c in range(fed.num_clients):
+      x, y = fed.client_examples(c)
+      x = x.reshape(len(x), -1).astype(np.float64) / 255.0
+      onehot = np.eye(fed.num_classes)[y]
+      cw, cb = w.copy(), b.copy()
+      for _ in range(local_steps):
+        logits = x @ cw + cb
+        p = np.exp(logits - logits.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        grad_logits = (p - onehot) / len(x)
+        cw -= lr * x.T @ grad_logits
+        cb -= lr * grad_logits.sum(0)
+      new_w += len(x) * cw
+      new_b += len(x) * cb
+      total += len(x)
+    w, b = new_w / total, new_b / total
+  return w, b
+
+
+@pytest.mark.parametrize('backend', ['vmap', 'loop'])
+def test_fedavg_matches_a_hand_written_reference(backend):
+  fed = make_toy_federation(num_clients=4, min_size=3, max_size=9)
+  model = get_model('mlp', fed.input_shape, fed.num_classes, hidden_sizes=())
+  params = model.init(jax.random.PRNGKey(0))
+  lr, steps, rounds = 0.5, 3, 4
+  update = sgd_client_update(model, optax.sgd(lr), batch_size=16)  # >= every client: full batch
+  sim = Simulation(
+      executor=Executor(update, fed.device_arrays(), jax.random.PRNGKey(1), backend=backend),
+      scheduler=SynchronousScheduler(fed.num_clients, LocalWork(steps=steps, batch_size=16)),
+      aggregator=fedopt(optax.sgd(1.0)),
+      latency=PerStepLatency(fed.num_clients, np.random.default_rng(0)),
+      init_params=params, client_sizes=fed.client_sizes, rng=np.random.default_rng(0))
+  sim.run(StopCondition(max_versions=rounds))
+  dense = params['Dense_0']
+  w, b = _numpy_fedavg_reference(fed, np.asarray(dense['kernel']), np.asarray(dense['bias']),
+                                 lr, steps, rounds)
+  np.testing.assert_allclose(np.asarray(sim.params['Dense_0']['kernel']), w, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(sim.params['Dense_0']['bias']), b, atol=1e-5)
+  assert sim.version == rounds
+  assert sim.now == pytest.approx(rounds * steps * 1.0)
+
+
+def test_uniform_weighting_and_cohort_sampling():
+  fed = make_toy_federation(num_clients=8)
+  scheduler = SynchronousScheduler(3, LocalWork(steps=1), weighting='uniform')
+  seen = []
+  aggregator = fedopt(optax.sgd(1.0))
+  model = get_model('mlp', fed.input_shape, fed.num_classes, hidden_sizes=())
+  update = sgd_client_update(model, optax.sgd(0.1), 4)
+  sim = Simulation(executor=Executor(update, fed.device_arrays(), jax.random.PRNGKey(1)),
+                   scheduler=scheduler, aggregator=aggregator,
+                   latency=PerStepLatency(fed.num_clients, np.random.default_rng(0)),
+                   init_params=model.init(jax.random.PRNGKey(0)),
+                   client_sizes=fed.client_sizes, rng=np.random.default_rng(3))
+  original = sim.apply_updates
+
+  def spy(handles, weights):
+    seen.append(([h.client_id for h in handles], list(weights)))
+    original(handles, weights)
+
+  sim.apply_updates = spy
+  sim.run(StopCondition(max_versions=5))
+  for clients, weights in seen:
+    assert len(set(clients)) == 3  # without replacement
+    assert weights == [1.0, 1.0, 1.0]
+  assert len({tuple(c) for c, _ in seen}) > 1
