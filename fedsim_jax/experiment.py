@@ -53,13 +53,17 @@ def build_federated_dataset(config: ml_collections.ConfigDict) -> FederatedDatas
   data = config.data
   central = load_dataset(data.name, data.data_dir)
   seed = config.seed if data.partition_seed is None else data.partition_seed
-  if data.partition == 'iid':
-    parts = partition_lib.iid(len(central.train_y), data.num_clients, seed)
-  elif data.partition == 'dirichlet':
-    parts = partition_lib.dirichlet(central.train_y, data.num_clients, data.concentration, seed,
-                                    min_client_size=data.min_client_size)
-  else:
-    parts = partition_lib.shards(central.train_y, data.num_clients, data.shards_per_client, seed)
+  try:
+    if data.partition == 'iid':
+      parts = partition_lib.iid(len(central.train_y), data.num_clients, seed)
+    elif data.partition == 'dirichlet':
+      parts = partition_lib.dirichlet(central.train_y, data.num_clients, data.concentration,
+                                      seed, min_client_size=data.min_client_size)
+    else:
+      parts = partition_lib.shards(central.train_y, data.num_clients, data.shards_per_client,
+                                   seed)
+  except ValueError as error:  # an impossible partition is a settings error
+    raise config_lib.ConfigError(f'data.partition={data.partition!r}: {error}') from None
   return FederatedDataset.from_partition(central.name, central.train_x, central.train_y, parts,
                                          central.test_x, central.test_y, central.num_classes)
 

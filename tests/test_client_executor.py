@@ -11,7 +11,7 @@ from fedsim_jax.data.federated import client_batch
 from fedsim_jax.executor import ClientTask, Executor, round_up_to_bucket
 from fedsim_jax.models import get_model
 
-from conftest import make_toy_federation
+from fedsim_jax.data.synthetic import toy_federation as make_toy_federation
 
 
 def _setup(fed, model_name='mlp', lr=0.1, batch_size=5, **model_kwargs):

@@ -13,7 +13,7 @@ from fedsim_jax.models import get_model
 from fedsim_jax.runtime import PerStepLatency, Simulation, StopCondition, UpdateBatch
 from fedsim_jax.strategy import LocalWork, SynchronousScheduler, fedopt, server_optimizer
 
-from conftest import make_toy_federation
+from fedsim_jax.data.synthetic import toy_federation as make_toy_federation
 
 
 def _updates(deltas, weights):

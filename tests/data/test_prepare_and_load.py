@@ -1,0 +1,156 @@
+"""Round trips through `prepare` and `load_dataset`, errors, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedsim_jax.data import sources
+from fedsim_jax.data.errors import CorruptDatasetError, DatasetNotFoundError
+from fedsim_jax.data.loading import default_data_dir, load_dataset
+from fedsim_jax.data.prepare import prepare
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+# Datasets are prepared once per module into a shared temporary data dir.
+@pytest.fixture(scope='module')
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+  """A data dir shared by this module; datasets are added by the fixtures below."""
+  return tmp_path_factory.mktemp('fedsim_data')
+
+
+@pytest.fixture(scope='module')
+def digits_dir(data_dir: Path) -> Path:
+  return prepare('digits', data_dir)
+
+
+def _prepare_or_skip(name: str, data_dir: Path) -> Path:
+  try:
+    return prepare(name, data_dir)
+  except DatasetNotFoundError as e:
+    pytest.skip(f'local source missing: {e}')
+
+
+@pytest.fixture(scope='module')
+def fashion_mnist_dir(data_dir: Path) -> Path:
+  if not sources.FASHION_MNIST_DIR.is_dir():
+    pytest.skip(f'{sources.FASHION_MNIST_DIR} not installed (Debian dataset-fashion-mnist)')
+  return _prepare_or_skip('fashion_mnist', data_dir)
+
+
+@pytest.fixture(scope='module')
+def mnist_dir(data_dir: Path) -> Path:
+  return _prepare_or_skip('mnist', data_dir)
+
+
+def _assert_same(loaded, raw) -> None:
+  for field in ('train_x', 'test_x', 'train_y', 'test_y'):
+    np.testing.assert_array_equal(getattr(loaded, field), getattr(raw, field), err_msg=field)
+  assert loaded.train_x.dtype == np.uint8 and loaded.train_y.dtype == np.int32
+  assert loaded.num_classes == raw.num_classes
+
+
+def test_digits_round_trip_is_exact(digits_dir: Path) -> None:
+  assert digits_dir == digits_dir.parents[1] / 'digits' / '1.0.0'
+  loaded = load_dataset('digits', digits_dir.parents[1])
+  assert loaded.name == 'digits'
+  _assert_same(loaded, sources.digits())
+
+
+def test_prepare_reuses_complete_dir(digits_dir: Path) -> None:
+  info = digits_dir / 'dataset_info.json'
+  before = info.stat().st_mtime_ns
+  assert prepare('digits', digits_dir.parents[1]) == digits_dir
+  assert info.stat().st_mtime_ns == before
+
+
+def test_overwrite_rebuilds(tmp_path: Path) -> None:
+  path = prepare('digits', tmp_path)
+  (path / 'dataset_info.json').unlink()  # Would be corrupt if reused.
+  assert prepare('digits', tmp_path, overwrite=True) == path
+  assert load_dataset('digits', tmp_path).train_x.shape == (1500, 8, 8, 1)
+
+
+def test_fashion_mnist_round_trip(fashion_mnist_dir: Path) -> None:
+  start = time.perf_counter()
+  loaded = load_dataset('fashion_mnist', fashion_mnist_dir.parents[1])
+  assert time.perf_counter() - start < 10
+  assert loaded.train_x.shape == (60000, 28, 28, 1) and loaded.test_x.shape == (10000, 28, 28, 1)
+  np.testing.assert_array_equal(np.bincount(loaded.train_y), np.full(10, 6000))
+  _assert_same(loaded, sources.fashion_mnist())
+  features = json.loads((fashion_mnist_dir / 'features.json').read_text())
+  assert 'image' in json.dumps(features) and 'label' in json.dumps(features)
+
+
+def test_mnist_round_trip(mnist_dir: Path) -> None:
+  loaded = load_dataset('mnist', mnist_dir.parents[1])
+  assert loaded.train_x.shape == (60000, 28, 28, 1) and loaded.test_x.shape == (10000, 28, 28, 1)
+  assert np.bincount(loaded.train_y)[1] == 6742  # Official MNIST count of ones.
+  _assert_same(loaded, sources.mnist())
+
+
+def test_default_data_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+  monkeypatch.setenv('FEDSIM_DATA_DIR', str(tmp_path))
+  assert default_data_dir() == tmp_path
+  monkeypatch.delenv('FEDSIM_DATA_DIR')
+  assert default_data_dir() == Path.home() / 'fedsim_data'
+
+
+@pytest.mark.parametrize('name', ['fashion_mnist', 'digits'])
+def test_missing_dataset_is_fast_and_gives_command(name: str, tmp_path: Path) -> None:
+  start = time.perf_counter()
+  with pytest.raises(DatasetNotFoundError) as info:
+    load_dataset(name, tmp_path)
+  assert time.perf_counter() - start < 5
+  message = str(info.value)
+  assert '\n' not in message
+  assert f'python -m fedsim_jax.data.prepare --dataset={name} --data_dir={tmp_path}' in message
+
+
+def test_unknown_dataset_lists_known_names(digits_dir: Path) -> None:
+  known = 'fashion_mnist, mnist, digits.*prepared here: digits'
+  with pytest.raises(DatasetNotFoundError, match=known):
+    load_dataset('cifar', digits_dir.parents[1])
+
+
+@pytest.mark.parametrize('damage', ['truncate_records', 'delete_info', 'garble_info'])
+def test_corrupt_dir_raises(damage: str, tmp_path: Path) -> None:
+  path = prepare('digits', tmp_path)
+  if damage == 'truncate_records':
+    record_file = next(path.glob('digits-train.array_record-*'))
+    record_file.write_bytes(record_file.read_bytes()[:1000])
+  elif damage == 'delete_info':
+    (path / 'dataset_info.json').unlink()
+  else:
+    (path / 'dataset_info.json').write_text('{not json')
+  with pytest.raises(CorruptDatasetError) as info:
+    load_dataset('digits', tmp_path)
+  assert '\n' not in str(info.value)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+  return subprocess.run(
+      [sys.executable, '-m', 'fedsim_jax.data.prepare', *args],
+      cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+  )  # fmt: skip
+
+
+def test_cli_unknown_dataset_exits_2_with_one_line(tmp_path: Path) -> None:
+  result = _cli('--dataset=cifar', f'--data_dir={tmp_path}')
+  assert result.returncode == 2
+  assert result.stdout == ''
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and 'fashion_mnist' in lines[0] and 'cifar' in lines[0]
+
+
+def test_cli_prepares_and_prints_path(tmp_path: Path) -> None:
+  result = _cli('--dataset=digits', f'--data_dir={tmp_path}')
+  assert result.returncode == 0, result.stderr
+  assert result.stdout.strip() == str(tmp_path / 'digits' / '1.0.0')

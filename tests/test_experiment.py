@@ -1,0 +1,160 @@
+"""End to end: run directories, determinism, shipped configs, and the binary's errors."""
+
+import glob
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fedsim_jax.config import ConfigError, base_config, validate
+from fedsim_jax.experiment import run_experiment
+
+from fedsim_jax.data.synthetic import toy_federation as make_toy_federation
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIGS = sorted(glob.glob(os.path.join(ROOT, 'configs', '*.py')))
+
+
+def _tiny_digits_config(data_dir, **overrides):
+  config = base_config()
+  config.data.name = 'digits'
+  config.data.data_dir = str(data_dir)
+  config.data.num_clients = 10
+  config.data.partition = 'iid'
+  config.model.hidden_sizes = (32,)
+  config.client.learning_rate = 0.1
+  config.client.local_steps = 5
+  config.scheduler.cohort_size = 4
+  config.latency.distribution = 'exponential'
+  config.latency.jitter = 0.05
+  config.run.num_rounds = 6
+  config.run.eval_every = 2
+  config.run.target_accuracy = 0.5
+  for key, value in overrides.items():
+    node = config
+    *path, leaf = key.split('.')
+    for part in path:
+      node = node[part]
+    node[leaf] = value
+  return config
+
+
+def _read_metrics(workdir):
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    return [json.loads(line) for line in f]
+
+
+def test_run_directory_holds_config_metrics_and_summary(digits_data_dir, tmp_path):
+  summary = run_experiment(_tiny_digits_config(digits_data_dir), tmp_path)
+  with open(tmp_path / 'config.json') as f:
+    assert json.load(f)['data']['name'] == 'digits'
+  rows = _read_metrics(tmp_path)
+  assert [r['version'] for r in rows] == [0, 2, 4, 6]
+  for row in rows:
+    assert set(row) == {'virtual_time', 'version', 'client_updates', 'gradient_steps',
+                        'test_accuracy', 'test_loss'}
+  assert rows[-1]['client_updates'] == 24 and rows[-1]['gradient_steps'] == 120
+  times = [r['virtual_time'] for r in rows]
+  assert times == sorted(times) and times[-1] > 0
+  with open(tmp_path / 'summary.json') as f:
+    assert json.load(f)['final_accuracy'] == summary['final_accuracy'] == rows[-1]['test_accuracy']
+  assert summary['best_accuracy'] == max(r['test_accuracy'] for r in rows)
+  assert rows[-1]['test_accuracy'] > 0.5  # digits is easy: learning happened
+  assert summary['time_to_target'] is not None
+
+
+@pytest.mark.parametrize('backend,deferred', [('vmap', True), ('loop', False)])
+def test_same_config_and_seed_give_identical_metrics(digits_data_dir, tmp_path, backend,
+                                                     deferred):
+  config = _tiny_digits_config(digits_data_dir, **{'executor.backend': backend,
+                                                    'executor.deferred': deferred})
+  run_experiment(config, tmp_path / 'a')
+  run_experiment(config, tmp_path / 'b')
+  assert _read_metrics(tmp_path / 'a') == _read_metrics(tmp_path / 'b')
+  config.seed = 1
+  run_experiment(config, tmp_path / 'c')
+  assert _read_metrics(tmp_path / 'a') != _read_metrics(tmp_path / 'c')
+
+
+def _load_config(path):
+  spec = importlib.util.spec_from_file_location('config_module', path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
+@pytest.mark.parametrize('path', CONFIGS, ids=[os.path.basename(p) for p in CONFIGS])
+def test_shipped_config_runs_on_a_tiny_budget(path, tmp_path):
+  config = _load_config(path)
+  validate(config)
+  config.data.num_clients = 6
+  config.scheduler.cohort_size = 3
+  config.client.local_steps = 2
+  config.client.batch_size = 4
+  config.run.num_rounds = 2
+  config.run.eval_every = 1
+  fed = make_toy_federation(num_clients=6, num_classes=10, image_shape=(28, 28, 1))
+  summary = run_experiment(config, tmp_path, dataset=fed)
+  assert summary['final_version'] == 2
+
+
+@pytest.mark.parametrize('key,value,match', [
+    ('algorithm', 'fedsgdx', 'algorithm'),
+    ('scheduler.cohort_size', -1, 'scheduler.cohort_size'),
+    ('scheduler.cohort_size', 101, 'scheduler.cohort_size'),
+    ('client.learning_rate', 0.0, 'client.learning_rate'),
+    ('latency.distribution', 'pareto', 'latency.distribution'),
+    ('executor.backend', 'gpu', 'executor.backend'),
+    ('server.b2', 1.0, 'server.b2'),
+])
+def test_invalid_settings_name_the_setting(key, value, match):
+  config = base_config()
+  section, _, leaf = key.rpartition('.')
+  (config[section] if section else config)[leaf] = value
+  with pytest.raises(ConfigError, match=match) as error:
+    validate(config)
+  assert '\n' not in str(error.value) and 'allowed' in str(error.value)
+
+
+def _run_binary(*args, timeout=120):
+  start = time.perf_counter()
+  result = subprocess.run([sys.executable, os.path.join(ROOT, 'experiments', 'run.py'),
+                           f'--config={os.path.join(ROOT, "configs", "fedavg_fashion_mnist.py")}',
+                           *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+  return result, time.perf_counter() - start
+
+
+@pytest.mark.parametrize('override,match', [
+    ('--config.algorithm=fedbogus', 'algorithm'),
+    ('--config.scheduler.cohort_size=-3', 'scheduler.cohort_size'),
+    ('--config.scheduler.cohort_size=500', 'scheduler.cohort_size'),
+])
+def test_binary_rejects_invalid_settings_with_one_line(override, match, tmp_path):
+  result, _ = _run_binary(override, f'--workdir={tmp_path}')
+  assert result.returncode == 2
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1, result.stderr
+  assert match in lines[0] and 'allowed' in lines[0]
+  assert 'Traceback' not in result.stderr
+
+
+def test_binary_reports_missing_data_fast(tmp_path):
+  result, seconds = _run_binary(f'--config.data.data_dir={tmp_path / "nowhere"}',
+                                f'--workdir={tmp_path / "run"}')
+  assert result.returncode == 2
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1, result.stderr
+  assert 'fedsim_jax.data.prepare --dataset=fashion_mnist' in lines[0]
+  assert seconds < 5 + 5  # start-up (importing jax) plus the 5 s the issue allows
+
+
+def test_binary_reports_unknown_dataset(tmp_path):
+  result, _ = _run_binary('--config.data.name=imagenet_xl', f'--config.data.data_dir={tmp_path}',
+                          f'--workdir={tmp_path / "run"}')
+  assert result.returncode == 2
+  assert len(result.stderr.strip().splitlines()) == 1
+  assert 'imagenet_xl' in result.stderr
