@@ -19,10 +19,11 @@ def get_config():
   config.client.batch_size = 32
   config.client.local_steps = 20
   config.scheduler.cohort_size = 10
-  config.latency.distribution = 'normal'
-  config.latency.mean = 0.1
-  config.latency.spread = 0.3
-  config.latency.jitter = 0.05
+  config.latency.model = 'per_step'
+  config.latency.per_step.distribution = 'normal'
+  config.latency.per_step.mean = 0.1
+  config.latency.per_step.spread = 0.3
+  config.latency.per_step.jitter = 0.05
   config.run.num_rounds = 300
   config.run.eval_every = 10
   config.run.target_accuracy = 0.8

@@ -19,9 +19,9 @@ def get_config():
   config.client.batch_size = 64
   config.client.local_steps = 10
   config.scheduler.cohort_size = 10
-  config.latency.distribution = 'normal'
-  config.latency.mean = 0.15       # FedCompass Table 7: MNIST, batch 64
-  config.latency.jitter = 0.05
+  config.latency.per_step.distribution = 'normal'
+  config.latency.per_step.mean = 0.15       # FedCompass Table 7: MNIST, batch 64
+  config.latency.per_step.jitter = 0.05
   config.executor.backend = 'loop'
   config.executor.unroll = True
   config.run.num_rounds = 50

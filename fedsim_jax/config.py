@@ -15,8 +15,9 @@ from fedsim_jax.client.local_update import CLIENT_OPTIMIZERS
 from fedsim_jax.data.federated import SAMPLING_MODES
 from fedsim_jax.executor import BACKENDS
 from fedsim_jax.models import MODELS
-from fedsim_jax.runtime.latency import SPEED_DISTRIBUTIONS
-from fedsim_jax.strategy import ADAPTIVE_FORMS, ALGORITHMS, WEIGHTINGS
+from fedsim_jax.runtime.latency.registry import AVAILABILITY_MODELS, LATENCY_MODELS
+from fedsim_jax.strategy import (ADAPTIVE_FORMS, ALGORITHMS, NORMALIZATIONS, SERVER_OPTIMIZERS,
+                                 STALENESS_FUNCTIONS, WEIGHTINGS)
 
 PARTITIONS = ('iid', 'dirichlet', 'shards')
 
@@ -26,7 +27,10 @@ class ConfigError(ValueError):
 
 
 def base_config() -> ml_collections.ConfigDict:
-  """Defaults shared by all experiments (FedAvg, Fashion-MNIST, MLP, 100 clients)."""
+  """Defaults shared by all experiments (FedAvg, Fashion-MNIST, MLP, 100 clients).
+
+  Optional settings are None by default; a section's comment says which algorithms read it.
+  """
   c = ml_collections.ConfigDict()
   c.seed = 0
   c.algorithm = 'fedavg'
@@ -51,28 +55,57 @@ def base_config() -> ml_collections.ConfigDict:
   c.client.momentum = 0.9          # 'momentum' optimizer only
   c.client.weight_decay = 0.0
   c.client.batch_size = 32
-  c.client.local_steps = config_dict.FieldReference(20, field_type=int)  # or None with epochs
+  c.client.local_steps = config_dict.FieldReference(20, field_type=int)  # or None
   c.client.local_epochs = config_dict.placeholder(float)
   c.client.sampling = 'shuffle'
+  c.client.proximal_strength = 0.0         # FedProx / `+ L2 reg.` nu
+  c.client.distillation_strength = 0.0     # `+ KD reg.` rho (teacher: the downloaded model)
+  c.client.distillation_temperature = 1.0
 
   c.server = ml_collections.ConfigDict()
   c.server.learning_rate = 1.0
-  c.server.momentum = 0.9          # fedavgm
-  c.server.b1 = 0.9                # fedadam / fedyogi
+  c.server.optimizer = 'sgd'       # fedbuff's server optimizer (the fed* names imply theirs)
+  c.server.momentum = 0.9          # fedavgm, momentum
+  c.server.b1 = 0.9                # adam / yogi / adagrad
   c.server.b2 = 0.99
   c.server.eps = 1e-3              # adaptivity tau of Reddi et al.
   c.server.adaptive_form = 'reddi'  # or 'optax' (bias-corrected optax.adam/yogi/adagrad)
+  c.server.alpha = 0.9             # fedasync mixing rate
+  c.server.staleness = 'polynomial'  # fedasync, fedbuff: s(u); 'constant' for none
+  c.server.staleness_a = 0.5
+  c.server.staleness_b = 4.0       # hinge only
+  c.server.normalization = 'count'  # fedbuff: divide the buffer's sum by K ('count'), ...
+  c.server.ema_decay = config_dict.placeholder(float)  # evaluate an EMA of server weights
 
   c.scheduler = ml_collections.ConfigDict()
-  c.scheduler.cohort_size = 10
+  c.scheduler.cohort_size = 10     # synchronous: B; fedat: clients per tier round
   c.scheduler.weighting = 'num_examples'
+  c.scheduler.num_selected = config_dict.placeholder(int)   # over-selection B_t >= B
+  c.scheduler.deadline = config_dict.placeholder(float)     # seconds per round
+  c.scheduler.min_responses = 1    # with a deadline
+  c.scheduler.time_limit = config_dict.placeholder(float)   # time-limited local computation
+  c.scheduler.limit_includes_overhead = True
+  c.scheduler.concurrency = 10     # asynchronous: tasks in flight
+  c.scheduler.buffer_size = 10     # fedbuff: K
+  c.scheduler.max_staleness = config_dict.placeholder(int)
+  c.scheduler.tier_ratio = 2.0     # fedat: v
 
   c.latency = ml_collections.ConfigDict()
-  c.latency.distribution = 'homogeneous'
-  c.latency.mean = 1.0             # seconds per local step
-  c.latency.spread = 0.3           # normal: std = spread * mean
-  c.latency.jitter = 0.0           # per-task relative std of the step time
-  c.latency.communication_time = 0.0
+  c.latency.model = 'per_step'     # settings of the chosen model are in its section below
+  c.latency.per_step = ml_collections.ConfigDict({
+      'mean': 1.0, 'distribution': 'homogeneous', 'spread': 0.3, 'jitter': 0.0,
+      'communication_time': 0.0, 'redraw_probability': 0.0})
+  c.latency.lognormal = ml_collections.ConfigDict({'model': 'per_example'})
+  c.latency.fedscale = ml_collections.ConfigDict({'bandwidth_scale': 1.0})
+  c.latency.device_ratio = ml_collections.ConfigDict({
+      'fastest_step_time': 0.1, 'ratio': 5.0, 'jitter': 0.0})
+  c.latency.trace = ml_collections.ConfigDict({'trace': config_dict.placeholder(str)})
+
+  c.availability = ml_collections.ConfigDict()
+  c.availability.model = 'always'
+  c.availability.periodic = ml_collections.ConfigDict({'online_fraction': 0.5,
+                                                       'period': 86400.0})
+  c.availability.trace = ml_collections.ConfigDict({'trace': config_dict.placeholder(str)})
 
   c.executor = ml_collections.ConfigDict()
   c.executor.backend = 'vmap'
@@ -81,7 +114,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.executor.deferred = True
 
   c.run = ml_collections.ConfigDict()
-  c.run.num_rounds = 100           # server versions
+  c.run.num_rounds = config_dict.FieldReference(100, field_type=int)  # server versions
   c.run.max_virtual_time = config_dict.placeholder(float)
   c.run.max_client_updates = config_dict.placeholder(int)
   c.run.eval_every = 5             # server versions between evaluations
@@ -126,13 +159,31 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _positive('client.weight_decay', client.weight_decay, allow_zero=True)
   _positive('client.batch_size', client.batch_size, integer=True)
   _choice('client.sampling', client.sampling, SAMPLING_MODES)
-  if (client.local_steps is None) == (client.local_epochs is None):
-    raise ConfigError('client.local_steps / client.local_epochs: set exactly one of them '
+  if client.local_steps is not None and client.local_epochs is not None:
+    raise ConfigError('client.local_steps / client.local_epochs: set at most one of them '
                       '(the other to None)')
+  if (client.local_steps is None and client.local_epochs is None
+      and config.scheduler.time_limit is None):
+    raise ConfigError('client.local_steps / client.local_epochs / scheduler.time_limit: set '
+                      'one of them')
   _positive('client.local_steps', client.local_steps, integer=True, optional=True)
   _positive('client.local_epochs', client.local_epochs, optional=True)
-  _positive('server.learning_rate', config.server.learning_rate)
-  _positive('server.eps', config.server.eps)
+  for name in ('proximal_strength', 'distillation_strength'):
+    _positive(f'client.{name}', client[name], allow_zero=True)
+  _positive('client.distillation_temperature', client.distillation_temperature)
+  server = config.server
+  _positive('server.learning_rate', server.learning_rate)
+  _choice('server.optimizer', server.optimizer, SERVER_OPTIMIZERS)
+  _positive('server.eps', server.eps)
+  if not 0 < server.alpha <= 1:
+    raise ConfigError(f'server.alpha={server.alpha!r} is invalid; allowed values: 0 < x <= 1')
+  _choice('server.staleness', server.staleness, STALENESS_FUNCTIONS)
+  _positive('server.staleness_a', server.staleness_a, allow_zero=True)
+  _positive('server.staleness_b', server.staleness_b, allow_zero=True)
+  _choice('server.normalization', server.normalization, NORMALIZATIONS)
+  if server.ema_decay is not None and not 0 <= server.ema_decay < 1:
+    raise ConfigError(f'server.ema_decay={server.ema_decay!r} is invalid; allowed values: '
+                      '0 <= x < 1 or None')
   _choice('server.adaptive_form', config.server.adaptive_form, ADAPTIVE_FORMS)
   for name in ('momentum', 'b1', 'b2'):
     value = config.server[name]
@@ -144,12 +195,30 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f'scheduler.cohort_size={scheduler.cohort_size} is invalid; allowed '
                       f'values: 1..data.num_clients ({data.num_clients})')
   _choice('scheduler.weighting', scheduler.weighting, WEIGHTINGS)
-  latency = config.latency
-  _choice('latency.distribution', latency.distribution, SPEED_DISTRIBUTIONS)
-  _positive('latency.mean', latency.mean)
-  _positive('latency.spread', latency.spread, allow_zero=True)
-  _positive('latency.jitter', latency.jitter, allow_zero=True)
-  _positive('latency.communication_time', latency.communication_time, allow_zero=True)
+  _positive('scheduler.num_selected', scheduler.num_selected, integer=True, optional=True)
+  if scheduler.num_selected is not None and not (
+      scheduler.cohort_size <= scheduler.num_selected <= data.num_clients):
+    raise ConfigError(f'scheduler.num_selected={scheduler.num_selected} is invalid; allowed '
+                      f'values: cohort_size ({scheduler.cohort_size})..data.num_clients '
+                      f'({data.num_clients})')
+  _positive('scheduler.deadline', scheduler.deadline, optional=True)
+  _positive('scheduler.min_responses', scheduler.min_responses, integer=True)
+  if scheduler.min_responses > scheduler.cohort_size:
+    raise ConfigError(f'scheduler.min_responses={scheduler.min_responses} is invalid; allowed '
+                      f'values: 1..cohort_size ({scheduler.cohort_size})')
+  _positive('scheduler.time_limit', scheduler.time_limit, optional=True)
+  _positive('scheduler.concurrency', scheduler.concurrency, integer=True)
+  if scheduler.concurrency > data.num_clients:
+    raise ConfigError(f'scheduler.concurrency={scheduler.concurrency} is invalid; allowed '
+                      f'values: 1..data.num_clients ({data.num_clients})')
+  _positive('scheduler.buffer_size', scheduler.buffer_size, integer=True)
+  _positive('scheduler.max_staleness', scheduler.max_staleness, integer=True, allow_zero=True,
+            optional=True)
+  if not scheduler.tier_ratio >= 1:
+    raise ConfigError(f'scheduler.tier_ratio={scheduler.tier_ratio!r} is invalid; allowed '
+                      'values: a number >= 1')
+  _choice('latency.model', config.latency.model, LATENCY_MODELS)
+  _choice('availability.model', config.availability.model, AVAILABILITY_MODELS)
   executor = config.executor
   _choice('executor.backend', executor.backend, BACKENDS)
   if not (executor.unroll is True or (isinstance(executor.unroll, int) and executor.unroll >= 1)):

@@ -25,8 +25,9 @@ from fedsim_jax.data.loading import load_dataset
 from fedsim_jax.executor import Executor
 from fedsim_jax.metrics import MetricsWriter, make_evaluator, summarize, write_json
 from fedsim_jax.models import Model, get_model
-from fedsim_jax.runtime import PerStepLatency, Simulation, StopCondition
-from fedsim_jax.strategy import get_algorithm
+from fedsim_jax.runtime import Simulation, StopCondition
+from fedsim_jax.runtime.latency.registry import make_availability, make_latency
+from fedsim_jax.strategy import BuildContext, get_algorithm
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,14 +39,45 @@ class RandomStreams:
   train_key: jax.Array
   scheduler_rng: np.random.Generator
   latency_rng: np.random.Generator
+  availability_rng: np.random.Generator
 
   @classmethod
   def from_seed(cls, seed: int) -> 'RandomStreams':
     init_key, train_key = jax.random.split(jax.random.PRNGKey(seed))
-    scheduler_seq, latency_seq = np.random.SeedSequence(seed).spawn(2)
+    scheduler, latency, availability = np.random.SeedSequence(seed).spawn(3)
     return cls(init_key=init_key, train_key=train_key,
-               scheduler_rng=np.random.default_rng(scheduler_seq),
-               latency_rng=np.random.default_rng(latency_seq))
+               scheduler_rng=np.random.default_rng(scheduler),
+               latency_rng=np.random.default_rng(latency),
+               availability_rng=np.random.default_rng(availability))
+
+
+def _settings(section: ml_collections.ConfigDict) -> dict[str, Any]:
+  """A model's config section as keyword settings; None means 'use the default'."""
+  return {k: (tuple(v) if isinstance(v, list) else v) for k, v in section.to_dict().items()
+          if v is not None}
+
+
+def build_latency(config: ml_collections.ConfigDict, dataset: FederatedDataset,
+                  model_bytes: int, rng: np.random.Generator):
+  """The configured latency model; invalid settings raise `ConfigError`."""
+  name = config.latency.model
+  try:
+    return make_latency(name, num_clients=dataset.num_clients, rng=rng,
+                        client_sizes=dataset.client_sizes, batch_size=config.client.batch_size,
+                        model_bytes=model_bytes, straggler_mask=dataset.straggler_mask,
+                        **_settings(config.latency[name]))
+  except (ValueError, TypeError, FileNotFoundError) as error:
+    raise config_lib.ConfigError(f'latency.{name}: {error}') from None
+
+
+def build_availability(config: ml_collections.ConfigDict, dataset: FederatedDataset,
+                       rng: np.random.Generator):
+  name = config.availability.model
+  settings = _settings(config.availability[name]) if name in config.availability else {}
+  try:
+    return make_availability(name, num_clients=dataset.num_clients, rng=rng, **settings)
+  except (ValueError, TypeError, FileNotFoundError) as error:
+    raise config_lib.ConfigError(f'availability.{name}: {error}') from None
 
 
 def build_federated_dataset(config: ml_collections.ConfigDict) -> FederatedDataset:
@@ -77,7 +109,15 @@ def build_simulation(config: ml_collections.ConfigDict, dataset: FederatedDatase
                      on_version: Callable[[Simulation], None] | None = None) -> Simulation:
   """Wires model, algorithm, executor and latency model into a ready-to-run `Simulation`."""
   streams = RandomStreams.from_seed(config.seed)
-  algorithm = get_algorithm(config)
+  init_params = model.init(streams.init_key)
+  model_bytes = 4 * model.num_params(init_params)
+  latency = build_latency(config, dataset, model_bytes, streams.latency_rng)
+  availability = build_availability(config, dataset, streams.availability_rng)
+  try:
+    algorithm = get_algorithm(config, BuildContext(dataset.num_clients, dataset.client_sizes,
+                                                   latency))
+  except ValueError as error:
+    raise config_lib.ConfigError(str(error)) from None
   client = config.client
   optimizer = client_optimizer(client.optimizer, client.learning_rate, momentum=client.momentum,
                                weight_decay=client.weight_decay)
@@ -85,13 +125,9 @@ def build_simulation(config: ml_collections.ConfigDict, dataset: FederatedDatase
   executor = Executor(client_update, dataset.device_arrays(), streams.train_key,
                       backend=config.executor.backend, sampling=client.sampling,
                       unroll=config.executor.unroll, bucket_bits=config.executor.bucket_bits)
-  latency = PerStepLatency(dataset.num_clients, streams.latency_rng,
-                           mean=config.latency.mean, distribution=config.latency.distribution,
-                           spread=config.latency.spread, jitter=config.latency.jitter,
-                           communication_time=config.latency.communication_time)
   return Simulation(executor=executor, scheduler=algorithm.scheduler,
-                    aggregator=algorithm.aggregator, latency=latency,
-                    init_params=model.init(streams.init_key), client_sizes=dataset.client_sizes,
+                    aggregator=algorithm.aggregator, latency=latency, availability=availability,
+                    init_params=init_params, client_sizes=dataset.client_sizes,
                     rng=streams.scheduler_rng, deferred=config.executor.deferred,
                     on_version=on_version, bucket_bits=config.executor.bucket_bits)
 
@@ -124,17 +160,18 @@ def run_experiment(config: ml_collections.ConfigDict, workdir: str | os.PathLike
   host_start = time.perf_counter()
   if dataset is None:
     dataset = build_federated_dataset(config)
-  if config.scheduler.cohort_size > dataset.num_clients:
-    raise config_lib.ConfigError(
-        f'scheduler.cohort_size={config.scheduler.cohort_size} is invalid; allowed values: '
-        f'1..{dataset.num_clients} (the federation size)')
+  for name in ('cohort_size', 'concurrency', 'num_selected'):
+    value = config.scheduler[name]
+    if value is not None and value > dataset.num_clients:
+      raise config_lib.ConfigError(f'scheduler.{name}={value} is invalid; allowed values: '
+                                   f'1..{dataset.num_clients} (the federation size)')
   model = build_model(config, dataset)
   evaluate = make_evaluator(model, dataset.test_x, dataset.test_y, config.run.eval_batch_size)
   writer = MetricsWriter(workdir)
   last_evaluated = [-1]
 
   def record(sim: Simulation) -> None:
-    metrics = evaluate(sim.params)
+    metrics = evaluate(sim.eval_params)
     last_evaluated[0] = sim.version
     writer.write({
         'virtual_time': sim.now, 'version': sim.version, 'client_updates': sim.client_updates,
@@ -149,22 +186,27 @@ def run_experiment(config: ml_collections.ConfigDict, workdir: str | os.PathLike
       record(sim)
 
   sim = build_simulation(config, dataset, model, on_version)
-  logging.info('%s on %s: %d clients, model %s (%d parameters), backend %s', config.algorithm,
-               dataset.name, dataset.num_clients, model.name, model.num_params(sim.params),
-               config.executor.backend)
+  logging.info('%s on %s: %d clients, model %s (%d parameters), latency %s, backend %s',
+               config.algorithm, dataset.name, dataset.num_clients, model.name,
+               model.num_params(sim.params), config.latency.model, config.executor.backend)
   record(sim)
+  simulation_start = time.perf_counter()
   sim.run(stop_condition(config))
   if last_evaluated[0] != sim.version:
     record(sim)
   writer.close()
+  simulation_seconds = time.perf_counter() - simulation_start
   summary = summarize(writer.rows, config.run.target_accuracy)
-  host_seconds = time.perf_counter() - host_start
+  summary.update(sim.report())
   summary['host'] = {
-      'seconds': host_seconds,
-      'executor_batches': sim.executor_batches,
+      'seconds': time.perf_counter() - host_start,
+      'simulation_seconds': simulation_seconds,
       'compiled_client_programs': sim.executor.num_compiled_programs,
       'client_examples_per_second': (sim.executor.steps_run * config.client.batch_size
-                                     / max(host_seconds, 1e-9)),
+                                     / max(simulation_seconds, 1e-9)),
   }
+  write_json(os.path.join(workdir, 'clients.json'), {
+      'dispatched': sim.dispatch_counts.tolist(), 'aggregated': sim.aggregated_counts.tolist(),
+      'busy_time': sim.busy_time.tolist()})
   write_json(os.path.join(workdir, 'summary.json'), summary)
   return summary

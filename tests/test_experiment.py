@@ -29,8 +29,8 @@ def _tiny_digits_config(data_dir, **overrides):
   config.client.learning_rate = 0.1
   config.client.local_steps = 5
   config.scheduler.cohort_size = 4
-  config.latency.distribution = 'exponential'
-  config.latency.jitter = 0.05
+  config.latency.per_step.distribution = 'exponential'
+  config.latency.per_step.jitter = 0.05
   config.run.num_rounds = 6
   config.run.eval_every = 2
   config.run.target_accuracy = 0.5
@@ -93,7 +93,12 @@ def test_shipped_config_runs_on_a_tiny_budget(path, tmp_path):
   validate(config)
   config.data.num_clients = 6
   config.scheduler.cohort_size = 3
-  config.client.local_steps = 2
+  config.scheduler.concurrency = min(config.scheduler.concurrency, 3)
+  config.scheduler.buffer_size = min(config.scheduler.buffer_size, 3)
+  if config.scheduler.num_selected is not None:
+    config.scheduler.num_selected = 4
+  if config.client.local_steps is not None:
+    config.client.local_steps = 2
   config.client.batch_size = 4
   config.run.num_rounds = 2
   config.run.eval_every = 1
@@ -107,7 +112,10 @@ def test_shipped_config_runs_on_a_tiny_budget(path, tmp_path):
     ('scheduler.cohort_size', -1, 'scheduler.cohort_size'),
     ('scheduler.cohort_size', 101, 'scheduler.cohort_size'),
     ('client.learning_rate', 0.0, 'client.learning_rate'),
-    ('latency.distribution', 'pareto', 'latency.distribution'),
+    ('latency.model', 'pareto', 'latency.model'),
+    ('scheduler.num_selected', 5, 'scheduler.num_selected'),
+    ('scheduler.concurrency', 0, 'scheduler.concurrency'),
+    ('server.staleness', 'linear', 'server.staleness'),
     ('executor.backend', 'gpu', 'executor.backend'),
     ('server.b2', 1.0, 'server.b2'),
 ])

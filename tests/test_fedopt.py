@@ -20,7 +20,8 @@ def _updates(deltas, weights):
   k = len(weights)
   return UpdateBatch(deltas={'w': jnp.asarray(deltas, jnp.float32)},
                      weights=jnp.asarray(weights, jnp.float32),
-                     staleness=jnp.zeros(k, jnp.int32), num_steps=jnp.ones(k, jnp.int32))
+                     staleness=jnp.zeros(k, jnp.int32), num_steps=jnp.ones(k, jnp.int32),
+                     group=jnp.zeros(k, jnp.int32))
 
 
 def _apply_rounds(optimizer, rounds, x0=(1.0, 2.0)):

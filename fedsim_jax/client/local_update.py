@@ -22,12 +22,16 @@ Batch = tuple[jax.Array, jax.Array, jax.Array]  # (x [B, ...], y [B], weights [B
 
 @flax.struct.dataclass
 class ClientState:
-  """Carry of local training: the client's params and optimizer state plus running totals."""
+  """Carry of local training: the client's params and optimizer state plus running totals.
+
+  `anchor` holds the downloaded model when the objective needs it (proximal term, teacher).
+  """
 
   params: Params
   opt_state: Any
   loss_sum: jax.Array
   steps_run: jax.Array
+  anchor: Params | None = None
 
 
 class ClientUpdate(NamedTuple):
@@ -46,27 +50,66 @@ class ClientUpdate(NamedTuple):
   batch_size: int
 
 
-def sgd_client_update(model: Model, optimizer: optax.GradientTransformation,
-                      batch_size: int) -> ClientUpdate:
-  """Plain local training: `optimizer` steps on the model's weighted cross-entropy.
+def distillation_loss(student_logits: jax.Array, teacher_logits: jax.Array,
+                      weights: jax.Array, temperature: float = 1.0) -> jax.Array:
+  """Weighted mean of T^2 KL(softmax(teacher / T) || softmax(student / T)) (Hinton et al.)."""
+  teacher = jax.nn.softmax(teacher_logits / temperature)
+  log_student = jax.nn.log_softmax(student_logits / temperature)
+  log_teacher = jax.nn.log_softmax(teacher_logits / temperature)
+  per_example = (teacher * (log_teacher - log_student)).sum(-1) * temperature**2
+  return (per_example * weights).sum() / jnp.maximum(weights.sum(), 1.0)
 
-  With `optax.sgd(lr)` this is FedAvg's ClientUpdate (McMahan et al. 2017, Algorithm 1).
-  `task_inputs` is unused here; objectives with per-task inputs (a proximal anchor, a teacher)
-  are built the same way and receive them through it.
+
+def sgd_client_update(model: Model, optimizer: optax.GradientTransformation, batch_size: int,
+                      *, proximal_strength: float = 0.0, distillation_strength: float = 0.0,
+                      distillation_temperature: float = 1.0) -> ClientUpdate:
+  """Local training with `optimizer` on the model's weighted cross-entropy, optionally
+  regularised towards the downloaded model w_0:
+
+    loss = CE + (nu / 2) ||w - w_0||^2 + rho * T^2 KL(p_{w_0}^T || p_w^T)
+
+  With `optax.sgd(lr)` and no regulariser this is FedAvg's ClientUpdate (McMahan et al. 2017,
+  Algorithm 1). `nu = proximal_strength` is FedProx's proximal term (Li et al. 2020), the
+  straggler paper's `+ L2 reg.`; `rho = distillation_strength` distils from the latest global
+  model as teacher, its `+ KD reg.` (the paper states neither form; these are the standard ones,
+  added to the task loss). `task_inputs` is unused; objectives with other per-task inputs (a
+  stale teacher) receive them through it.
   """
+  if proximal_strength < 0 or distillation_strength < 0 or distillation_temperature <= 0:
+    raise ValueError('client.proximal_strength and client.distillation_strength must be >= 0 '
+                     'and client.distillation_temperature > 0')
+  needs_anchor = proximal_strength > 0 or distillation_strength > 0
+
+  def objective(params, anchor, x, y, weights):
+    if not needs_anchor:
+      return model.loss(params, x, y, weights)
+    logits = model.apply(params, x)
+    per_example = optax.softmax_cross_entropy_with_integer_labels(logits, y)
+    loss = (per_example * weights).sum() / jnp.maximum(weights.sum(), 1.0)
+    if proximal_strength:
+      sq = sum(jnp.sum(jnp.square(p - a)) for p, a in zip(jax.tree_util.tree_leaves(params),
+                                                         jax.tree_util.tree_leaves(anchor)))
+      loss = loss + 0.5 * proximal_strength * sq
+    if distillation_strength:
+      teacher_logits = jax.lax.stop_gradient(model.apply(anchor, x))
+      loss = loss + distillation_strength * distillation_loss(
+          logits, teacher_logits, weights, distillation_temperature)
+    return loss
 
   def init(start_params, task_inputs):
     del task_inputs
     return ClientState(params=start_params, opt_state=optimizer.init(start_params),
-                       loss_sum=jnp.zeros((), jnp.float32), steps_run=jnp.zeros((), jnp.int32))
+                       loss_sum=jnp.zeros((), jnp.float32), steps_run=jnp.zeros((), jnp.int32),
+                       anchor=start_params if needs_anchor else None)
 
   def step(state, batch, task_inputs):
     del task_inputs
     x, y, weights = batch
-    loss, grads = jax.value_and_grad(model.loss)(state.params, x, y, weights)
+    loss, grads = jax.value_and_grad(objective)(state.params, state.anchor, x, y, weights)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     return ClientState(params=optax.apply_updates(state.params, updates), opt_state=opt_state,
-                       loss_sum=state.loss_sum + loss, steps_run=state.steps_run + 1)
+                       loss_sum=state.loss_sum + loss, steps_run=state.steps_run + 1,
+                       anchor=state.anchor)
 
   def final(state, start_params):
     delta = jax.tree_util.tree_map(jnp.subtract, state.params, start_params)

@@ -54,11 +54,13 @@ class FederatedDataset:
   test_x: np.ndarray
   test_y: np.ndarray
   num_classes: int
+  straggler_mask: np.ndarray | None = None  # [num_clients] bool, from straggler-aware splits
 
   @classmethod
   def from_partition(cls, name: str, train_x: np.ndarray, train_y: np.ndarray,
                      partition: Sequence[np.ndarray], test_x: np.ndarray, test_y: np.ndarray,
-                     num_classes: int) -> 'FederatedDataset':
+                     num_classes: int, straggler_mask: np.ndarray | None = None
+                     ) -> 'FederatedDataset':
     """Builds a federation from `partition[c]`, the training-example indices of client c."""
     if not partition:
       raise ValueError('partition must hold at least one client')
@@ -68,7 +70,8 @@ class FederatedDataset:
       indices[c, :len(rows)] = rows
     return cls(name=name, train_x=train_x, train_y=np.asarray(train_y, np.int32),
                client_indices=indices, client_sizes=sizes, test_x=test_x,
-               test_y=np.asarray(test_y, np.int32), num_classes=int(num_classes))
+               test_y=np.asarray(test_y, np.int32), num_classes=int(num_classes),
+               straggler_mask=None if straggler_mask is None else np.asarray(straggler_mask, bool))
 
   @property
   def num_clients(self) -> int:

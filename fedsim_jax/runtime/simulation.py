@@ -1,24 +1,28 @@
 """The virtual-time runtime: an event loop that schedulers drive and that defers training.
 
-A scheduler reacts to events (`start`, `on_arrival`, `on_timer`) by calling the simulation:
-`dispatch` a client task, `set_timer`, `apply_updates`. Dispatching computes the task's duration
-from the latency model and queues its arrival; the training itself is deferred: the task is
-computed only when its result is first needed (typically at aggregation), together with every
-other pending task, in one executor batch (DESIGN.md, "deferred batched execution").
+A scheduler reacts to events (`start`, `on_arrival`, `on_timer`, `on_dropout`) by calling the
+simulation: `dispatch` a client task, `set_timer`, `apply_updates`, `discard`. Dispatching draws
+the task's latency and queues its arrival (or, if the client goes offline first, its dropout);
+the training itself is deferred: a task is computed only when its result is first needed
+(typically at aggregation), together with every other pending task, in one executor batch
+(DESIGN.md, "deferred batched execution").
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import math
 from typing import Any, Callable, Protocol, Sequence
 
 import jax
 import numpy as np
 
-from fedsim_jax.executor import ClientTask, Executor
+from fedsim_jax.executor import ClientTask
 from fedsim_jax.models import Params
 from fedsim_jax.runtime.events import EventKind, EventQueue
-from fedsim_jax.runtime.latency import LatencyModel
+from fedsim_jax.runtime.latency import (AlwaysAvailable, Availability, LatencyModel,
+                                        TaskLatency, available_clients)
 from fedsim_jax.runtime.updates import Aggregator, ResultRef, UpdateBatch, stack_results
 
 
@@ -30,9 +34,12 @@ class TaskHandle:
     task_id: dispatch order (also the task's PRNG seed).
     client_id, num_steps: what was asked.
     version: server version of the model the client downloaded (staleness is measured
-      against it).
-    dispatch_time, arrival_time: virtual seconds.
-    metadata: free-form scheduler bookkeeping.
+      against it, not against the version at upload).
+    dispatch_time, arrival_time: virtual seconds (`arrival_time` is the dropout time for a
+      task whose client goes offline first).
+    latency: the task's drawn latency components.
+    metadata: free-form scheduler bookkeeping (`group` is passed on to aggregators).
+    status: 'in_flight', 'arrived', 'dropped_out', 'aggregated' or 'discarded'.
   """
 
   task_id: int
@@ -41,9 +48,12 @@ class TaskHandle:
   version: int
   dispatch_time: float
   arrival_time: float
-  task: ClientTask
+  latency: TaskLatency
+  task: ClientTask | None
   metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
   result_ref: ResultRef | None = None
+  status: str = 'in_flight'
+  discard_reason: str | None = None
 
   @property
   def computed(self) -> bool:
@@ -51,7 +61,11 @@ class TaskHandle:
 
 
 class Scheduler(Protocol):
-  """Host-side policy: who trains, how much, and when to aggregate."""
+  """Host-side policy: who trains, how much, and when to aggregate.
+
+  Schedulers may also define `on_dropout(sim, handle)`, called when a client goes offline
+  before finishing (the runtime has already discarded the task with reason 'offline').
+  """
 
   def start(self, sim: 'Simulation') -> None:
     ...
@@ -78,34 +92,60 @@ class StopCondition:
                 and sim.client_updates >= self.max_client_updates))
 
 
-EvalCallback = Callable[['Simulation'], None]
+@dataclasses.dataclass
+class TaskAccounting:
+  """Where every dispatched task ended up. `dispatched` always equals `aggregated +
+  sum(discarded.values()) + in_flight + waiting` (checked by `check`)."""
+
+  dispatched: int = 0
+  arrived: int = 0
+  aggregated: int = 0
+  discarded: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+  in_flight: int = 0
+  waiting: int = 0  # arrived, held by the scheduler (e.g. in a buffer), not yet resolved
+
+  def check(self) -> None:
+    total = self.aggregated + sum(self.discarded.values()) + self.in_flight + self.waiting
+    if total != self.dispatched:
+      raise AssertionError(f'task accounting broken: {self}')
+
+  def as_dict(self) -> dict[str, Any]:
+    return {'dispatched': self.dispatched, 'arrived': self.arrived,
+            'aggregated': self.aggregated, 'discarded': dict(sorted(self.discarded.items())),
+            'in_flight': self.in_flight, 'waiting': self.waiting}
+
+
+VersionCallback = Callable[['Simulation'], None]
 
 
 class Simulation:
   """Runs one federated simulation over virtual time.
 
   Args:
-    executor: runs client tasks.
+    executor: runs client tasks (`Executor` or anything with its `run` method).
     scheduler: the host-side policy.
-    aggregator: the jitted server update.
-    latency: task durations.
+    aggregator: the server update, jitted here.
+    latency: draws task latencies.
     init_params: initial global model.
     client_sizes: `[num_clients]` examples per client (schedulers weight by it).
     rng: the scheduler's numpy generator (client sampling and other policy randomness).
+    availability: when clients are online (default: always).
     deferred: compute tasks lazily in batches (True) or one at a time at dispatch (False);
       both give the same results.
     on_version: called after every server update (evaluation, logging).
     bucket_bits: bucketing of aggregation batch sizes.
   """
 
-  def __init__(self, *, executor: Executor, scheduler: Scheduler, aggregator: Aggregator,
+  def __init__(self, *, executor: Any, scheduler: Scheduler, aggregator: Aggregator,
                latency: LatencyModel, init_params: Params, client_sizes: np.ndarray,
-               rng: np.random.Generator, deferred: bool = True,
-               on_version: EvalCallback | None = None, bucket_bits: int = 3):
+               rng: np.random.Generator, availability: Availability | None = None,
+               deferred: bool = True, on_version: VersionCallback | None = None,
+               bucket_bits: int = 3):
     self.executor = executor
     self.scheduler = scheduler
     self.aggregator = aggregator
     self.latency = latency
+    self.availability = availability or AlwaysAvailable()
     self.client_sizes = np.asarray(client_sizes)
     self.rng = rng
     self.deferred = deferred
@@ -116,12 +156,21 @@ class Simulation:
     self.queue = EventQueue()
     self.now = 0.0
     self.version = 0
-    self.client_updates = 0   # arrived client tasks
-    self.gradient_steps = 0   # local steps of arrived tasks
+    self.accounting = TaskAccounting()
     self.executor_batches = 0
+    self.executed_tasks = 0
+    self.gradient_steps = 0   # local steps of arrived tasks
+    num_clients = self.num_clients
+    self.dispatch_counts = np.zeros(num_clients, np.int64)
+    self.aggregated_counts = np.zeros(num_clients, np.int64)
+    self.busy_time = np.zeros(num_clients, np.float64)   # virtual seconds spent on tasks
+    self.update_wait_time = 0.0  # sum over aggregated updates of (aggregation - arrival) time
+    self._busy = np.zeros(num_clients, np.int64)          # tasks in flight per client
     self._pending: list[TaskHandle] = []
     self._next_task_id = 0
     self._started = False
+
+  # ---- State -----------------------------------------------------------------------------
 
   @property
   def num_clients(self) -> int:
@@ -132,63 +181,148 @@ class Simulation:
     """The current global model."""
     return self.server_state.params
 
+  @property
+  def eval_params(self) -> Params:
+    """The model to evaluate: `server_state.eval_params` when the aggregator keeps one (an EMA
+    or an auxiliary model), else the global model."""
+    return getattr(self.server_state, 'eval_params', self.server_state.params)
+
+  @property
+  def client_updates(self) -> int:
+    """Client tasks that reached the server (the papers' budget unit)."""
+    return self.accounting.arrived
+
+  def is_busy(self, client_id: int) -> bool:
+    return self._busy[client_id] > 0
+
+  def idle_clients(self) -> np.ndarray:
+    """Ids of the clients online now and not training, ascending."""
+    idle = self._busy == 0
+    if isinstance(self.availability, AlwaysAvailable):
+      return np.flatnonzero(idle)
+    online = np.zeros(self.num_clients, bool)
+    online[available_clients(self.availability, self.num_clients, self.now)] = True
+    return np.flatnonzero(idle & online)
+
+  def next_availability_time(self) -> float:
+    """Earliest time > now at which some offline client comes online (inf if none)."""
+    times = [self.availability.next_available(c, self.now) for c in range(self.num_clients)]
+    later = [t for t in times if t > self.now]
+    return min(later, default=math.inf)
+
   # ---- Scheduler API ---------------------------------------------------------------------
 
-  def dispatch(self, client_id: int, num_steps: int, *, start_params: Params | None = None,
-               task_inputs: Any = None, metadata: dict[str, Any] | None = None) -> TaskHandle:
-    """Sends the current (or given) model to a client for `num_steps` local steps."""
+  def sample_latency(self, client_id: int) -> TaskLatency:
+    """Draws the latency of the client's next task (pass it to `dispatch`)."""
+    return self.latency.sample(int(client_id))
+
+  def dispatch(self, client_id: int, num_steps: int, *, latency: TaskLatency | None = None,
+               start_params: Params | None = None, task_inputs: Any = None,
+               metadata: dict[str, Any] | None = None) -> TaskHandle:
+    """Sends the current (or given) model to an online client for `num_steps` local steps."""
+    client_id, num_steps = int(client_id), int(num_steps)
     if num_steps < 0:
       raise ValueError(f'num_steps must be >= 0, got {num_steps}')
+    if self.availability.next_available(client_id, self.now) > self.now:
+      raise ValueError(f'client {client_id} is offline at {self.now}')
+    if latency is None:
+      latency = self.sample_latency(client_id)
     task_id = self._next_task_id
     self._next_task_id += 1
-    task = ClientTask(client_id=int(client_id), num_steps=int(num_steps), seed=task_id,
+    task = ClientTask(client_id=client_id, num_steps=num_steps, seed=task_id,
                       start_params=self.params if start_params is None else start_params,
                       task_inputs=task_inputs)
-    duration = self.latency.task_duration(int(client_id), int(num_steps))
-    handle = TaskHandle(task_id=task_id, client_id=int(client_id), num_steps=int(num_steps),
+    arrival = self.now + latency.duration(num_steps)
+    offline_at = self.availability.online_until(client_id, self.now)
+    handle = TaskHandle(task_id=task_id, client_id=client_id, num_steps=num_steps,
                         version=self.version, dispatch_time=self.now,
-                        arrival_time=self.now + duration, task=task,
+                        arrival_time=min(arrival, offline_at), latency=latency, task=task,
                         metadata=dict(metadata or {}))
-    self.queue.push(handle.arrival_time, EventKind.ARRIVAL, handle)
-    self._pending.append(handle)
+    if offline_at < arrival:
+      self.queue.push(offline_at, EventKind.DROPOUT, handle)
+    else:
+      self.queue.push(arrival, EventKind.ARRIVAL, handle)
+      self._pending.append(handle)
+    self.accounting.dispatched += 1
+    self.accounting.in_flight += 1
+    self.dispatch_counts[client_id] += 1
+    self._busy[client_id] += 1
     if not self.deferred:
       self._compute_pending()
     return handle
 
   def set_timer(self, time: float, payload: Any = None) -> None:
-    """Calls `scheduler.on_timer(sim, payload)` at virtual time `time` (>= now)."""
+    """Calls `scheduler.on_timer(sim, payload)` at virtual time `time` (>= now). Timers set
+    for the current time fire after the events already queued for it."""
     if time < self.now:
       raise ValueError(f'timer at {time} is in the past (now {self.now})')
     self.queue.push(time, EventKind.TIMER, payload)
 
-  def updates(self, handles: Sequence[TaskHandle], weights: Sequence[float]) -> UpdateBatch:
-    """The stacked results of `handles` (computing pending tasks first if needed)."""
+  def updates(self, handles: Sequence[TaskHandle], weights: Sequence[float],
+              with_client_params: bool = False) -> UpdateBatch:
+    """The stacked results of arrived `handles` (computing pending tasks first if needed)."""
     if any(not h.computed for h in handles):
       self._compute_pending()
-    staleness = [self.version - h.version for h in handles]
-    return stack_results([h.result_ref for h in handles], weights, staleness,
-                         [h.num_steps for h in handles], self.bucket_bits)
+    start = None
+    if with_client_params:
+      start = [h.task.start_params for h in handles]
+    return stack_results([h.result_ref for h in handles], weights,
+                         [self.version - h.version for h in handles],
+                         [h.num_steps for h in handles],
+                         [h.metadata.get('group', 0) for h in handles],
+                         start_params=start, bucket_bits=self.bucket_bits)
 
   def apply_updates(self, handles: Sequence[TaskHandle], weights: Sequence[float]) -> None:
-    """Aggregates the updates of `handles` with `weights` into a new server version."""
+    """Aggregates the updates of arrived `handles` with `weights` into a new server version."""
     if not handles:
       raise ValueError('apply_updates needs at least one update')
-    self.server_state = self._apply(self.server_state, self.updates(handles, weights))
+    for h in handles:
+      if h.status != 'arrived':
+        raise ValueError(f'task {h.task_id} is {h.status}; only arrived tasks aggregate')
+    batch = self.updates(handles, weights, self.aggregator.needs_client_params)
+    self.server_state = self._apply(self.server_state, batch)
     self.version += 1
+    for h in handles:
+      self._resolve(h, 'aggregated')
+      self.accounting.aggregated += 1
+      self.aggregated_counts[h.client_id] += 1
+      self.update_wait_time += self.now - h.arrival_time
     if self.on_version is not None:
       self.on_version(self)
 
+  def discard(self, handle: TaskHandle, reason: str) -> None:
+    """Drops an arrived update for `reason` (recorded in the accounting)."""
+    if handle.status != 'arrived':
+      raise ValueError(f'task {handle.task_id} is {handle.status}; only arrived tasks discard')
+    self._resolve(handle, 'discarded', reason)
+
   # ---- Event loop ------------------------------------------------------------------------
 
+  def _resolve(self, handle: TaskHandle, status: str, reason: str | None = None) -> None:
+    if status == 'discarded':
+      self.accounting.discarded[reason] += 1
+      handle.discard_reason = reason
+    if handle.status == 'arrived':
+      self.accounting.waiting -= 1
+    handle.status = status
+    handle.task = None          # free the start params and results
+    handle.result_ref = None
+
   def _compute_pending(self) -> None:
-    pending, self._pending = self._pending, []
+    pending = [h for h in self._pending if h.status in ('in_flight', 'arrived')]
+    self._pending = []
     if not pending:
       return
     batch = self.executor.run([h.task for h in pending])
     self.executor_batches += 1
+    self.executed_tasks += len(pending)
     for row, handle in enumerate(pending):
       handle.result_ref = ResultRef(batch, row)
-      handle.task = dataclasses.replace(handle.task, start_params=None, task_inputs=None)
+
+  def _finish_task(self, handle: TaskHandle) -> None:
+    self.accounting.in_flight -= 1
+    self._busy[handle.client_id] -= 1
+    self.busy_time[handle.client_id] += handle.arrival_time - handle.dispatch_time
 
   def run(self, stop: StopCondition) -> None:
     """Processes events until `stop` is reached or nothing is left to happen."""
@@ -202,8 +336,43 @@ class Simulation:
       event = self.queue.pop()
       self.now = event.time
       if event.kind is EventKind.ARRIVAL:
-        self.client_updates += 1
-        self.gradient_steps += event.payload.num_steps
-        self.scheduler.on_arrival(self, event.payload)
+        handle = event.payload
+        self._finish_task(handle)
+        handle.status = 'arrived'
+        self.accounting.arrived += 1
+        self.accounting.waiting += 1
+        self.gradient_steps += handle.num_steps
+        self.scheduler.on_arrival(self, handle)
+      elif event.kind is EventKind.DROPOUT:
+        handle = event.payload
+        self._finish_task(handle)
+        handle.status = 'dropped_out'
+        self.accounting.discarded['offline'] += 1
+        handle.discard_reason = 'offline'
+        handle.task = None
+        on_dropout = getattr(self.scheduler, 'on_dropout', None)
+        if on_dropout is not None:
+          on_dropout(self, handle)
       else:
         self.scheduler.on_timer(self, event.payload)
+
+  # ---- Reporting -------------------------------------------------------------------------
+
+  def report(self) -> dict[str, Any]:
+    """Task accounting, participation and timing figures for the run summary."""
+    self.accounting.check()
+    aggregated = max(self.accounting.aggregated, 1)
+    return {
+        'tasks': self.accounting.as_dict(),
+        'participation': {
+            'clients_participated': int((self.aggregated_counts > 0).sum()),
+            'aggregated_per_client_min': int(self.aggregated_counts.min()),
+            'aggregated_per_client_mean': float(self.aggregated_counts.mean()),
+            'aggregated_per_client_max': int(self.aggregated_counts.max()),
+        },
+        'mean_update_wait_time': self.update_wait_time / aggregated,
+        'client_busy_fraction': (float(self.busy_time.sum() / (self.num_clients * self.now))
+                                 if self.now > 0 else 0.0),
+        'executor_batches': self.executor_batches,
+        'mean_executed_batch_size': self.executed_tasks / max(self.executor_batches, 1),
+    }

@@ -23,12 +23,17 @@ class UpdateBatch:
     weights: `[K]` float32 aggregation weights chosen by the scheduler (0 on padding rows).
     staleness: `[K]` int32 server versions between a client's download and this aggregation.
     num_steps: `[K]` int32 local steps each client ran.
+    group: `[K]` int32 scheduler-assigned group (a FedAT tier, a FedCompass arrival group).
+    client_params: pytree, leaves `[K, ...]`: each client's final model (start params +
+      delta), present only for aggregators with `needs_client_params`.
   """
 
   deltas: Params
   weights: jax.Array
   staleness: jax.Array
   num_steps: jax.Array
+  group: jax.Array
+  client_params: Params | None = None
 
   @property
   def mask(self) -> jax.Array:
@@ -46,11 +51,15 @@ class Aggregator(NamedTuple):
   """How updates change the server state: a pair of pure functions (optax-style).
 
   `init(params) -> state` and `apply(state, updates: UpdateBatch) -> state`. The state must
-  expose the current global model as `state.params`. `apply` is jitted by the runtime.
+  expose the current global model as `state.params`, and may expose the model to evaluate as
+  `state.eval_params` (an EMA, an auxiliary model). `apply` is jitted by the runtime. Set
+  `needs_client_params` when `apply` reads `updates.client_params` (mixing rules such as
+  FedAsync's), so the runtime only stacks start params when they are used.
   """
 
   init: Callable[[Params], Any]
   apply: Callable[[Any, UpdateBatch], Any]
+  needs_client_params: bool = False
 
 
 @dataclasses.dataclass
@@ -61,8 +70,14 @@ class ResultRef:
   row: int
 
 
+def _stack(trees: Sequence[Any]) -> Any:
+  return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *trees)
+
+
 def stack_results(refs: Sequence[ResultRef], weights: Sequence[float],
                   staleness: Sequence[int], num_steps: Sequence[int],
+                  group: Sequence[int] | None = None,
+                  start_params: Sequence[Params] | None = None,
                   bucket_bits: int = 3) -> UpdateBatch:
   """Assembles an `UpdateBatch` from task results, padded to a bucketed size with weight 0.
 
@@ -98,5 +113,15 @@ def stack_results(refs: Sequence[ResultRef], weights: Sequence[float],
     out[:count] = values
     return out
 
+  client_params = None
+  if start_params is not None:
+    # Padding rows repeat the first start params; their weight is 0.
+    starts = list(start_params) + [start_params[0]] * (num_rows - count)
+    if all(p is starts[0] for p in starts):
+      client_params = jax.tree_util.tree_map(lambda s, d: s[None] + d, starts[0], deltas)
+    else:
+      client_params = jax.tree_util.tree_map(jnp.add, _stack(starts), deltas)
   return UpdateBatch(deltas=deltas, weights=padded(weights, np.float32),
-                     staleness=padded(staleness, np.int32), num_steps=padded(num_steps, np.int32))
+                     staleness=padded(staleness, np.int32), num_steps=padded(num_steps, np.int32),
+                     group=padded(group if group is not None else [0] * count, np.int32),
+                     client_params=client_params)

@@ -1,19 +1,41 @@
 """Named algorithms: each is a client update + a scheduler + an aggregator built from a config.
 
-Register a new algorithm by adding a builder `(config) -> Algorithm` to `ALGORITHMS`.
+Register a new algorithm by adding a builder `(config, context) -> Algorithm` to `ALGORITHMS`.
+Settings shared by every algorithm are applied here once: the client objective's regularisers
+(`client.proximal_strength`, `client.distillation_strength`) and the evaluated EMA of the server
+weights (`server.ema_decay`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from typing import Any, Callable, NamedTuple
 
 import ml_collections
+import numpy as np
 
 from fedsim_jax.client import sgd_client_update
+from fedsim_jax.runtime.latency import LatencyModel
 from fedsim_jax.runtime.updates import Aggregator
+from fedsim_jax.strategy.asynchronous import AsynchronousScheduler
+from fedsim_jax.strategy.ema import with_ema
+from fedsim_jax.strategy.fedasync import fedasync
+from fedsim_jax.strategy.fedat import TieredScheduler, fedat_aggregator, speed_tiers
 from fedsim_jax.strategy.fedopt import fedopt
+from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.strategy.server_optimizers import server_optimizer
-from fedsim_jax.strategy.synchronous import LocalWork, SynchronousScheduler
+from fedsim_jax.strategy.staleness import make_staleness
+from fedsim_jax.strategy.synchronous import SynchronousScheduler
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildContext:
+  """What builders may need to know about the federation."""
+
+  num_clients: int
+  client_sizes: np.ndarray
+  latency: LatencyModel
 
 
 class Algorithm(NamedTuple):
@@ -29,35 +51,89 @@ class Algorithm(NamedTuple):
 def local_work_from_config(config: ml_collections.ConfigDict) -> LocalWork:
   return LocalWork(steps=config.client.get('local_steps'),
                    epochs=config.client.get('local_epochs'),
-                   batch_size=config.client.batch_size)
+                   batch_size=config.client.batch_size,
+                   time_limit=config.scheduler.get('time_limit'),
+                   limit_includes_overhead=config.scheduler.get('limit_includes_overhead', True))
 
 
-def _synchronous_fedopt(optimizer_name: str) -> Callable[[ml_collections.ConfigDict], Algorithm]:
-  """FedAvg / FedAvgM / FedAdam / FedYogi / FedAdagrad: synchronous rounds + FedOpt server."""
-
-  def build(config: ml_collections.ConfigDict) -> Algorithm:
-    server = config.server
-    optimizer = server_optimizer(optimizer_name, server.learning_rate, momentum=server.momentum,
-                                 b1=server.b1, b2=server.b2, eps=server.eps,
-                                 adaptive_form=server.adaptive_form)
-    scheduler = SynchronousScheduler(config.scheduler.cohort_size,
-                                     local_work_from_config(config),
-                                     config.scheduler.weighting)
-    return Algorithm(name=config.algorithm, scheduler=scheduler, aggregator=fedopt(optimizer))
-
-  return build
+def _server_optimizer(config: ml_collections.ConfigDict, name: str):
+  server = config.server
+  return server_optimizer(name, server.learning_rate, momentum=server.momentum, b1=server.b1,
+                          b2=server.b2, eps=server.eps, adaptive_form=server.adaptive_form)
 
 
-ALGORITHMS: dict[str, Callable[[ml_collections.ConfigDict], Algorithm]] = {
-    'fedavg': _synchronous_fedopt('sgd'),
-    'fedavgm': _synchronous_fedopt('momentum'),
-    'fedadam': _synchronous_fedopt('adam'),
-    'fedyogi': _synchronous_fedopt('yogi'),
-    'fedadagrad': _synchronous_fedopt('adagrad'),
+def _staleness(config: ml_collections.ConfigDict):
+  return make_staleness(config.server.staleness, a=config.server.staleness_a,
+                        b=config.server.staleness_b)
+
+
+def _synchronous(config: ml_collections.ConfigDict, context: BuildContext,
+                 optimizer_name: str) -> Algorithm:
+  """FedAvg / FedAvgM / FedAdam / FedYogi / FedAdagrad: synchronous rounds (optionally with
+  over-selection, a deadline or time-limited clients) + the FedOpt server update."""
+  del context
+  s = config.scheduler
+  scheduler = SynchronousScheduler(s.cohort_size, local_work_from_config(config), s.weighting,
+                                   num_selected=s.num_selected, deadline=s.deadline,
+                                   min_responses=s.min_responses)
+  return Algorithm(config.algorithm, scheduler,
+                   fedopt(_server_optimizer(config, optimizer_name)))
+
+
+def _fedasync(config: ml_collections.ConfigDict, context: BuildContext) -> Algorithm:
+  """FedAsync: one update at a time, mixed in with rate alpha * s(staleness)."""
+  del context
+  s = config.scheduler
+  scheduler = AsynchronousScheduler(s.concurrency, 1, local_work_from_config(config),
+                                    s.weighting, s.max_staleness)
+  return Algorithm('fedasync', scheduler, fedasync(config.server.alpha, _staleness(config)))
+
+
+def _fedbuff(config: ml_collections.ConfigDict, context: BuildContext) -> Algorithm:
+  """FedBuff: buffers of K asynchronous updates, averaged over K (optionally staleness-scaled),
+  applied by the server optimizer."""
+  del context
+  s = config.scheduler
+  scheduler = AsynchronousScheduler(s.concurrency, s.buffer_size, local_work_from_config(config),
+                                    s.weighting, s.max_staleness)
+  staleness = None if config.server.staleness == 'constant' else _staleness(config)
+  aggregator = fedopt(_server_optimizer(config, config.server.optimizer),
+                      normalization=config.server.normalization, staleness=staleness)
+  return Algorithm('fedbuff', scheduler, aggregator)
+
+
+def _fedat(config: ml_collections.ConfigDict, context: BuildContext) -> Algorithm:
+  """FedAT: speed tiers, synchronous inside, asynchronous across with FedAT's tier weights."""
+  step_times = np.array([context.latency.expected_step_time(c)
+                         for c in range(context.num_clients)])
+  tiers = speed_tiers(step_times, config.scheduler.tier_ratio)
+  scheduler = TieredScheduler(tiers, config.scheduler.cohort_size, local_work_from_config(config))
+  return Algorithm('fedat', scheduler, fedat_aggregator(len(tiers)))
+
+
+ALGORITHMS: dict[str, Callable[[ml_collections.ConfigDict, BuildContext], Algorithm]] = {
+    'fedavg': functools.partial(_synchronous, optimizer_name='sgd'),
+    'fedavgm': functools.partial(_synchronous, optimizer_name='momentum'),
+    'fedadam': functools.partial(_synchronous, optimizer_name='adam'),
+    'fedyogi': functools.partial(_synchronous, optimizer_name='yogi'),
+    'fedadagrad': functools.partial(_synchronous, optimizer_name='adagrad'),
+    'fedasync': _fedasync,
+    'fedbuff': _fedbuff,
+    'fedat': _fedat,
 }
 
 
-def get_algorithm(config: ml_collections.ConfigDict) -> Algorithm:
+def get_algorithm(config: ml_collections.ConfigDict, context: BuildContext) -> Algorithm:
+  """Builds `config.algorithm`, with the shared client regularisers and server EMA applied."""
   if config.algorithm not in ALGORITHMS:
     raise ValueError(f'algorithm={config.algorithm!r} is not known; allowed: {sorted(ALGORITHMS)}')
-  return ALGORITHMS[config.algorithm](config)
+  algorithm = ALGORITHMS[config.algorithm](config, context)
+  client = config.client
+  make_client_update = functools.partial(
+      algorithm.make_client_update, proximal_strength=client.proximal_strength,
+      distillation_strength=client.distillation_strength,
+      distillation_temperature=client.distillation_temperature)
+  aggregator = algorithm.aggregator
+  if config.server.ema_decay is not None:
+    aggregator = with_ema(aggregator, config.server.ema_decay)
+  return algorithm._replace(aggregator=aggregator, make_client_update=make_client_update)

@@ -1,8 +1,10 @@
-"""FedAvg and adaptive federated optimisation (FedOpt) as one aggregator.
+"""FedAvg, FedOpt and FedBuff's server update as one aggregator.
 
 Reddi et al. 2021, "Adaptive Federated Optimization", Algorithm 2: the server treats the
-negative weighted average of client deltas as a pseudo-gradient and applies a server optimizer
-to it. With `optax.sgd(1.0)` this is exactly FedAvg (McMahan et al. 2017): x <- x + mean delta.
+negative average of client deltas as a pseudo-gradient and applies a server optimizer to it.
+With `optax.sgd(1.0)` and weights n_k this is exactly FedAvg (McMahan et al. 2017). FedBuff
+(Nguyen et al. 2022, Algorithm 1) is the same update on a buffer of K asynchronous updates,
+averaged over K and optionally scaled by a staleness function.
 """
 
 from __future__ import annotations
@@ -11,10 +13,14 @@ from typing import Any
 
 import flax.struct
 import jax
+import jax.numpy as jnp
 import optax
 
 from fedsim_jax.models import Params
-from fedsim_jax.runtime.updates import Aggregator, UpdateBatch, weighted_mean_delta
+from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
+from fedsim_jax.strategy.staleness import StalenessFn
+
+NORMALIZATIONS = ('weights', 'count', 'sum')
 
 
 @flax.struct.dataclass
@@ -23,14 +29,37 @@ class ServerOptState:
   opt_state: Any
 
 
-def fedopt(server_optimizer: optax.GradientTransformation) -> Aggregator:
-  """x_{t+1} = x_t + ServerOpt(-sum_k w_k delta_k / sum_k w_k)."""
+def average_delta(updates: UpdateBatch, normalization: str = 'weights',
+                  staleness: StalenessFn | None = None) -> Params:
+  """sum_k c_k w_k delta_k / Z, with c_k = s(staleness_k) (1 without a staleness function) and
+  Z = sum_k w_k ('weights'), the number of updates K ('count') or 1 ('sum')."""
+  if normalization not in NORMALIZATIONS:
+    raise ValueError(f'normalization={normalization!r}; allowed: {NORMALIZATIONS}')
+  scale = updates.weights
+  if staleness is not None:
+    scale = scale * staleness(updates.staleness)
+  if normalization == 'weights':
+    total = jnp.maximum(updates.weights.sum(), 1e-12)
+  elif normalization == 'count':
+    total = jnp.maximum(updates.mask.sum(), 1.0)
+  else:
+    total = 1.0
+  return jax.tree_util.tree_map(lambda d: jnp.tensordot(scale, d, axes=1) / total,
+                                updates.deltas)
+
+
+def fedopt(server_optimizer: optax.GradientTransformation, *, normalization: str = 'weights',
+           staleness: StalenessFn | None = None) -> Aggregator:
+  """x_{t+1} = x_t + ServerOpt(-average_delta(updates))."""
+  if normalization not in NORMALIZATIONS:
+    raise ValueError(f'server.normalization={normalization!r}; allowed: {NORMALIZATIONS}')
 
   def init(params: Params) -> ServerOptState:
     return ServerOptState(params=params, opt_state=server_optimizer.init(params))
 
   def apply(state: ServerOptState, updates: UpdateBatch) -> ServerOptState:
-    pseudo_gradient = jax.tree_util.tree_map(lambda d: -d, weighted_mean_delta(updates))
+    mean = average_delta(updates, normalization, staleness)
+    pseudo_gradient = jax.tree_util.tree_map(jnp.negative, mean)
     steps, opt_state = server_optimizer.update(pseudo_gradient, state.opt_state, state.params)
     return ServerOptState(params=optax.apply_updates(state.params, steps), opt_state=opt_state)
 

@@ -1,86 +1,147 @@
-"""Synchronous rounds: sample a cohort, wait for all of it, aggregate (FedAvg's schedule)."""
+"""Synchronous rounds (FedAvg's schedule) with over-selection, deadlines and time limits.
+
+Each round the server samples `num_selected` idle, online clients without replacement (B_t),
+all starting from the current model, and aggregates when `cohort_size` of them (B) have
+reported: all of them by default (FedAvg, McMahan et al. 2017), the fastest B with
+over-selection (Bonawitz et al. 2019). With a `deadline`, the round also closes that many
+seconds after it started, with whoever has reported (at least `min_responses`, else the round
+is abandoned and restarted). Updates that arrive after their round closed are stragglers: they
+are discarded with reason 'straggler' unless a `late_update_handler` takes them (FARe-DUST and
+FeAST-on-MSG use them).
+"""
 
 from __future__ import annotations
 
-import dataclasses
-import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from fedsim_jax.runtime.simulation import Simulation, TaskHandle
+from fedsim_jax.strategy.local_work import LocalWork
 
 WEIGHTINGS = ('num_examples', 'uniform')
 
+LateUpdateHandler = Callable[[Simulation, TaskHandle], None]
 
-@dataclasses.dataclass(frozen=True)
-class LocalWork:
-  """How much a client trains per task: fixed `steps`, or `epochs` over its own data.
 
-  With epochs, client i runs ceil(epochs * n_i / batch_size) steps (McMahan et al.'s E).
-  """
+def update_weights(sim: Simulation, handles: list[TaskHandle], weighting: str) -> list[float]:
+  """Aggregation weights: the client's example count (n_k) or 1 per update."""
+  if weighting == 'num_examples':
+    return [float(sim.client_sizes[h.client_id]) for h in handles]
+  return [1.0] * len(handles)
 
-  steps: int | None = None
-  epochs: float | None = None
-  batch_size: int = 32
 
-  def __post_init__(self):
-    if (self.steps is None) == (self.epochs is None):
-      raise ValueError('give exactly one of client.local_steps and client.local_epochs')
-    if self.steps is not None and self.steps < 1:
-      raise ValueError(f'client.local_steps={self.steps}; must be >= 1')
-    if self.epochs is not None and self.epochs <= 0:
-      raise ValueError(f'client.local_epochs={self.epochs}; must be > 0')
-
-  def num_steps(self, num_examples: int) -> int:
-    if self.steps is not None:
-      return self.steps
-    return max(1, math.ceil(self.epochs * num_examples / self.batch_size))
+def check_weighting(weighting: str) -> None:
+  if weighting not in WEIGHTINGS:
+    raise ValueError(f'scheduler.weighting={weighting!r}; allowed: {WEIGHTINGS}')
 
 
 class SynchronousScheduler:
-  """Each round: `cohort_size` clients sampled without replacement; the round ends when the
-  slowest of them arrives; the server aggregates all of them, then starts the next round.
+  """Synchronous rounds.
 
   Args:
-    cohort_size: clients per round.
-    local_work: steps per task.
-    weighting: 'num_examples' (n_k / n, McMahan et al.) or 'uniform'.
+    cohort_size: B, the updates aggregated per round.
+    local_work: steps per task (fixed, epochs or time-limited).
+    weighting: 'num_examples' (n_k, McMahan et al.) or 'uniform'.
+    num_selected: B_t >= B clients sampled per round (default B: no over-selection).
+    deadline: seconds after a round's start at which it closes (None: no deadline).
+    min_responses: fewest updates a deadline-closed round aggregates.
+    late_update_handler: receives stragglers instead of discarding them.
   """
 
-  def __init__(self, cohort_size: int, local_work: LocalWork, weighting: str = 'num_examples'):
-    if weighting not in WEIGHTINGS:
-      raise ValueError(f'scheduler.weighting={weighting!r}; allowed: {WEIGHTINGS}')
+  def __init__(self, cohort_size: int, local_work: LocalWork, weighting: str = 'num_examples',
+               *, num_selected: int | None = None, deadline: float | None = None,
+               min_responses: int = 1, late_update_handler: LateUpdateHandler | None = None):
+    check_weighting(weighting)
     if cohort_size < 1:
       raise ValueError(f'scheduler.cohort_size={cohort_size}; must be >= 1')
+    num_selected = cohort_size if num_selected is None else num_selected
+    if num_selected < cohort_size:
+      raise ValueError(f'scheduler.num_selected={num_selected}; must be >= cohort_size '
+                       f'({cohort_size})')
+    if deadline is not None and deadline <= 0:
+      raise ValueError(f'scheduler.deadline={deadline}; must be > 0')
+    if not 1 <= min_responses <= cohort_size:
+      raise ValueError(f'scheduler.min_responses={min_responses}; allowed: 1..{cohort_size}')
     self.cohort_size = cohort_size
+    self.num_selected = num_selected
     self.local_work = local_work
     self.weighting = weighting
-    self._round: list[TaskHandle] = []
-    self._arrived = 0
+    self.deadline = deadline
+    self.min_responses = min_responses
+    self.late_update_handler = late_update_handler
+    self.round_index = -1
+    self._outstanding: set[TaskHandle] = set()
+    self._arrived: list[TaskHandle] = []
+    self._round_open = False
+    self._waiting_for_clients = False
 
   def start(self, sim: Simulation) -> None:
-    if self.cohort_size > sim.num_clients:
-      raise ValueError(f'scheduler.cohort_size={self.cohort_size} exceeds the federation '
+    if self.num_selected > sim.num_clients:
+      raise ValueError(f'scheduler.num_selected={self.num_selected} exceeds the federation '
                        f'({sim.num_clients} clients)')
     self._start_round(sim)
 
   def _start_round(self, sim: Simulation) -> None:
-    cohort = np.sort(sim.rng.choice(sim.num_clients, self.cohort_size, replace=False))
-    self._round = [sim.dispatch(c, self.local_work.num_steps(int(sim.client_sizes[c])))
-                   for c in cohort]
-    self._arrived = 0
-
-  def on_arrival(self, sim: Simulation, handle: TaskHandle) -> None:
-    self._arrived += 1
-    if self._arrived < len(self._round):
+    idle = sim.idle_clients()
+    if len(idle) < self.num_selected:
+      # Too few clients online and idle: try again when another one comes online.
+      retry = sim.next_availability_time()
+      if np.isfinite(retry):
+        self._waiting_for_clients = True
+        sim.set_timer(retry, ('retry', None))
       return
-    if self.weighting == 'num_examples':
-      weights = [float(sim.client_sizes[h.client_id]) for h in self._round]
+    self.round_index += 1
+    cohort = np.sort(sim.rng.choice(idle, self.num_selected, replace=False))
+    self._outstanding = set()
+    self._arrived = []
+    self._round_open = True
+    for client in cohort:
+      latency = sim.sample_latency(client)
+      steps = self.local_work.num_steps(int(sim.client_sizes[client]), latency)
+      self._outstanding.add(sim.dispatch(client, steps, latency=latency,
+                                         metadata={'round': self.round_index}))
+    if self.deadline is not None:
+      sim.set_timer(sim.now + self.deadline, ('deadline', self.round_index))
+
+  def _close_round(self, sim: Simulation) -> None:
+    arrived, self._arrived = self._arrived, []
+    self._outstanding = set()  # whoever is still training is now a straggler
+    self._round_open = False
+    usable = [h for h in arrived if h.num_steps > 0]
+    for h in arrived:
+      if h.num_steps == 0:
+        sim.discard(h, 'no_local_steps')
+    if len(usable) >= self.min_responses:
+      sim.apply_updates(usable, update_weights(sim, usable, self.weighting))
     else:
-      weights = [1.0] * len(self._round)
-    sim.apply_updates(self._round, weights)
+      for h in usable:
+        sim.discard(h, 'too_few_responses')
     self._start_round(sim)
 
+  def on_arrival(self, sim: Simulation, handle: TaskHandle) -> None:
+    if handle not in self._outstanding:
+      if self.late_update_handler is not None:
+        self.late_update_handler(sim, handle)
+      else:
+        sim.discard(handle, 'straggler')
+      return
+    self._outstanding.discard(handle)
+    self._arrived.append(handle)
+    if len(self._arrived) == self.cohort_size or not self._outstanding:
+      self._close_round(sim)
+
+  def on_dropout(self, sim: Simulation, handle: TaskHandle) -> None:
+    if handle in self._outstanding:
+      self._outstanding.discard(handle)
+      if not self._outstanding and self.deadline is None:
+        self._close_round(sim)
+
   def on_timer(self, sim: Simulation, payload: Any) -> None:
-    del sim, payload  # synchronous rounds set no timers
+    kind, round_index = payload
+    if kind == 'retry':
+      if self._waiting_for_clients:
+        self._waiting_for_clients = False
+        self._start_round(sim)
+    elif kind == 'deadline' and round_index == self.round_index and self._round_open:
+      self._close_round(sim)

@@ -1,0 +1,39 @@
+"""FedAsync (Xie et al. 2019, "Asynchronous Federated Optimization", Algorithm 1).
+
+On each arrival: w <- (1 - a_t) w + a_t w_client with a_t = alpha * s(t - tau), where tau is the
+version the client downloaded and s a staleness function. Several updates in one batch are
+mixed in one at a time, in order.
+"""
+
+from __future__ import annotations
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from fedsim_jax.models import Params
+from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
+from fedsim_jax.strategy.staleness import StalenessFn
+
+
+@flax.struct.dataclass
+class MixingState:
+  params: Params
+
+
+def fedasync(alpha: float, staleness: StalenessFn) -> Aggregator:
+  """The FedAsync mixing rule as an aggregator (reads `updates.client_params`)."""
+  if not 0 < alpha <= 1:
+    raise ValueError(f'server.alpha={alpha}; allowed: 0 < alpha <= 1')
+
+  def apply(state: MixingState, updates: UpdateBatch) -> MixingState:
+    rates = alpha * staleness(updates.staleness) * (updates.weights > 0)
+
+    def mix(params, row):
+      rate, client = row
+      return jax.tree_util.tree_map(lambda w, c: (1 - rate) * w + rate * c, params, client), None
+
+    params, _ = jax.lax.scan(mix, state.params, (rates, updates.client_params))
+    return MixingState(params=params)
+
+  return Aggregator(init=MixingState, apply=apply, needs_client_params=True)

@@ -1,0 +1,49 @@
+"""Staleness functions s(u) of asynchronous aggregation, u = versions since the download.
+
+Xie et al. 2019 ("Asynchronous Federated Optimization", Section 5.2) define the constant,
+polynomial and hinge families; the exponential one is common in later work. Each factory returns
+a jnp function of an integer staleness array, so it runs inside jitted aggregators.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+StalenessFn = Callable[[jax.Array], jax.Array]
+STALENESS_FUNCTIONS = ('constant', 'polynomial', 'hinge', 'exponential')
+
+
+def constant() -> StalenessFn:
+  """s(u) = 1."""
+  return lambda u: jnp.ones_like(u, jnp.float32)
+
+
+def polynomial(a: float) -> StalenessFn:
+  """s(u) = (u + 1)^-a (FedAsync; FedCompass uses a = 0.5)."""
+  return lambda u: jnp.power(u.astype(jnp.float32) + 1.0, -a)
+
+
+def hinge(a: float, b: float) -> StalenessFn:
+  """s(u) = 1 if u <= b else 1 / (a (u - b) + 1)."""
+  return lambda u: jnp.where(u <= b, 1.0, 1.0 / (a * (u.astype(jnp.float32) - b) + 1.0))
+
+
+def exponential(a: float) -> StalenessFn:
+  """s(u) = exp(-a u)."""
+  return lambda u: jnp.exp(-a * u.astype(jnp.float32))
+
+
+def make_staleness(name: str, *, a: float = 0.5, b: float = 4.0) -> StalenessFn:
+  """Builds a named staleness function (`a`, `b` as in Xie et al.)."""
+  if name == 'constant':
+    return constant()
+  if name == 'polynomial':
+    return polynomial(a)
+  if name == 'hinge':
+    return hinge(a, b)
+  if name == 'exponential':
+    return exponential(a)
+  raise ValueError(f'staleness.function={name!r}; allowed: {STALENESS_FUNCTIONS}')
