@@ -84,6 +84,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.scheduler.deadline = config_dict.placeholder(float)     # seconds per round
   c.scheduler.min_responses = 1    # with a deadline
   c.scheduler.time_limit = config_dict.placeholder(float)   # time-limited local computation
+  # ... or the limit as this percentile of the population's one-epoch compute time (the
+  # straggler paper uses 75), estimated from the latency model before the run.
+  c.scheduler.time_limit_percentile = config_dict.placeholder(float)
   c.scheduler.limit_includes_overhead = True
   c.scheduler.concurrency = 10     # asynchronous: tasks in flight
   c.scheduler.buffer_size = 10     # fedbuff: K
@@ -162,8 +165,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if client.local_steps is not None and client.local_epochs is not None:
     raise ConfigError('client.local_steps / client.local_epochs: set at most one of them '
                       '(the other to None)')
-  if (client.local_steps is None and client.local_epochs is None
-      and config.scheduler.time_limit is None):
+  time_limited = (config.scheduler.time_limit is not None
+                  or config.scheduler.time_limit_percentile is not None)
+  if client.local_steps is None and client.local_epochs is None and not time_limited:
     raise ConfigError('client.local_steps / client.local_epochs / scheduler.time_limit: set '
                       'one of them')
   _positive('client.local_steps', client.local_steps, integer=True, optional=True)
@@ -207,6 +211,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f'scheduler.min_responses={scheduler.min_responses} is invalid; allowed '
                       f'values: 1..cohort_size ({scheduler.cohort_size})')
   _positive('scheduler.time_limit', scheduler.time_limit, optional=True)
+  if scheduler.time_limit_percentile is not None:
+    if scheduler.time_limit is not None:
+      raise ConfigError('scheduler.time_limit / scheduler.time_limit_percentile: set at most one')
+    if not 0 < scheduler.time_limit_percentile <= 100:
+      raise ConfigError(f'scheduler.time_limit_percentile={scheduler.time_limit_percentile!r} '
+                        'is invalid; allowed values: 0 < x <= 100')
   _positive('scheduler.concurrency', scheduler.concurrency, integer=True)
   if scheduler.concurrency > data.num_clients:
     raise ConfigError(f'scheduler.concurrency={scheduler.concurrency} is invalid; allowed '

@@ -40,15 +40,17 @@ class RandomStreams:
   scheduler_rng: np.random.Generator
   latency_rng: np.random.Generator
   availability_rng: np.random.Generator
+  probe_rng: np.random.Generator  # for estimates made before the run (e.g. time limits)
 
   @classmethod
   def from_seed(cls, seed: int) -> 'RandomStreams':
     init_key, train_key = jax.random.split(jax.random.PRNGKey(seed))
-    scheduler, latency, availability = np.random.SeedSequence(seed).spawn(3)
+    scheduler, latency, availability, probe = np.random.SeedSequence(seed).spawn(4)
     return cls(init_key=init_key, train_key=train_key,
                scheduler_rng=np.random.default_rng(scheduler),
                latency_rng=np.random.default_rng(latency),
-               availability_rng=np.random.default_rng(availability))
+               availability_rng=np.random.default_rng(availability),
+               probe_rng=np.random.default_rng(probe))
 
 
 def _settings(section: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -68,6 +70,40 @@ def build_latency(config: ml_collections.ConfigDict, dataset: FederatedDataset,
                         **_settings(config.latency[name]))
   except (ValueError, TypeError, FileNotFoundError) as error:
     raise config_lib.ConfigError(f'latency.{name}: {error}') from None
+
+
+def epoch_compute_time_percentile(config: ml_collections.ConfigDict, dataset: FederatedDataset,
+                                  model_bytes: int, percentile: float, rng: np.random.Generator,
+                                  draws_per_client: int = 20) -> float:
+  """The population-wide percentile of one local epoch's on-device compute time (overhead +
+  steps x step time; communication excluded), estimated from a probe copy of the latency model
+  so that the run's own latency draws are untouched (the straggler paper's time limit)."""
+  probe = build_latency(config, dataset, model_bytes, rng)
+  times = []
+  for client in range(dataset.num_clients):
+    steps = max(1, -(-int(dataset.client_sizes[client]) // config.client.batch_size))
+    times.extend(probe.sample(client).compute_time(steps) for _ in range(draws_per_client))
+  return float(np.percentile(times, percentile))
+
+
+def resolve_settings(config: ml_collections.ConfigDict, dataset: FederatedDataset,
+                     model: Model) -> ml_collections.ConfigDict:
+  """Replaces settings given relative to the federation by their values (today:
+  `scheduler.time_limit_percentile` -> `scheduler.time_limit`)."""
+  percentile = config.scheduler.time_limit_percentile
+  if percentile is None:
+    return config
+  streams = RandomStreams.from_seed(config.seed)
+  model_bytes = 4 * model.num_params(model.init(streams.init_key))
+  limit = epoch_compute_time_percentile(config, dataset, model_bytes, percentile,
+                                        streams.probe_rng)
+  config = config.copy_and_resolve_references()
+  with config.unlocked():
+    config.scheduler.time_limit = limit
+    config.scheduler.time_limit_percentile = None
+  logging.info('scheduler.time_limit = %.2fs (percentile %g of one-epoch compute time)', limit,
+               percentile)
+  return config
 
 
 def build_availability(config: ml_collections.ConfigDict, dataset: FederatedDataset,
@@ -156,7 +192,6 @@ def run_experiment(config: ml_collections.ConfigDict, workdir: str | os.PathLike
   """
   config_lib.validate(config)
   os.makedirs(workdir, exist_ok=True)
-  write_json(os.path.join(workdir, 'config.json'), config.to_dict())
   host_start = time.perf_counter()
   if dataset is None:
     dataset = build_federated_dataset(config)
@@ -166,6 +201,8 @@ def run_experiment(config: ml_collections.ConfigDict, workdir: str | os.PathLike
       raise config_lib.ConfigError(f'scheduler.{name}={value} is invalid; allowed values: '
                                    f'1..{dataset.num_clients} (the federation size)')
   model = build_model(config, dataset)
+  config = resolve_settings(config, dataset, model)
+  write_json(os.path.join(workdir, 'config.json'), config.to_dict())
   evaluate = make_evaluator(model, dataset.test_x, dataset.test_y, config.run.eval_batch_size)
   writer = MetricsWriter(workdir)
   last_evaluated = [-1]

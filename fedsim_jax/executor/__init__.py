@@ -1,6 +1,8 @@
 """Executor layer: runs batches of client tasks (vmap / loop backends, bucketing)."""
 
 from fedsim_jax.executor.bucketing import round_up_to_bucket
-from fedsim_jax.executor.executor import (BACKENDS, ClientTask, Executor, TaskBatchResult)
+from fedsim_jax.executor.executor import (BACKENDS, ClientTask, Executor, NoTrainingExecutor,
+                                          TaskBatchResult)
 
-__all__ = ['round_up_to_bucket', 'BACKENDS', 'ClientTask', 'Executor', 'TaskBatchResult']
+__all__ = ['round_up_to_bucket', 'BACKENDS', 'ClientTask', 'Executor', 'NoTrainingExecutor',
+           'TaskBatchResult']

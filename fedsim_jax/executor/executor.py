@@ -160,3 +160,32 @@ class Executor:
       deltas.append(delta)
       auxes.append(aux)
     return TaskBatchResult(deltas=_stack(deltas), aux=_stack(auxes), num_tasks=len(tasks))
+
+
+class NoTrainingExecutor:
+  """Returns zero deltas without training: simulates scheduling and latency only.
+
+  Used to measure or test the event loop alone (a scheduling-only run): results keep the shape
+  of real ones, so every scheduler and aggregator runs unchanged.
+  """
+
+  def __init__(self, params_template: Params, bucket_bits: int = 3):
+    self.params_template = params_template
+    self.bucket_bits = bucket_bits
+    self.tasks_run = 0
+    self.steps_run = 0
+    self.steps_computed = 0
+    self.num_compiled_programs = 0
+    self._zeros: dict[int, tuple[Params, dict[str, jax.Array]]] = {}
+
+  def run(self, tasks: Sequence[ClientTask]) -> TaskBatchResult:
+    self.tasks_run += len(tasks)
+    self.steps_run += sum(t.num_steps for t in tasks)
+    num_rows = round_up_to_bucket(len(tasks), self.bucket_bits)
+    if num_rows not in self._zeros:
+      deltas = jax.tree_util.tree_map(lambda p: jnp.zeros((num_rows, *p.shape), p.dtype),
+                                      self.params_template)
+      aux = {'train_loss': jnp.zeros(num_rows), 'steps_run': jnp.zeros(num_rows, jnp.int32)}
+      self._zeros[num_rows] = (deltas, aux)
+    deltas, aux = self._zeros[num_rows]
+    return TaskBatchResult(deltas=deltas, aux=aux, num_tasks=len(tasks))

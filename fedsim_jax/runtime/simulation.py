@@ -373,6 +373,7 @@ class Simulation:
         'mean_update_wait_time': self.update_wait_time / aggregated,
         'client_busy_fraction': (float(self.busy_time.sum() / (self.num_clients * self.now))
                                  if self.now > 0 else 0.0),
+        'mean_client_idle_time': float(np.mean(self.now - self.busy_time)),
         'executor_batches': self.executor_batches,
         'mean_executed_batch_size': self.executed_tasks / max(self.executor_batches, 1),
     }

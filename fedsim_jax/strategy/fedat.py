@@ -125,7 +125,7 @@ class TieredScheduler:
                                                metadata={'group': tier}))
 
   def _end_round(self, sim: Simulation, tier: int) -> None:
-    arrived = self._arrived[tier]
+    arrived = sorted(self._arrived[tier], key=lambda h: h.task_id)  # arrival-order free
     usable = [h for h in arrived if h.num_steps > 0]
     for h in arrived:
       if h.num_steps == 0:

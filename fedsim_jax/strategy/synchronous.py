@@ -85,12 +85,14 @@ class SynchronousScheduler:
   def _start_round(self, sim: Simulation) -> None:
     idle = sim.idle_clients()
     if len(idle) < self.num_selected:
-      # Too few clients online and idle: try again when another one comes online.
+      # Too few clients online and idle: try again when a straggler finishes or another
+      # client comes online.
+      self._waiting_for_clients = True
       retry = sim.next_availability_time()
       if np.isfinite(retry):
-        self._waiting_for_clients = True
         sim.set_timer(retry, ('retry', None))
       return
+    self._waiting_for_clients = False
     self.round_index += 1
     cohort = np.sort(sim.rng.choice(idle, self.num_selected, replace=False))
     self._outstanding = set()
@@ -105,7 +107,9 @@ class SynchronousScheduler:
       sim.set_timer(sim.now + self.deadline, ('deadline', self.round_index))
 
   def _close_round(self, sim: Simulation) -> None:
-    arrived, self._arrived = self._arrived, []
+    # Aggregate in dispatch order, so that the result never depends on arrival order.
+    arrived = sorted(self._arrived, key=lambda h: h.task_id)
+    self._arrived = []
     self._outstanding = set()  # whoever is still training is now a straggler
     self._round_open = False
     usable = [h for h in arrived if h.num_steps > 0]
@@ -125,6 +129,7 @@ class SynchronousScheduler:
         self.late_update_handler(sim, handle)
       else:
         sim.discard(handle, 'straggler')
+      self._retry_if_waiting(sim)
       return
     self._outstanding.discard(handle)
     self._arrived.append(handle)
@@ -136,12 +141,16 @@ class SynchronousScheduler:
       self._outstanding.discard(handle)
       if not self._outstanding and self.deadline is None:
         self._close_round(sim)
+    else:
+      self._retry_if_waiting(sim)
+
+  def _retry_if_waiting(self, sim: Simulation) -> None:
+    if self._waiting_for_clients:
+      self._start_round(sim)
 
   def on_timer(self, sim: Simulation, payload: Any) -> None:
     kind, round_index = payload
     if kind == 'retry':
-      if self._waiting_for_clients:
-        self._waiting_for_clients = False
-        self._start_round(sim)
+      self._retry_if_waiting(sim)
     elif kind == 'deadline' and round_index == self.round_index and self._round_open:
       self._close_round(sim)

@@ -385,28 +385,32 @@ class PeriodicAvailability:
     self.online_time = self.online_fraction * self.period
     self.phase = rng.uniform(0.0, self.period, num_clients)
 
-  def _period_start(self, client_id: int, time: float) -> float:
-    """Start of the period containing `time` (robust to floating-point rounding at edges)."""
-    phase = float(self.phase[client_id])
-    k = math.floor((time - phase) / self.period)
-    # floor of a rounded quotient can be off by one exactly at a boundary; correct it so that
-    # start <= time < start + period holds in exact comparisons.
-    if phase + (k + 1) * self.period <= time:
+  def _start(self, client_id: int, k: int) -> float:
+    """Start of client `client_id`'s k-th period (the one formula every method uses, so that
+    a time returned by `next_available` is classified consistently when passed back)."""
+    return float(self.phase[client_id]) + k * self.period
+
+  def _period_index(self, client_id: int, time: float) -> int:
+    """k with start(k) <= time < start(k + 1), robust to rounding at the edges."""
+    k = math.floor((time - float(self.phase[client_id])) / self.period)
+    if self._start(client_id, k + 1) <= time:
       k += 1
-    elif phase + k * self.period > time:
+    elif self._start(client_id, k) > time:
       k -= 1
-    return phase + k * self.period
+    return k
 
   def next_available(self, client_id: int, time: float) -> float:
     if self.online_fraction == 1:
       return time
-    start = self._period_start(client_id, time)
-    return time if time < start + self.online_time else start + self.period
+    k = self._period_index(client_id, time)
+    if time < self._start(client_id, k) + self.online_time:
+      return time
+    return self._start(client_id, k + 1)
 
   def online_until(self, client_id: int, time: float) -> float:
     if self.online_fraction == 1:
       return math.inf
-    start = self._period_start(client_id, time)
+    start = self._start(client_id, self._period_index(client_id, time))
     if time < start + self.online_time:
       return start + self.online_time
     raise ValueError(f'availability: client {client_id} is offline at t={time}')

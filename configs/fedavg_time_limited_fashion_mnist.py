@@ -1,0 +1,29 @@
+"""FedAvg with time-limited clients, the straggler paper's baseline (Sec. 2.1).
+
+Clients run as many local steps as fit in the population-wide 75th percentile of one local
+epoch's on-device compute time (estimated from the latency model before the run; communication
+does not count against it), so fast clients train past one epoch and stragglers stop early.
+Latency: the `per-example` log-normal model (Table 1).
+"""
+
+from fedsim_jax.config import base_config
+
+
+def get_config():
+  config = base_config()
+  config.algorithm = 'fedavg'
+  config.data.name = 'fashion_mnist'
+  config.data.num_clients = 100
+  config.data.partition = 'dirichlet'
+  config.data.concentration = 0.5
+  config.model.name = 'mlp'
+  config.client.learning_rate = 0.05
+  config.client.local_steps = None
+  config.scheduler.cohort_size = 10
+  config.scheduler.time_limit_percentile = 75.0
+  config.latency.model = 'lognormal'
+  config.latency.lognormal.model = 'per_example'
+  config.run.num_rounds = 100
+  config.run.eval_every = 10
+  config.run.target_accuracy = 0.8
+  return config

@@ -1,0 +1,33 @@
+"""FedBuff (Nguyen et al. 2022) on Fashion-MNIST: 1,000 clients (IID), 100 in flight, K = 10.
+
+The server averages each buffer of K = 10 updates scaled by (staleness + 1)^-0.5 (FedBuff's
+staleness scaling) and applies it with SGD. Latency: the straggler paper's `per-example'
+log-normal model (communication + overhead + per-example time x examples).
+"""
+
+from fedsim_jax.config import base_config
+
+
+def get_config():
+  config = base_config()
+  config.algorithm = 'fedbuff'
+  config.data.name = 'fashion_mnist'
+  config.data.num_clients = 1000
+  config.data.partition = 'iid'
+  config.model.name = 'mlp'
+  config.client.learning_rate = 0.05
+  config.client.local_steps = 10
+  config.server.optimizer = 'sgd'
+  config.server.learning_rate = 1.0
+  config.server.staleness = 'polynomial'
+  config.server.staleness_a = 0.5
+  config.server.normalization = 'count'
+  config.scheduler.concurrency = 100
+  config.scheduler.buffer_size = 10
+  config.scheduler.weighting = 'uniform'
+  config.latency.model = 'lognormal'
+  config.latency.lognormal.model = 'per_example'
+  config.run.num_rounds = 300
+  config.run.eval_every = 25
+  config.run.target_accuracy = 0.8
+  return config

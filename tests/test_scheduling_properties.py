@@ -1,0 +1,109 @@
+"""Property-based checks of the runtime's invariants over random scheduling configurations.
+
+Training is switched off (`NoTrainingExecutor`), so every example exercises only the event
+loop, the schedulers and the accounting.
+"""
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fedsim_jax.executor import NoTrainingExecutor
+from fedsim_jax.runtime import PerStepLatency, Simulation, StopCondition
+from fedsim_jax.runtime.latency.trace import PeriodicAvailability
+from fedsim_jax.strategy import (AsynchronousScheduler, LocalWork, SynchronousScheduler, fedopt)
+
+PARAMS = {'w': jnp.zeros((3,))}
+AGGREGATOR = fedopt(optax.sgd(1.0))  # one aggregator: its jitted apply compiles once
+
+
+@st.composite
+def scenarios(draw):
+  num_clients = draw(st.integers(2, 12))
+  kind = draw(st.sampled_from(['sync', 'async']))
+  if kind == 'sync':
+    cohort = draw(st.integers(1, num_clients))
+    selected = draw(st.integers(cohort, num_clients))
+    deadline = draw(st.one_of(st.none(), st.floats(0.5, 20.0)))
+    scheduler = SynchronousScheduler(cohort, LocalWork(steps=draw(st.integers(1, 5))),
+                                     num_selected=selected, deadline=deadline)
+    cap = num_clients
+  else:
+    concurrency = draw(st.integers(1, num_clients))
+    max_staleness = draw(st.one_of(st.none(), st.integers(0, 3)))
+    scheduler = AsynchronousScheduler(concurrency, draw(st.integers(1, 4)),
+                                      LocalWork(steps=draw(st.integers(1, 5))),
+                                      max_staleness=max_staleness)
+    cap = concurrency
+  seed = draw(st.integers(0, 2**16))
+  latency = PerStepLatency(num_clients, np.random.default_rng(seed), mean=1.0,
+                           distribution=draw(st.sampled_from(['homogeneous', 'normal',
+                                                              'exponential'])),
+                           jitter=draw(st.sampled_from([0.0, 0.05])),
+                           communication_time=draw(st.sampled_from([0.0, 0.5])))
+  availability = None
+  if draw(st.booleans()):
+    availability = PeriodicAvailability(num_clients, np.random.default_rng(seed + 1),
+                                        online_fraction=draw(st.floats(0.3, 1.0)),
+                                        period=draw(st.floats(5.0, 50.0)))
+  return num_clients, scheduler, cap, latency, availability, seed
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_runtime_invariants(scenario):
+  num_clients, scheduler, cap, latency, availability, seed = scenario
+  sim = Simulation(executor=NoTrainingExecutor(PARAMS), scheduler=scheduler,
+                   aggregator=AGGREGATOR, latency=latency, availability=availability,
+                   init_params=PARAMS, client_sizes=np.full(num_clients, 10),
+                   rng=np.random.default_rng(seed))
+  times, handles, dispatch_version = [], [], {}
+
+  def check(name, original):
+    def wrapped(*args):
+      assert not times or sim.now >= times[-1], 'the virtual clock went back'
+      times.append(sim.now)
+      assert sim.accounting.in_flight <= cap
+      sim.accounting.check()
+      return original(*args)
+    setattr(scheduler, name, wrapped)
+
+  for hook in ('on_arrival', 'on_timer', 'on_dropout'):
+    check(hook, getattr(scheduler, hook))
+
+  dispatch = sim.dispatch
+
+  def recording_dispatch(client, steps, **kwargs):
+    handle = dispatch(client, steps, **kwargs)
+    dispatch_version[handle.task_id] = sim.version
+    handles.append(handle)
+    return handle
+
+  sim.dispatch = recording_dispatch
+  apply_updates = sim.apply_updates
+
+  def checked_apply(batch_handles, weights):
+    expected = [sim.version - dispatch_version[h.task_id] for h in batch_handles]
+    staleness = np.asarray(sim.updates(batch_handles, weights).staleness)[:len(batch_handles)]
+    np.testing.assert_array_equal(staleness, expected)
+    if getattr(scheduler, 'max_staleness', None) is not None:
+      assert max(expected) <= scheduler.max_staleness
+    apply_updates(batch_handles, weights)
+
+  sim.apply_updates = checked_apply
+  sim.run(StopCondition(max_client_updates=40, max_virtual_time=500.0))
+
+  for h in handles:
+    if h.status != 'dropped_out' and h.status != 'in_flight':
+      assert h.arrival_time == h.dispatch_time + h.latency.duration(h.num_steps)
+    assert h.version == dispatch_version[h.task_id]
+  statuses = [h.status for h in handles]
+  report = sim.report()['tasks']
+  assert report['dispatched'] == len(handles)
+  assert report['aggregated'] == statuses.count('aggregated')
+  assert report['in_flight'] == statuses.count('in_flight')
+  assert report['waiting'] == statuses.count('arrived')
+  assert sum(report['discarded'].values()) == (statuses.count('discarded')
+                                               + statuses.count('dropped_out'))
