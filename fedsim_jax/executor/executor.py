@@ -98,8 +98,11 @@ class Executor:
                                 task_inputs, max_steps=max_steps, sampling=sampling,
                                 unroll=unroll)
 
-    def many_tasks(params, client_ids, num_steps, seeds, task_inputs, data, base_key,
-                   max_steps, shared_params):
+    def many_tasks(params, params_index, client_ids, num_steps, seeds, task_inputs, data,
+                   base_key, max_steps, shared_params):
+      if not shared_params:
+        # `params` holds each distinct start model once ([V, ...]); tasks pick theirs.
+        params = jax.tree_util.tree_map(lambda p: p[params_index], params)
       in_axes = (None if shared_params else 0, 0, 0, 0,
                  None if task_inputs is None else 0, None, None, None)
       return jax.vmap(one_task, in_axes=in_axes)(params, client_ids, num_steps, seeds,
@@ -131,19 +134,32 @@ class Executor:
     client_ids = np.array([t.client_id for t in tasks] + [0] * padding, np.int32)
     num_steps = np.array([t.num_steps for t in tasks] + [0] * padding, np.int32)
     seeds = np.array([t.seed for t in tasks] + [0] * padding, np.uint32)
-    shared = all(t.start_params is tasks[0].start_params for t in tasks)
+    # Tasks dispatched at the same server version share one start-params object: stack each
+    # distinct one once (a few versions are in flight, not one per task).
+    distinct: dict[int, int] = {}
+    models = []
+    params_index = np.zeros(num_rows, np.int32)
+    for i, task in enumerate(tasks):
+      key = id(task.start_params)
+      if key not in distinct:
+        distinct[key] = len(models)
+        models.append(task.start_params)
+      params_index[i] = distinct[key]
+    shared = len(models) == 1
     if shared:
-      params = tasks[0].start_params
+      params = models[0]
     else:
-      params = _stack([t.start_params for t in tasks] + [tasks[0].start_params] * padding)
+      num_models = round_up_to_bucket(len(models), self.bucket_bits)
+      params = _stack(models + [models[0]] * (num_models - len(models)))
     task_inputs = None
     if tasks[0].task_inputs is not None:
       task_inputs = _stack([t.task_inputs for t in tasks] + [tasks[0].task_inputs] * padding)
-    self._signatures.add(('vmap', num_rows, max_steps, shared,
+    self._signatures.add(('vmap', num_rows, max_steps,
+                          None if shared else jax.tree_util.tree_leaves(params)[0].shape[0],
                           jax.tree_util.tree_structure(task_inputs)))
     self.steps_computed += num_rows * max_steps
-    deltas, aux = self._many_tasks(params, client_ids, num_steps, seeds, task_inputs,
-                                   self.data, self.base_key, max_steps=max_steps,
+    deltas, aux = self._many_tasks(params, params_index, client_ids, num_steps, seeds,
+                                   task_inputs, self.data, self.base_key, max_steps=max_steps,
                                    shared_params=shared)
     return TaskBatchResult(deltas=deltas, aux=aux, num_tasks=len(tasks))
 

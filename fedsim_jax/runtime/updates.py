@@ -74,6 +74,20 @@ def _stack(trees: Sequence[Any]) -> Any:
   return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *trees)
 
 
+@jax.jit
+def _select_rows(accumulated: Params | None, source: Params, rows: jax.Array,
+                 mask: jax.Array) -> Params:
+  """accumulated + (source[rows] where mask, else 0), leaf by leaf."""
+
+  def select(acc, leaf):
+    picked = jnp.where(mask.reshape(-1, *([1] * (leaf.ndim - 1))), leaf[rows], 0)
+    return picked if acc is None else acc + picked
+
+  if accumulated is None:
+    return jax.tree_util.tree_map(lambda leaf: select(None, leaf), source)
+  return jax.tree_util.tree_map(select, accumulated, source)
+
+
 def stack_results(refs: Sequence[ResultRef], weights: Sequence[float],
                   staleness: Sequence[int], num_steps: Sequence[int],
                   group: Sequence[int] | None = None,
@@ -92,21 +106,19 @@ def stack_results(refs: Sequence[ResultRef], weights: Sequence[float],
     deltas = first.deltas
     num_rows = jax.tree_util.tree_leaves(deltas)[0].shape[0]
   else:
+    # Gather the rows from each source batch with index arrays padded to the bucketed output
+    # size, so the gathers compile once per (source size, output size) pair.
     num_rows = round_up_to_bucket(count, bucket_bits)
-    # Gather each source batch's rows once, then put the updates back in the callers' order.
-    groups: dict[int, tuple[TaskBatchResult, list[int]]] = {}
-    take = []
-    for r in refs:
-      batch, rows = groups.setdefault(id(r.batch), (r.batch, []))
-      take.append((id(r.batch), len(rows)))
-      rows.append(r.row)
-    offsets, parts, offset = {}, [], 0
-    for key, (batch, rows) in groups.items():
-      offsets[key] = offset
-      offset += len(rows)
-      parts.append(jax.tree_util.tree_map(lambda a, rows=np.array(rows): a[rows], batch.deltas))
-    order = np.array([offsets[key] + j for key, j in take] + [0] * (num_rows - count), np.int32)
-    deltas = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs)[order], *parts)
+    sources: dict[int, tuple[TaskBatchResult, np.ndarray, np.ndarray]] = {}
+    for position, r in enumerate(refs):
+      if id(r.batch) not in sources:
+        sources[id(r.batch)] = (r.batch, np.zeros(num_rows, np.int32), np.zeros(num_rows, bool))
+      _, rows, mask = sources[id(r.batch)]
+      rows[position] = r.row
+      mask[position] = True
+    deltas = None
+    for batch, rows, mask in sources.values():
+      deltas = _select_rows(deltas, batch.deltas, rows, mask)
 
   def padded(values, dtype):
     out = np.zeros(num_rows, dtype)
