@@ -4,18 +4,11 @@ Mixing rate alpha * (staleness + 1)^-0.5 with alpha = 0.9 (FedCompass's FedAsync
 per-step times drawn from N(0.1 s, (0.03 s)^2) with 5% per-task jitter.
 """
 
-from fedsim_jax.config import base_config
+from fedsim_jax.config import fashion_mnist_config
 
 
 def get_config():
-  config = base_config()
-  config.algorithm = 'fedasync'
-  config.data.name = 'fashion_mnist'
-  config.data.num_clients = 100
-  config.data.partition = 'dirichlet'
-  config.data.concentration = 0.5
-  config.model.name = 'mlp'
-  config.client.learning_rate = 0.05
+  config = fashion_mnist_config('fedasync')
   config.client.local_steps = 20
   config.server.alpha = 0.9
   config.server.staleness = 'polynomial'
@@ -27,5 +20,4 @@ def get_config():
   config.latency.per_step.jitter = 0.05
   config.run.num_rounds = 1000     # server versions = client updates for FedAsync
   config.run.eval_every = 50
-  config.run.target_accuracy = 0.8
   return config

@@ -6,18 +6,11 @@ uses v = 2). Under exponential speeds the fastest tier updates hundreds of times
 round and FedAT's reversed weights then favour the stalest tier.
 """
 
-from fedsim_jax.config import base_config
+from fedsim_jax.config import fashion_mnist_config
 
 
 def get_config():
-  config = base_config()
-  config.algorithm = 'fedat'
-  config.data.name = 'fashion_mnist'
-  config.data.num_clients = 100
-  config.data.partition = 'dirichlet'
-  config.data.concentration = 0.5
-  config.model.name = 'mlp'
-  config.client.learning_rate = 0.05
+  config = fashion_mnist_config('fedat')
   config.client.local_steps = 20
   config.scheduler.cohort_size = 5
   config.scheduler.tier_ratio = 2.0
@@ -26,5 +19,4 @@ def get_config():
   config.latency.per_step.jitter = 0.05
   config.run.num_rounds = 600
   config.run.eval_every = 50
-  config.run.target_accuracy = 0.8
   return config

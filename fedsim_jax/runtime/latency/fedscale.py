@@ -20,7 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from fedsim_jax.runtime.latency.base import TaskLatency
-from fedsim_jax.runtime.latency.per_step import positive_normal
+from fedsim_jax.runtime.latency.base import jittered
 
 # FedScale's rule: one training sample costs forward + backward ~= 3 forward passes.
 FORWARD_BACKWARD_FACTOR = 3.0
@@ -84,7 +84,7 @@ class FedScaleLatency:
   batch even when a client holds fewer examples; this model does the same. Without `jitter`,
   `sample` is deterministic and draws nothing. With `jitter` j > 0, each task's per-step time and
   communication time are drawn (in that order) from N(x, (j x)^2) truncated to positive values
-  by redrawing, as in `per_step.positive_normal`.
+  by redrawing, as in `base.positive_normal`.
 
   Args:
     num_clients: federation size.
@@ -137,10 +137,8 @@ class FedScaleLatency:
     return float(self.step_time[client_id])
 
   def sample(self, client_id: int) -> TaskLatency:
-    step_time = float(self.step_time[client_id])
+    step_time = jittered(self.rng, self.step_time[client_id], self.jitter)
     comm = float(self.communication_time[client_id])
-    if self.jitter:
-      step_time = float(positive_normal(self.rng, step_time, self.jitter * step_time))
-      if comm > 0:  # model_bytes == 0 means no transfer, nothing to jitter
-        comm = float(positive_normal(self.rng, comm, self.jitter * comm))
+    if comm > 0:  # model_bytes == 0 means no transfer, nothing to jitter
+      comm = jittered(self.rng, comm, self.jitter)
     return TaskLatency(communication=comm, overhead=0.0, per_step=step_time)

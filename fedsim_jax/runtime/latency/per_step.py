@@ -4,21 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsim_jax.runtime.latency.base import TaskLatency
+from fedsim_jax.runtime.latency.base import TaskLatency, jittered, positive_normal
 
 SPEED_DISTRIBUTIONS = ('homogeneous', 'normal', 'exponential')
-
-
-def positive_normal(rng: np.random.Generator, mean, std, max_tries: int = 1000) -> np.ndarray:
-  """Normal draws truncated to (0, inf) by redrawing non-positive values."""
-  mean, std = np.asarray(mean, np.float64), np.asarray(std, np.float64)
-  draw = rng.normal(mean, std)
-  for _ in range(max_tries):
-    bad = draw <= 0
-    if not np.any(bad):
-      return draw
-    draw = np.where(bad, rng.normal(mean, std), draw)
-  raise ValueError('latency draws stayed non-positive; std is far larger than mean')
 
 
 class PerStepLatency:
@@ -78,8 +66,7 @@ class PerStepLatency:
     if self.redraw_probability and self.rng.random() < self.redraw_probability:
       self.step_time[client_id] = self._draw_speeds(1)[0]
     step_time = float(self.step_time[client_id])
-    if self.jitter:
-      step_time = float(positive_normal(self.rng, step_time, self.jitter * step_time))
+    step_time = jittered(self.rng, step_time, self.jitter)
     return TaskLatency(communication=self.communication_time, overhead=0.0, per_step=step_time)
 
   def task_duration(self, client_id: int, num_steps: int) -> float:
