@@ -18,8 +18,10 @@ from fedsim_jax.models import MODELS
 from fedsim_jax.runtime.latency.registry import AVAILABILITY_MODELS, LATENCY_MODELS
 from fedsim_jax.strategy import (ADAPTIVE_FORMS, ALGORITHMS, NORMALIZATIONS, SERVER_OPTIMIZERS,
                                  STALENESS_FUNCTIONS, WEIGHTINGS)
+from fedsim_jax.strategy.fedasync import FEDASYNC_FORMS
+from fedsim_jax.strategy.fedcompass import CREATE_RULES, SPEED_ESTIMATORS
 
-PARTITIONS = ('iid', 'dirichlet', 'shards')
+PARTITIONS = ('iid', 'dirichlet', 'shards', 'class', 'dual_dirichlet')
 
 
 class ConfigError(ValueError):
@@ -43,6 +45,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.concentration = 0.5       # Dirichlet alpha
   c.data.min_client_size = 10      # Dirichlet: resample until every client has this many
   c.data.shards_per_client = 2     # shards partition (McMahan et al.)
+  # FedCompass class partition (Alg. 4) / dual Dirichlet (Alg. 5); None: the paper's per-m values
+  c.data.classes_per_client = config_dict.placeholder(tuple)  # (n_min, n_max)
+  c.data.alpha_1 = config_dict.placeholder(float)             # client sizes (paper: m)
+  c.data.alpha_2 = config_dict.placeholder(float)             # class mix (paper: 0.5)
   c.data.partition_seed = config_dict.placeholder(int)  # default: the run seed
 
   c.model = ml_collections.ConfigDict()
@@ -70,7 +76,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.server.b2 = 0.99
   c.server.eps = 1e-3              # adaptivity tau of Reddi et al.
   c.server.adaptive_form = 'reddi'  # or 'optax' (bias-corrected optax.adam/yogi/adagrad)
-  c.server.alpha = 0.9             # fedasync mixing rate
+  c.server.alpha = 0.9             # fedasync, fedcompass: alpha of st(u) = alpha (u + 1)^-a
+  c.server.fedasync_form = 'mixing'  # or 'delta' (FedCompass's FedAsync baseline)
   c.server.staleness = 'polynomial'  # fedasync, fedbuff: s(u); 'constant' for none
   c.server.staleness_a = 0.5
   c.server.staleness_b = 4.0       # hinge only
@@ -92,6 +99,12 @@ def base_config() -> ml_collections.ConfigDict:
   c.scheduler.buffer_size = 10     # fedbuff: K
   c.scheduler.max_staleness = config_dict.placeholder(int)
   c.scheduler.tier_ratio = 2.0     # fedat: v
+  c.scheduler.q_min = 40           # fedcompass: local steps in [q_min, q_max]
+  c.scheduler.q_max = 200
+  c.scheduler.latest_time_factor = 1.2  # fedcompass: lambda
+  c.scheduler.speed_estimator = 'last'  # fedcompass: or 'ema' (public code)
+  c.scheduler.speed_momentum = 0.9
+  c.scheduler.create_rule = 'paper'     # fedcompass: CREATEGROUP as printed, or 'code'
 
   c.latency = ml_collections.ConfigDict()
   c.latency.model = 'per_step'     # settings of the chosen model are in its section below
@@ -142,6 +155,18 @@ def fashion_mnist_config(algorithm: str) -> ml_collections.ConfigDict:
   return config
 
 
+# Scheduler settings that only some algorithms read (checked against the federation size only
+# for those).
+_SETTING_USERS = {
+    'cohort_size': ('fedavg', 'fedavgm', 'fedadam', 'fedyogi', 'fedadagrad', 'fedat'),
+    'concurrency': ('fedasync', 'fedbuff'),
+}
+
+
+def uses_setting(algorithm: str, setting: str) -> bool:
+  return algorithm in _SETTING_USERS.get(setting, (algorithm,))
+
+
 def _choice(name: str, value, allowed) -> None:
   if value not in allowed:
     raise ConfigError(f'{name}={value!r} is not allowed; allowed values: {sorted(allowed)}')
@@ -183,7 +208,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
                       '(the other to None)')
   time_limited = (config.scheduler.time_limit is not None
                   or config.scheduler.time_limit_percentile is not None)
-  if client.local_steps is None and client.local_epochs is None and not time_limited:
+  if config.algorithm.startswith('fedcompass'):
+    if client.local_steps is not None or client.local_epochs is not None:
+      raise ConfigError('client.local_steps / client.local_epochs: FedCompass chooses local '
+                        'steps itself (scheduler.q_min..q_max); allowed values: None')
+  elif client.local_steps is None and client.local_epochs is None and not time_limited:
     raise ConfigError('client.local_steps / client.local_epochs / scheduler.time_limit: set '
                       'one of them')
   _positive('client.local_steps', client.local_steps, integer=True, optional=True)
@@ -198,6 +227,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if not 0 < server.alpha <= 1:
     raise ConfigError(f'server.alpha={server.alpha!r} is invalid; allowed values: 0 < x <= 1')
   _choice('server.staleness', server.staleness, STALENESS_FUNCTIONS)
+  _choice('server.fedasync_form', server.fedasync_form, FEDASYNC_FORMS)
   _positive('server.staleness_a', server.staleness_a, allow_zero=True)
   _positive('server.staleness_b', server.staleness_b, allow_zero=True)
   _choice('server.normalization', server.normalization, NORMALIZATIONS)
@@ -211,7 +241,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
       raise ConfigError(f'server.{name}={value!r} is invalid; allowed values: 0 <= x < 1')
   scheduler = config.scheduler
   _positive('scheduler.cohort_size', scheduler.cohort_size, integer=True)
-  if scheduler.cohort_size > data.num_clients:
+  if uses_setting(config.algorithm, 'cohort_size') and scheduler.cohort_size > data.num_clients:
     raise ConfigError(f'scheduler.cohort_size={scheduler.cohort_size} is invalid; allowed '
                       f'values: 1..data.num_clients ({data.num_clients})')
   _choice('scheduler.weighting', scheduler.weighting, WEIGHTINGS)
@@ -234,7 +264,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
       raise ConfigError(f'scheduler.time_limit_percentile={scheduler.time_limit_percentile!r} '
                         'is invalid; allowed values: 0 < x <= 100')
   _positive('scheduler.concurrency', scheduler.concurrency, integer=True)
-  if scheduler.concurrency > data.num_clients:
+  if uses_setting(config.algorithm, 'concurrency') and scheduler.concurrency > data.num_clients:
     raise ConfigError(f'scheduler.concurrency={scheduler.concurrency} is invalid; allowed '
                       f'values: 1..data.num_clients ({data.num_clients})')
   _positive('scheduler.buffer_size', scheduler.buffer_size, integer=True)
@@ -243,6 +273,16 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if not scheduler.tier_ratio >= 1:
     raise ConfigError(f'scheduler.tier_ratio={scheduler.tier_ratio!r} is invalid; allowed '
                       'values: a number >= 1')
+  _positive('scheduler.q_min', scheduler.q_min, integer=True)
+  _positive('scheduler.q_max', scheduler.q_max, integer=True)
+  if scheduler.q_min > scheduler.q_max:
+    raise ConfigError(f'scheduler.q_min={scheduler.q_min} is invalid; allowed values: '
+                      f'1..scheduler.q_max ({scheduler.q_max})')
+  if not scheduler.latest_time_factor >= 1:
+    raise ConfigError(f'scheduler.latest_time_factor={scheduler.latest_time_factor!r} is '
+                      'invalid; allowed values: a number >= 1')
+  _choice('scheduler.speed_estimator', scheduler.speed_estimator, SPEED_ESTIMATORS)
+  _choice('scheduler.create_rule', scheduler.create_rule, CREATE_RULES)
   _choice('latency.model', config.latency.model, LATENCY_MODELS)
   _choice('availability.model', config.availability.model, AVAILABILITY_MODELS)
   executor = config.executor

@@ -127,9 +127,16 @@ def build_federated_dataset(config: ml_collections.ConfigDict) -> FederatedDatas
     elif data.partition == 'dirichlet':
       parts = partition_lib.dirichlet(central.train_y, data.num_clients, data.concentration,
                                       seed, min_client_size=data.min_client_size)
-    else:
+    elif data.partition == 'shards':
       parts = partition_lib.shards(central.train_y, data.num_clients, data.shards_per_client,
                                    seed)
+    elif data.partition == 'class':  # None: the paper's settings for this client count
+      classes = None if data.classes_per_client is None else tuple(data.classes_per_client)
+      parts = partition_lib.class_partition(central.train_y, data.num_clients, seed,
+                                            classes_per_client=classes)
+    else:
+      parts = partition_lib.dual_dirichlet(central.train_y, data.num_clients, seed,
+                                           alpha_1=data.alpha_1, alpha_2=data.alpha_2)
   except ValueError as error:  # an impossible partition is a settings error
     raise config_lib.ConfigError(f'data.partition={data.partition!r}: {error}') from None
   return FederatedDataset.from_partition(central.name, central.train_x, central.train_y, parts,
@@ -197,7 +204,8 @@ def run_experiment(config: ml_collections.ConfigDict, workdir: str | os.PathLike
     dataset = build_federated_dataset(config)
   for name in ('cohort_size', 'concurrency', 'num_selected'):
     value = config.scheduler[name]
-    if value is not None and value > dataset.num_clients:
+    if (config_lib.uses_setting(config.algorithm, name) and value is not None
+        and value > dataset.num_clients):
       raise config_lib.ConfigError(f'scheduler.{name}={value} is invalid; allowed values: '
                                    f'1..{dataset.num_clients} (the federation size)')
   model = build_model(config, dataset)

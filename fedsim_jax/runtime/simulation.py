@@ -259,27 +259,35 @@ class Simulation:
     self.queue.push(time, EventKind.TIMER, payload)
 
   def updates(self, handles: Sequence[TaskHandle], weights: Sequence[float],
-              with_client_params: bool = False) -> UpdateBatch:
-    """The stacked results of arrived `handles` (computing pending tasks first if needed)."""
+              with_client_params: bool = False,
+              staleness: Sequence[int] | None = None) -> UpdateBatch:
+    """The stacked results of arrived `handles` (computing pending tasks first if needed).
+
+    Staleness defaults to the versions since each client's download, counted now; a scheduler
+    that fixes it earlier (FedCompass scales an update when it is buffered) passes its own.
+    """
     if any(not h.computed for h in handles):
       self._compute_pending()
     start = None
     if with_client_params:
       start = [h.task.start_params for h in handles]
-    return stack_results([h.result_ref for h in handles], weights,
-                         [self.version - h.version for h in handles],
+    if staleness is None:
+      staleness = [self.version - h.version for h in handles]
+    return stack_results([h.result_ref for h in handles], weights, staleness,
                          [h.num_steps for h in handles],
                          [h.metadata.get('group', 0) for h in handles],
                          start_params=start, bucket_bits=self.bucket_bits)
 
-  def apply_updates(self, handles: Sequence[TaskHandle], weights: Sequence[float]) -> None:
-    """Aggregates the updates of arrived `handles` with `weights` into a new server version."""
+  def apply_updates(self, handles: Sequence[TaskHandle], weights: Sequence[float],
+                    staleness: Sequence[int] | None = None) -> None:
+    """Aggregates the updates of arrived `handles` with `weights` into a new server version
+    (`staleness` as in `updates`)."""
     if not handles:
       raise ValueError('apply_updates needs at least one update')
     for h in handles:
       if h.status != 'arrived':
         raise ValueError(f'task {h.task_id} is {h.status}; only arrived tasks aggregate')
-    batch = self.updates(handles, weights, self.aggregator.needs_client_params)
+    batch = self.updates(handles, weights, self.aggregator.needs_client_params, staleness)
     self.server_state = self._apply(self.server_state, batch)
     self.version += 1
     for h in handles:

@@ -21,6 +21,7 @@ from fedsim_jax.runtime.updates import Aggregator
 from fedsim_jax.strategy.asynchronous import AsynchronousScheduler
 from fedsim_jax.strategy.ema import with_ema
 from fedsim_jax.strategy.fedasync import fedasync
+from fedsim_jax.strategy.fedcompass import CompassScheduler, compass_aggregator
 from fedsim_jax.strategy.fedat import TieredScheduler, fedat_aggregator, speed_tiers
 from fedsim_jax.strategy.fedopt import fedopt
 from fedsim_jax.strategy.local_work import LocalWork
@@ -86,7 +87,8 @@ def _fedasync(config: ml_collections.ConfigDict, context: BuildContext) -> Algor
   s = config.scheduler
   scheduler = AsynchronousScheduler(s.concurrency, 1, local_work_from_config(config),
                                     s.weighting, s.max_staleness)
-  return Algorithm('fedasync', scheduler, fedasync(config.server.alpha, _staleness(config)))
+  return Algorithm('fedasync', scheduler, fedasync(config.server.alpha, _staleness(config),
+                                                   config.server.fedasync_form))
 
 
 def _fedbuff(config: ml_collections.ConfigDict, context: BuildContext) -> Algorithm:
@@ -111,6 +113,21 @@ def _fedat(config: ml_collections.ConfigDict, context: BuildContext) -> Algorith
   return Algorithm('fedat', scheduler, fedat_aggregator(len(tiers)))
 
 
+def _fedcompass(config: ml_collections.ConfigDict, context: BuildContext,
+                variant: str) -> Algorithm:
+  """FedCompass (+M, +N): the Compass scheduler + the buffered, staleness-scaled update."""
+  del context
+  s = config.scheduler
+  if config.client.get('local_steps') is not None or config.client.get('local_epochs') is not None:
+    raise ValueError('client.local_steps / client.local_epochs: FedCompass sets local steps '
+                     'itself (scheduler.q_min..q_max); set both to None')
+  scheduler = CompassScheduler(s.q_min, s.q_max, s.latest_time_factor, s.weighting,
+                               s.speed_estimator, s.speed_momentum, s.create_rule)
+  aggregator = compass_aggregator(config.server.alpha, config.server.staleness_a, variant,
+                                  config.server.momentum)
+  return Algorithm(config.algorithm, scheduler, aggregator)
+
+
 ALGORITHMS: dict[str, Callable[[ml_collections.ConfigDict, BuildContext], Algorithm]] = {
     'fedavg': functools.partial(_synchronous, optimizer_name='sgd'),
     'fedavgm': functools.partial(_synchronous, optimizer_name='momentum'),
@@ -120,6 +137,9 @@ ALGORITHMS: dict[str, Callable[[ml_collections.ConfigDict, BuildContext], Algori
     'fedasync': _fedasync,
     'fedbuff': _fedbuff,
     'fedat': _fedat,
+    'fedcompass': functools.partial(_fedcompass, variant='plain'),
+    'fedcompass_m': functools.partial(_fedcompass, variant='momentum'),
+    'fedcompass_n': functools.partial(_fedcompass, variant='normalized'),
 }
 
 

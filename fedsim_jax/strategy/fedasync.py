@@ -10,10 +10,12 @@ from __future__ import annotations
 import flax.struct
 import jax
 import jax.numpy as jnp
+import optax
 
 from fedsim_jax.models import Params
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
-from fedsim_jax.strategy.staleness import StalenessFn
+from fedsim_jax.strategy.fedopt import fedopt
+from fedsim_jax.strategy.staleness import StalenessFn, scaled
 
 
 @flax.struct.dataclass
@@ -21,10 +23,23 @@ class MixingState:
   params: Params
 
 
-def fedasync(alpha: float, staleness: StalenessFn) -> Aggregator:
-  """The FedAsync mixing rule as an aggregator (reads `updates.client_params`)."""
+FEDASYNC_FORMS = ('mixing', 'delta')
+
+
+def fedasync(alpha: float, staleness: StalenessFn, form: str = 'mixing') -> Aggregator:
+  """The FedAsync rule as an aggregator.
+
+  `form='mixing'` is Xie et al.'s w <- (1 - a) w + a w_client (reads `updates.client_params`).
+  `form='delta'` is the form FedCompass's FedAsync baseline uses (APPFL): w <- w + a p_i
+  delta_i, the client's delta applied to the current model with its weight p_i; it equals
+  FedCompass with Q_min = Q_max when every client forms its own arrival group.
+  """
   if not 0 < alpha <= 1:
     raise ValueError(f'server.alpha={alpha}; allowed: 0 < alpha <= 1')
+  if form not in FEDASYNC_FORMS:
+    raise ValueError(f'server.fedasync_form={form!r}; allowed: {FEDASYNC_FORMS}')
+  if form == 'delta':
+    return fedopt(optax.sgd(1.0), normalization='sum', staleness=scaled(alpha, staleness))
 
   def apply(state: MixingState, updates: UpdateBatch) -> MixingState:
     rates = alpha * staleness(updates.staleness) * (updates.weights > 0)

@@ -20,7 +20,7 @@ from fedsim_jax.models import Params
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
 from fedsim_jax.strategy.staleness import StalenessFn
 
-NORMALIZATIONS = ('weights', 'count', 'sum')
+NORMALIZATIONS = ('weights', 'count', 'sum', 'steps')
 
 
 @flax.struct.dataclass
@@ -32,13 +32,23 @@ class ServerOptState:
 def average_delta(updates: UpdateBatch, normalization: str = 'weights',
                   staleness: StalenessFn | None = None) -> Params:
   """sum_k c_k w_k delta_k / Z, with c_k = s(staleness_k) (1 without a staleness function) and
-  Z = sum_k w_k ('weights'), the number of updates K ('count') or 1 ('sum')."""
+  Z = sum_k w_k ('weights'), the number of updates K ('count') or 1 ('sum').
+
+  'steps' is FedNova-style normalized averaging (Wang et al. 2020) as FedCompass+N uses it:
+  sum_k c_k w_k delta_k / Q_k, times tau_eff = sum_k w_k Q_k / sum_k w_k (Q_k: local steps).
+  """
   if normalization not in NORMALIZATIONS:
     raise ValueError(f'normalization={normalization!r}; allowed: {NORMALIZATIONS}')
   scale = updates.weights
   if staleness is not None:
     scale = scale * staleness(updates.staleness)
-  if normalization == 'weights':
+  if normalization == 'steps':
+    steps = jnp.maximum(updates.num_steps, 1).astype(jnp.float32)
+    tau_eff = ((updates.weights * steps).sum()
+               / jnp.maximum(updates.weights.sum(), 1e-12))
+    scale = scale / steps * tau_eff
+    total = 1.0
+  elif normalization == 'weights':
     total = jnp.maximum(updates.weights.sum(), 1e-12)
   elif normalization == 'count':
     total = jnp.maximum(updates.mask.sum(), 1.0)

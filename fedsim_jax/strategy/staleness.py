@@ -36,6 +36,11 @@ def exponential(a: float) -> StalenessFn:
   return lambda u: jnp.exp(-a * u.astype(jnp.float32))
 
 
+def scaled(factor: float, fn: StalenessFn) -> StalenessFn:
+  """u -> factor * fn(u), e.g. FedCompass's st(u) = alpha (u + 1)^-a."""
+  return lambda u: factor * fn(u)
+
+
 def make_staleness(name: str, *, a: float = 0.5, b: float = 4.0) -> StalenessFn:
   """Builds a named staleness function (`a`, `b` as in Xie et al.)."""
   if name == 'constant':

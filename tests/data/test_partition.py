@@ -15,6 +15,8 @@ CASES = {
     'iid': {},
     'dirichlet': {'concentration': 0.5},
     'shards': {'shards_per_client': 2},
+    'class': {'classes_per_client': (2, 3)},
+    'dual_dirichlet': {'alpha_1': 20.0, 'alpha_2': 0.5},
 }
 
 
