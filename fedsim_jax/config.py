@@ -13,7 +13,7 @@ from ml_collections import config_dict
 
 from fedsim_jax.client.local_update import CLIENT_OPTIMIZERS
 from fedsim_jax.data.federated import SAMPLING_MODES
-from fedsim_jax.executor import BACKENDS
+from fedsim_jax.executor import BACKENDS, STEP_LOOPS
 from fedsim_jax.models import MODELS
 from fedsim_jax.runtime.latency.registry import AVAILABILITY_MODELS, LATENCY_MODELS
 from fedsim_jax.strategy import (ADAPTIVE_FORMS, ALGORITHMS, NORMALIZATIONS, SERVER_OPTIMIZERS,
@@ -127,6 +127,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.executor.backend = 'vmap'
   c.executor.unroll = 1
   c.executor.bucket_bits = 3
+  c.executor.step_loop = 'scan'    # or 'host' (loop backend): one jitted step per local step
   c.executor.deferred = True
 
   c.run = ml_collections.ConfigDict()
@@ -291,6 +292,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f'executor.unroll={executor.unroll!r} is invalid; allowed values: an '
                       'integer >= 1 or True')
   _positive('executor.bucket_bits', executor.bucket_bits, integer=True)
+  _choice('executor.step_loop', executor.step_loop, STEP_LOOPS)
+  if executor.step_loop == 'host' and executor.backend != 'loop':
+    raise ConfigError("executor.step_loop='host' is invalid with executor.backend="
+                      f"{executor.backend!r}; allowed: step_loop 'host' with backend 'loop'")
   run = config.run
   _positive('run.num_rounds', run.num_rounds, integer=True, optional=True)
   _positive('run.max_virtual_time', run.max_virtual_time, optional=True)

@@ -167,7 +167,8 @@ def build_simulation(config: ml_collections.ConfigDict, dataset: FederatedDatase
   client_update = algorithm.make_client_update(model, optimizer, client.batch_size)
   executor = Executor(client_update, dataset.device_arrays(), streams.train_key,
                       backend=config.executor.backend, sampling=client.sampling,
-                      unroll=config.executor.unroll, bucket_bits=config.executor.bucket_bits)
+                      unroll=config.executor.unroll, bucket_bits=config.executor.bucket_bits,
+                      step_loop=config.executor.step_loop)
   return Simulation(executor=executor, scheduler=algorithm.scheduler,
                     aggregator=algorithm.aggregator, latency=latency, availability=availability,
                     init_params=init_params, client_sizes=dataset.client_sizes,

@@ -168,3 +168,20 @@ def test_bucket_padding_and_count_bounds(bits):
   for n in range(1, 4097):
     b = round_up_to_bucket(n, bits)
     assert n <= b <= n * (1 + 2.0 ** (1 - bits)) + 1e-9
+
+
+def test_host_step_loop_matches_the_scanned_task():
+  fed = make_toy_federation()
+  _, params, update = _setup(fed)
+  tasks = [ClientTask(client_id=c, num_steps=3 + c, seed=c, start_params=params)
+           for c in range(4)]
+  results = {}
+  for step_loop in ('scan', 'host'):
+    executor = Executor(update, fed.device_arrays(), jax.random.PRNGKey(1), backend='loop',
+                        step_loop=step_loop)
+    results[step_loop] = executor.run(tasks)
+  _assert_trees_close(results['scan'].deltas, results['host'].deltas, atol=1e-5)
+  np.testing.assert_array_equal(results['host'].aux['steps_run'], [3, 4, 5, 6])
+  with pytest.raises(ValueError, match='step_loop'):
+    Executor(update, fed.device_arrays(), jax.random.PRNGKey(1), backend='vmap',
+             step_loop='host')

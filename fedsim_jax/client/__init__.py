@@ -2,7 +2,7 @@
 
 from fedsim_jax.client.local_update import (CLIENT_OPTIMIZERS, ClientState, ClientUpdate,
                                             client_optimizer, sgd_client_update)
-from fedsim_jax.client.runner import run_local_training
+from fedsim_jax.client.runner import local_step, run_local_training
 
 __all__ = ['CLIENT_OPTIMIZERS', 'ClientState', 'ClientUpdate', 'client_optimizer',
-           'sgd_client_update', 'run_local_training']
+           'sgd_client_update', 'local_step', 'run_local_training']

@@ -1,4 +1,5 @@
-"""Drives a `ClientUpdate` through a task's local steps inside jit, with step masking."""
+"""Drives a `ClientUpdate` through a task's local steps: inside jit with step masking
+(`run_local_training`), or one jitted step at a time from the host (`local_step`)."""
 
 from __future__ import annotations
 
@@ -33,8 +34,8 @@ def run_local_training(client_update: ClientUpdate, data: ClientDataArrays,
   state = client_update.init(start_params, task_inputs)
 
   def body(state, step):
-    batch = client_batch(data, client_id, step, key, client_update.batch_size, sampling)
-    new_state = client_update.step(state, batch, task_inputs)
+    new_state = local_step(client_update, data, state, client_id, step, key, task_inputs,
+                           sampling=sampling)
     active = step < num_steps
     state = jax.tree_util.tree_map(lambda new, old: jnp.where(active, new, old), new_state, state)
     return state, None
@@ -42,3 +43,12 @@ def run_local_training(client_update: ClientUpdate, data: ClientDataArrays,
   if max_steps > 0:
     state, _ = jax.lax.scan(body, state, jnp.arange(max_steps), unroll=unroll)
   return client_update.final(state, start_params)
+
+
+def local_step(client_update: ClientUpdate, data: ClientDataArrays, state: Any,
+               client_id: jax.Array, step: jax.Array, key: jax.Array, task_inputs: Any = None,
+               *, sampling: str = 'shuffle') -> Any:
+  """Local step `step` of a task: its batch (a function of `key` and `step` only) and one
+  `client_update.step`. The scan in `run_local_training` and the host loop both use it."""
+  batch = client_batch(data, client_id, step, key, client_update.batch_size, sampling)
+  return client_update.step(state, batch, task_inputs)

@@ -14,12 +14,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedsim_jax.client.local_update import ClientUpdate
-from fedsim_jax.client.runner import run_local_training
+from fedsim_jax.client.runner import local_step, run_local_training
 from fedsim_jax.data.federated import ClientDataArrays
 from fedsim_jax.executor.bucketing import round_up_to_bucket
 from fedsim_jax.models import Params
 
 BACKENDS = ('vmap', 'loop')
+STEP_LOOPS = ('scan', 'host')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,9 +80,14 @@ class Executor:
 
   def __init__(self, client_update: ClientUpdate, data: ClientDataArrays, base_key: jax.Array,
                *, backend: str = 'vmap', sampling: str = 'shuffle', unroll: int | bool = 1,
-               bucket_bits: int = 3):
+               bucket_bits: int = 3, step_loop: str = 'scan'):
     if backend not in BACKENDS:
       raise ValueError(f'executor.backend={backend!r}; allowed: {BACKENDS}')
+    if step_loop not in STEP_LOOPS:
+      raise ValueError(f'executor.step_loop={step_loop!r}; allowed: {STEP_LOOPS}')
+    if step_loop == 'host' and backend != 'loop':
+      raise ValueError("executor.step_loop='host' needs executor.backend='loop'")
+    self.step_loop = step_loop
     self.client_update = client_update
     self.data = data
     self.base_key = base_key
@@ -109,6 +115,11 @@ class Executor:
                                                  task_inputs, data, base_key, max_steps)
 
     self._one_task = jax.jit(one_task, static_argnames=('max_steps',))
+    self._init = jax.jit(client_update.init)
+    self._step = jax.jit(lambda state, data, client_id, step, key, task_inputs: local_step(
+        client_update, data, state, client_id, step, key, task_inputs, sampling=sampling))
+    self._final = jax.jit(client_update.final)
+    self._task_key = jax.jit(jax.random.fold_in)
     self._many_tasks = jax.jit(many_tasks, static_argnames=('max_steps', 'shared_params'))
 
   @property
@@ -163,8 +174,24 @@ class Executor:
                                    shared_params=shared)
     return TaskBatchResult(deltas=deltas, aux=aux, num_tasks=len(tasks))
 
+  def _run_host_steps(self, task: ClientTask) -> tuple[Params, dict[str, jax.Array]]:
+    key = self._task_key(self.base_key, np.uint32(task.seed))
+    client_id = np.int32(task.client_id)
+    state = self._init(task.start_params, task.task_inputs)
+    for step in range(task.num_steps):
+      state = self._step(state, self.data, client_id, np.int32(step), key, task.task_inputs)
+    return self._final(state, task.start_params)
+
   def _run_loop(self, tasks: Sequence[ClientTask]) -> TaskBatchResult:
     deltas, auxes = [], []
+    if self.step_loop == 'host':
+      self._signatures.add(('host_steps',))
+      self.steps_computed += sum(t.num_steps for t in tasks)
+      for task in tasks:
+        delta, aux = self._run_host_steps(task)
+        deltas.append(delta)
+        auxes.append(aux)
+      return TaskBatchResult(deltas=_stack(deltas), aux=_stack(auxes), num_tasks=len(tasks))
     for task in tasks:
       max_steps = round_up_to_bucket(task.num_steps, self.bucket_bits)
       self._signatures.add(('loop', max_steps, jax.tree_util.tree_structure(task.task_inputs)))

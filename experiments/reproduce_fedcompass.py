@@ -1,0 +1,280 @@
+"""Reproduces FedCompass's MNIST experiments (Li et al., ICLR 2024): Table 1 and Tables 14-15.
+
+  python experiments/reproduce_fedcompass.py --data_dir=data --seeds=0,1,2 \
+      --num_clients=5 --speeds=normal,exponential --workdir=runs/reproduce_fedcompass
+
+Runs every algorithm x partition x m x speed x seed combination (settings of Tables 7-9 and
+Section 5.4, see `fedsim_jax.reproduce.fedcompass_tables.make_config`) into
+`<workdir>/<partition>/m<m>/<speed>/<algorithm>/seed<seed>/`, skipping runs whose summary.json
+already exists (the sweep is resumable). The data is loaded and partitioned once per
+(partition, m, seed) and shared by all algorithms and speeds. Writes `<workdir>/results.jsonl`
+(one record per run) and the markdown tables (`--output`, default `<workdir>/tables.md`): the
+relative time to first reach 90% test accuracy normalised by FedCompass (Table 1), the top
+accuracy (Tables 14-15), each with the paper's value beside ours, and whether our ordering of the
+algorithms agrees with the paper's.
+
+Budgets: all synchronous algorithms (FedAvg, FedAvgM) run for `--sync_budget` virtual seconds
+(default 3600), all asynchronous ones (FedAsync, FedBuff, FedAT, FedCompass, +M, +N) for
+`--async_budget` (default 1800), as the paper equalises wall-clock time within each family
+without stating the budgets. Ablations: `--q_ratio=0.05,0.1,0.2,0.4` (Q_min/Q_max, Tables 3 and
+19-20) and `--latest_time_factor=1.0,1.2,1.5,2.0` (lambda, Table 21) run every FedCompass-family
+algorithm once per value (rows 'FedCompass (1/Q=0.05)' etc., directories 'fedcompass_q0.05').
+
+Invalid flags, settings or a missing dataset exit with code 2 and one line on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import logging as pylogging
+import os
+import sys
+import time
+from typing import Any, Callable, Sequence
+
+from absl import app, flags
+
+from fedsim_jax.reproduce import fedcompass_tables as tables
+
+_ALGORITHMS = flags.DEFINE_string('algorithms', ','.join(tables.ALGORITHMS),
+                                  f'Comma list of algorithms, from {list(tables.ALGORITHMS)}.')
+_PARTITIONS = flags.DEFINE_string('partitions', ','.join(tables.PARTITIONS),
+                                  f'Comma list of partitions, from {list(tables.PARTITIONS)}.')
+_NUM_CLIENTS = flags.DEFINE_string('num_clients', ','.join(map(str, tables.NUM_CLIENTS)),
+                                   'Comma list of client counts m, from 5,10,20.')
+_SPEEDS = flags.DEFINE_string('speeds', ','.join(tables.SPEEDS),
+                              f'Comma list of client heterogeneity settings, from '
+                              f'{list(tables.SPEEDS)}.')
+_SEEDS = flags.DEFINE_string('seeds', '0,1,2',
+                             'Comma list of seeds (integers >= 0); the paper averages ten.')
+_DATA_DIR = flags.DEFINE_string('data_dir', None,
+                                'Prepared-datasets directory (default: $FEDSIM_DATA_DIR or '
+                                '~/fedsim_data).')
+_WORKDIR = flags.DEFINE_string('workdir', 'runs/reproduce_fedcompass', 'Output directory.')
+_SYNC_BUDGET = flags.DEFINE_string('sync_budget', str(tables.DEFAULT_SYNC_BUDGET),
+                                   'Virtual seconds for FedAvg / FedAvgM.')
+_ASYNC_BUDGET = flags.DEFINE_string('async_budget', str(tables.DEFAULT_ASYNC_BUDGET),
+                                    'Virtual seconds for the asynchronous algorithms (FedAsync, '
+                                    'FedBuff, FedAT, FedCompass, +M, +N).')
+_EVAL_EVERY = flags.DEFINE_string('eval_every', str(tables.DEFAULT_EVAL_EVERY),
+                                  'Server versions between test-set evaluations.')
+_Q_RATIO = flags.DEFINE_string('q_ratio', '',
+                               'Comma list of Q_min/Q_max values in (0, 1] for the FedCompass '
+                               'family (Q_max as in Table 9); empty: the paper\'s 0.2.')
+_LATEST_TIME_FACTOR = flags.DEFINE_string('latest_time_factor', '',
+                                          'Comma list of lambda values >= 1 for the FedCompass '
+                                          'family; empty: the paper\'s 1.2.')
+_OUTPUT = flags.DEFINE_string('output', None, 'Markdown tables (default: <workdir>/tables.md).')
+
+
+class FlagError(ValueError):
+  """An invalid flag value; its message is one line."""
+
+
+def _parse_list(name: str, text: str, convert: Callable[[str], Any],
+                check: Callable[[Any], bool], allowed: str) -> list:
+  items = [item.strip() for item in text.split(',') if item.strip()]
+  values = []
+  for item in items:
+    try:
+      value = convert(item)
+    except ValueError:
+      value = None
+    if value is None or not check(value):
+      raise FlagError(f'--{name}={text!r}: {item!r} is invalid; allowed values: {allowed}')
+    if value not in values:
+      values.append(value)
+  return values
+
+
+def _parse_number(name: str, text: str, convert: Callable[[str], Any],
+                  check: Callable[[Any], bool], allowed: str):
+  values = _parse_list(name, text, convert, check, allowed)
+  if len(values) != 1 or ',' in text:
+    raise FlagError(f'--{name}={text!r} is invalid; allowed values: {allowed}')
+  return values[0]
+
+
+def _finite_positive(value: float) -> bool:
+  return 0 < value < float('inf')
+
+
+def parse_settings() -> dict[str, Any]:
+  """The sweep's settings from the flags; raises `FlagError`."""
+  settings = {
+      'algorithms': _parse_list('algorithms', _ALGORITHMS.value, str,
+                                lambda v: v in tables.ALGORITHMS, ','.join(tables.ALGORITHMS)),
+      'partitions': _parse_list('partitions', _PARTITIONS.value, str,
+                                lambda v: v in tables.PARTITIONS, ','.join(tables.PARTITIONS)),
+      'num_clients': _parse_list('num_clients', _NUM_CLIENTS.value, int,
+                                 lambda v: v in tables.NUM_CLIENTS, '5,10,20'),
+      'speeds': _parse_list('speeds', _SPEEDS.value, str, lambda v: v in tables.SPEEDS,
+                            ','.join(tables.SPEEDS)),
+      'seeds': _parse_list('seeds', _SEEDS.value, int, lambda v: v >= 0, 'integers >= 0'),
+      'sync_budget': _parse_number('sync_budget', _SYNC_BUDGET.value, float, _finite_positive,
+                                   'a number > 0'),
+      'async_budget': _parse_number('async_budget', _ASYNC_BUDGET.value, float,
+                                    _finite_positive, 'a number > 0'),
+      'eval_every': _parse_number('eval_every', _EVAL_EVERY.value, int, lambda v: v >= 1,
+                                  'an integer >= 1'),
+      'q_ratios': _parse_list('q_ratio', _Q_RATIO.value, float, lambda v: 0 < v <= 1,
+                              'numbers in (0, 1]') or [None],
+      'latest_time_factors': _parse_list('latest_time_factor', _LATEST_TIME_FACTOR.value, float,
+                                         lambda v: 1 <= v < float('inf'),
+                                         'numbers >= 1') or [None],
+  }
+  for name in ('algorithms', 'partitions', 'num_clients', 'speeds', 'seeds'):
+    if not settings[name]:
+      raise FlagError(f'--{name} is empty; give at least one value')
+  return settings
+
+
+def _runs(settings: dict[str, Any], partition: str, m: int, seed: int):
+  """(speed, algorithm, q_ratio, latest_time_factor) of every run sharing one federation."""
+  for speed in settings['speeds']:
+    for algorithm in settings['algorithms']:
+      if algorithm in tables.COMPASS:
+        for q_ratio in settings['q_ratios']:
+          for factor in settings['latest_time_factors']:
+            yield speed, algorithm, q_ratio, factor
+      else:
+        yield speed, algorithm, None, None
+
+
+def _record(summary: dict[str, Any], **keys) -> dict[str, Any]:
+  return dict(keys, time_to_target=summary.get('time_to_target'),
+              best_accuracy=summary.get('best_accuracy'),
+              final_accuracy=summary.get('final_accuracy'),
+              final_virtual_time=summary.get('final_virtual_time'),
+              host_seconds=summary.get('host', {}).get('seconds'))
+
+
+def _stale_settings(run_dir: str, config) -> str | None:
+  """Why an existing run does not match `config` (budget or evaluation cadence), else None."""
+  try:
+    with open(os.path.join(run_dir, 'config.json'), encoding='utf-8') as f:
+      saved = json.load(f)
+  except (OSError, ValueError):
+    return None
+  for section, name in (('run', 'max_virtual_time'), ('run', 'eval_every'),
+                        ('scheduler', 'q_min'), ('scheduler', 'latest_time_factor')):
+    if saved.get(section, {}).get(name) != config[section][name]:
+      return f'{section}.{name}={saved.get(section, {}).get(name)!r}'
+  return None
+
+
+def run_sweep(settings: dict[str, Any], workdir: str, data_dir: str | None,
+              log: Callable[[str], None] = print) -> list[dict[str, Any]]:
+  """Runs (or reuses) every run of the sweep; returns the run records."""
+  from fedsim_jax.experiment import build_federated_dataset, run_experiment
+
+  groups = [(p, m, s) for p in settings['partitions'] for m in settings['num_clients']
+            for s in settings['seeds']]
+  total = sum(1 for g in groups for _ in _runs(settings, *g))
+  records, index = [], 0
+  for partition, m, seed in groups:
+    dataset = None
+    for speed, algorithm, q_ratio, factor in _runs(settings, partition, m, seed):
+      index += 1
+      variant = tables.variant_name(algorithm, q_ratio, factor)
+      config = tables.make_config(
+          algorithm, partition, m, speed, seed, data_dir=data_dir,
+          sync_budget=settings['sync_budget'], async_budget=settings['async_budget'],
+          eval_every=settings['eval_every'], q_ratio=q_ratio, latest_time_factor=factor)
+      run_dir = os.path.join(workdir, partition, f'm{m}', speed, variant, f'seed{seed}')
+      label = f'[{index}/{total}] {partition} m={m} {speed} {variant} seed={seed}'
+      summary_path = os.path.join(run_dir, 'summary.json')
+      if os.path.exists(summary_path):
+        with open(summary_path, encoding='utf-8') as f:
+          summary = json.load(f)
+        stale = _stale_settings(run_dir, config)
+        note = f' (warning: run with {stale}; delete it to rerun)' if stale else ''
+        status = 'reused'
+      else:
+        if dataset is None:
+          dataset = build_federated_dataset(config)
+        summary = run_experiment(config, run_dir, dataset=dataset)
+        status, note = 'ran', ''
+      hit = summary.get('time_to_target')
+      log(f'{label}: {status}  best {summary.get("best_accuracy", float("nan")):.4f}  '
+          f'target {"missed" if hit is None else f"at {hit:.1f}s"}  '
+          f'host {summary.get("host", {}).get("seconds", float("nan")):.1f}s{note}')
+      records.append(_record(summary, algorithm=algorithm, variant=variant, q_ratio=q_ratio,
+                             latest_time_factor=factor, partition=partition, m=m, speed=speed,
+                             seed=seed, workdir=run_dir))
+  return records
+
+
+def write_outputs(records: Sequence[dict[str, Any]], settings: dict[str, Any], workdir: str,
+                  output: str, wall_seconds: float) -> None:
+  """Writes `<workdir>/results.jsonl` and the markdown tables."""
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, 'results.jsonl'), 'w', encoding='utf-8') as f:
+    for record in records:
+      f.write(json.dumps(record, sort_keys=True) + '\n')
+  seeds = ','.join(map(str, settings['seeds']))
+  text = '\n\n'.join([
+      '# FedCompass reproduction: MNIST',
+      f'Seeds {seeds} (the paper: ten); target {tables.TARGET_ACCURACY:.0%} test accuracy; '
+      f'virtual-time budgets {settings["sync_budget"]:g}s (FedAvg, FedAvgM) and '
+      f'{settings["async_budget"]:g}s (asynchronous algorithms); evaluation every '
+      f'{settings["eval_every"]} server versions; {len(records)} runs; wall time '
+      f'{wall_seconds:.0f}s.',
+      'Relative time = mean virtual time to first reach the target over the seeds that reached '
+      'it, divided by FedCompass\'s in the same cell; "-": the target was missed in at least '
+      'half of the seeds (as the paper). Paper values in parentheses (Table 1; Table 19 for '
+      '1/Q rows).',
+      '## Relative time to target (Table 1)',
+      tables.relative_time_table(records),
+      '## Top accuracy (Tables 14-15)',
+      tables.top_accuracy_table(records),
+      '## Agreement with the paper\'s ordering',
+      tables.agreement_table(records),
+  ]) + '\n'
+  directory = os.path.dirname(output)
+  if directory:
+    os.makedirs(directory, exist_ok=True)
+  with open(output, 'w', encoding='utf-8') as f:
+    f.write(text)
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    _fail(f'unexpected arguments: {argv[1:]}')
+  start = time.perf_counter()
+  try:
+    settings = parse_settings()
+  except FlagError as error:
+    _fail(str(error))
+  from fedsim_jax.config import ConfigError
+  from fedsim_jax.data.errors import CorruptDatasetError, DatasetNotFoundError
+
+  pylogging.getLogger('jax._src.xla_bridge').setLevel(pylogging.WARNING)  # 'no TPU' notices
+  workdir = _WORKDIR.value
+  output = _OUTPUT.value or os.path.join(workdir, 'tables.md')
+  try:
+    records = run_sweep(settings, workdir, _DATA_DIR.value)
+  except (ConfigError, DatasetNotFoundError, CorruptDatasetError) as error:
+    _fail(str(error))
+  wall = time.perf_counter() - start
+  write_outputs(records, settings, workdir, output, wall)
+  print(f'results: {os.path.abspath(os.path.join(workdir, "results.jsonl"))}')
+  print(f'tables: {os.path.abspath(output)}')
+  print(f'total wall time {wall:.1f}s')
+
+
+def _fail(message: str) -> None:
+  print(f'error: {message}', file=sys.stderr)
+  sys.exit(2)
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+  """absl's parser, with errors as one line and exit code 2 instead of usage text."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as error:
+    _fail(str(error).splitlines()[0] if str(error) else type(error).__name__)
+
+
+if __name__ == '__main__':
+  app.run(main, flags_parser=_parse_flags)

@@ -1,0 +1,1 @@
+"""Paper reproductions: settings, the papers' published numbers and table builders."""
