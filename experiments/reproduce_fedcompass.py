@@ -15,8 +15,10 @@ algorithms agrees with the paper's.
 
 Budgets: all synchronous algorithms (FedAvg, FedAvgM) run for `--sync_budget` virtual seconds
 (default 3600), all asynchronous ones (FedAsync, FedBuff, FedAT, FedCompass, +M, +N) for
-`--async_budget` (default 1800), as the paper equalises wall-clock time within each family
-without stating the budgets. Ablations: `--q_ratio=0.05,0.1,0.2,0.4` (Q_min/Q_max, Tables 3 and
+`--async_budget` (default 1200), as the paper equalises wall-clock time within each family
+without stating the budgets (the defaults' rationale is in `fedcompass_tables`). The simulation
+is costly on CPU: ~1.6 host seconds per virtual second for an asynchronous m=5 run on two
+cores, growing with m; the paper's full grid with ten seeds is a GPU or cluster job. Ablations: `--q_ratio=0.05,0.1,0.2,0.4` (Q_min/Q_max, Tables 3 and
 19-20) and `--latest_time_factor=1.0,1.2,1.5,2.0` (lambda, Table 21) run every FedCompass-family
 algorithm once per value (rows 'FedCompass (1/Q=0.05)' etc., directories 'fedcompass_q0.05').
 
@@ -32,7 +34,7 @@ import sys
 import time
 from typing import Any, Callable, Sequence
 
-from absl import app, flags
+from absl import app, flags, logging
 
 from fedsim_jax.reproduce import fedcompass_tables as tables
 
@@ -250,6 +252,8 @@ def main(argv: list[str]) -> None:
   from fedsim_jax.data.errors import CorruptDatasetError, DatasetNotFoundError
 
   pylogging.getLogger('jax._src.xla_bridge').setLevel(pylogging.WARNING)  # 'no TPU' notices
+  if not flags.FLAGS['verbosity'].present:  # per-evaluation lines only with --verbosity=0
+    logging.set_verbosity(logging.WARNING)
   workdir = _WORKDIR.value
   output = _OUTPUT.value or os.path.join(workdir, 'tables.md')
   try:
