@@ -166,3 +166,40 @@ def test_binary_reports_unknown_dataset(tmp_path):
   assert result.returncode == 2
   assert len(result.stderr.strip().splitlines()) == 1
   assert 'imagenet_xl' in result.stderr
+
+
+@pytest.mark.parametrize('algorithm', ['fedbuff', 'fedavg'])
+def test_trace_latency_and_availability_end_to_end(algorithm, tmp_path):
+  trace = os.path.join(ROOT, 'configs', 'traces', 'example_trace.json')
+  config = base_config()
+  config.algorithm = algorithm
+  config.data.num_clients = 3
+  config.model.hidden_sizes = (8,)
+  config.client.local_steps = 5
+  config.scheduler.cohort_size = 2
+  config.scheduler.concurrency = 2
+  config.scheduler.buffer_size = 1
+  config.latency.model = 'trace'
+  config.latency.trace.trace = trace
+  config.availability.model = 'trace'
+  config.availability.trace.trace = trace
+  config.run.num_rounds = None
+  config.run.max_virtual_time = 9000.0
+  config.run.eval_every = 1
+  summary = run_experiment(config, tmp_path, dataset=make_toy_federation(num_clients=3))
+  tasks = summary['tasks']
+  assert tasks['aggregated'] > 10
+  times = [row['virtual_time'] for row in _read_metrics(tmp_path)]
+  assert max(times) > 7200
+  if algorithm == 'fedavg':
+    # Between t = 4200 and 7200 only client 1 is online, fewer than the cohort of 2: rounds
+    # pause and resume when client 0 comes back (the scheduler waits for the next
+    # availability; it does not poll).
+    assert not any(4300 < t < 7200 for t in times)
+  else:
+    # FedBuff keeps training the clients that are online; tasks running when their client
+    # goes offline drop out.
+    assert any(4300 < t < 7200 for t in times)
+    assert tasks['discarded'].get('offline', 0) >= 1
+  assert tasks['dispatched'] == (tasks['aggregated'] + sum(tasks['discarded'].values())
+                                 + tasks['in_flight'] + tasks['waiting'])
