@@ -276,7 +276,8 @@ class Simulation:
     return stack_results([h.result_ref for h in handles], weights, staleness,
                          [h.num_steps for h in handles],
                          [h.metadata.get('group', 0) for h in handles],
-                         start_params=start, bucket_bits=self.bucket_bits)
+                         start_params=start, bucket_bits=self.bucket_bits,
+                         client_ids=[h.client_id for h in handles])
 
   def apply_updates(self, handles: Sequence[TaskHandle], weights: Sequence[float],
                     staleness: Sequence[int] | None = None) -> None:
@@ -284,10 +285,16 @@ class Simulation:
     (`staleness` as in `updates`)."""
     if not handles:
       raise ValueError('apply_updates needs at least one update')
+    self.apply_update_batch(
+        self.updates(handles, weights, self.aggregator.needs_client_params, staleness), handles)
+
+  def apply_update_batch(self, batch: UpdateBatch, handles: Sequence[TaskHandle] = ()) -> None:
+    """Applies a prepared `UpdateBatch` (which may hold rows that are not task results, e.g.
+    CC-FedAvg's estimates for skipping clients) as a new server version; `handles` are the
+    arrived tasks whose results it contains."""
     for h in handles:
       if h.status != 'arrived':
         raise ValueError(f'task {h.task_id} is {h.status}; only arrived tasks aggregate')
-    batch = self.updates(handles, weights, self.aggregator.needs_client_params, staleness)
     self.server_state = self._apply(self.server_state, batch)
     self.version += 1
     for h in handles:

@@ -26,6 +26,7 @@ class UpdateBatch:
     group: `[K]` int32 scheduler-assigned group (a FedAT tier, a FedCompass arrival group).
     client_params: pytree, leaves `[K, ...]`: each client's final model (start params +
       delta), present only for aggregators with `needs_client_params`.
+    client_id: `[K]` int32 client of each row (for aggregators that keep per-client state).
   """
 
   deltas: Params
@@ -34,6 +35,7 @@ class UpdateBatch:
   num_steps: jax.Array
   group: jax.Array
   client_params: Params | None = None
+  client_id: jax.Array | None = None
 
   @property
   def mask(self) -> jax.Array:
@@ -92,7 +94,8 @@ def stack_results(refs: Sequence[ResultRef], weights: Sequence[float],
                   staleness: Sequence[int], num_steps: Sequence[int],
                   group: Sequence[int] | None = None,
                   start_params: Sequence[Params] | None = None,
-                  bucket_bits: int = 3) -> UpdateBatch:
+                  bucket_bits: int = 3,
+                  client_ids: Sequence[int] | None = None) -> UpdateBatch:
   """Assembles an `UpdateBatch` from task results, padded to a bucketed size with weight 0.
 
   When the updates are exactly the rows of one executor batch (a synchronous round) the
@@ -136,4 +139,5 @@ def stack_results(refs: Sequence[ResultRef], weights: Sequence[float],
   return UpdateBatch(deltas=deltas, weights=padded(weights, np.float32),
                      staleness=padded(staleness, np.int32), num_steps=padded(num_steps, np.int32),
                      group=padded(group if group is not None else [0] * count, np.int32),
-                     client_params=client_params)
+                     client_params=client_params,
+                     client_id=None if client_ids is None else padded(client_ids, np.int32))
