@@ -43,7 +43,7 @@ def _run_scripted(estimator, table, rounds=3):
   scheduler = BudgetedScheduler(3, LocalWork(steps=1), ScriptedSchedule(table),
                                 estimator=estimator)
   sim = Simulation(executor=ConstantDeltaExecutor(), scheduler=scheduler,
-                   aggregator=fedopt(optax.sgd(1.0), normalization='count'),
+                   aggregator=fedopt(optax.sgd(1.0)),
                    latency=PerStepLatency(3, np.random.default_rng(0)),
                    init_params={'w': jnp.zeros(1)}, client_sizes=np.full(3, 5),
                    rng=np.random.default_rng(0))
@@ -87,7 +87,7 @@ def test_switch_uses_strategy_3_then_strategy_2():
   scheduler = BudgetedScheduler(3, LocalWork(steps=1), ScriptedSchedule(TABLE),
                                 estimator='switch', switch_round=2)
   sim = Simulation(executor=ConstantDeltaExecutor(), scheduler=scheduler,
-                   aggregator=fedopt(optax.sgd(1.0), normalization='count'),
+                   aggregator=fedopt(optax.sgd(1.0)),
                    latency=PerStepLatency(3, np.random.default_rng(0)),
                    init_params={'w': jnp.zeros(1)}, client_sizes=np.full(3, 5),
                    rng=np.random.default_rng(0))
@@ -105,7 +105,7 @@ def test_client_and_server_storage_give_the_same_models():
   table = [{0, 1, 2, 3, 4, 5}, {1, 3}, {0, 5}, set(), {2, 4}]
   results = {}
   for storage in ('client', 'server'):
-    aggregator = (fedopt(optax.sgd(1.0), normalization='count') if storage == 'client'
+    aggregator = (fedopt(optax.sgd(1.0)) if storage == 'client'
                   else ccfedavg_server_aggregator(fed.num_clients))
     sim = Simulation(
         executor=Executor(update, fed.device_arrays(), jax.random.PRNGKey(1)),

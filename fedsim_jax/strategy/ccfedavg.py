@@ -193,8 +193,10 @@ class BudgetedScheduler:
                          jax.tree_util.tree_map(jnp.subtract, model, sim.params))
     deltas = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *(rows + estimates))
     count = len(rows) + len(estimates)
+    # Weights 1/|S_t|: the mean over the selected clients; a FedNova-style normalization
+    # ('steps') reads them as the p_i of its sum.
     batch = UpdateBatch(
-        deltas=deltas, weights=np.ones(count, np.float32),
+        deltas=deltas, weights=np.full(count, 1.0 / count, np.float32),
         staleness=np.zeros(count, np.int32),
         num_steps=np.array([h.num_steps for h in trained] + [0] * len(estimates), np.int32),
         group=np.array([0] * len(rows) + [ESTIMATE_ROW] * len(estimates), np.int32),
