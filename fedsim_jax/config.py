@@ -21,7 +21,7 @@ from fedsim_jax.strategy import (ADAPTIVE_FORMS, ALGORITHMS, NORMALIZATIONS, SER
 from fedsim_jax.strategy.fedasync import FEDASYNC_FORMS
 from fedsim_jax.strategy.fedcompass import CREATE_RULES, SPEED_ESTIMATORS
 
-PARTITIONS = ('iid', 'dirichlet', 'shards', 'class', 'dual_dirichlet')
+PARTITIONS = ('iid', 'dirichlet', 'shards', 'class', 'dual_dirichlet', 'gamma_mix', 'two_classes')
 
 
 class ConfigError(ValueError):
@@ -49,6 +49,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.classes_per_client = config_dict.placeholder(tuple)  # (n_min, n_max)
   c.data.alpha_1 = config_dict.placeholder(float)             # client sizes (paper: m)
   c.data.alpha_2 = config_dict.placeholder(float)             # class mix (paper: 0.5)
+  c.data.gamma = 0.0               # CC-FedAvg gamma-mix: 0 totally non-IID ... 1 IID
   c.data.partition_seed = config_dict.placeholder(int)  # default: the run seed
 
   c.model = ml_collections.ConfigDict()
@@ -106,6 +107,20 @@ def base_config() -> ml_collections.ConfigDict:
   c.scheduler.speed_momentum = 0.9
   c.scheduler.create_rule = 'paper'     # fedcompass: CREATEGROUP as printed, or 'code'
 
+  c.scheduler.switch_round = 100   # ccfedavg_c: tau, Strategy 3 before it, Strategy 2 after
+  c.scheduler.storage = 'client'   # ccfedavg: history on clients (Alg. 1) or 'server' (Alg. 2)
+
+  # Compute budgets p_i (CC-FedAvg): read by ccfedavg*, fedavg_dropout and fednova_budget.
+  c.budget = ml_collections.ConfigDict()
+  c.budget.rule = 'beta'           # 'beta' (p_i = 2^-floor(beta i / N)), 'two_group', 'uniform'
+  c.budget.beta = 4
+  c.budget.r = 0.5                 # two_group: fraction of constrained clients
+  c.budget.w = 2                   # two_group / uniform: constrained clients have p = 1/W
+  c.budget.random_assignment = False  # assign the levels to random clients (cross-device)
+  c.budget.schedule = 'ad_hoc'     # 'ad_hoc', 'round_robin', 'synchronised'
+  c.budget.first_selection_trains = True
+  c.budget.phase = 'zero'          # round_robin: 'zero' or 'random'
+
   c.latency = ml_collections.ConfigDict()
   c.latency.model = 'per_step'     # settings of the chosen model are in its section below
   c.latency.per_step = ml_collections.ConfigDict({
@@ -159,7 +174,9 @@ def fashion_mnist_config(algorithm: str) -> ml_collections.ConfigDict:
 # Scheduler settings that only some algorithms read (checked against the federation size only
 # for those).
 _SETTING_USERS = {
-    'cohort_size': ('fedavg', 'fedavgm', 'fedadam', 'fedyogi', 'fedadagrad', 'fedat'),
+    'cohort_size': ('fedavg', 'fedavgm', 'fedadam', 'fedyogi', 'fedadagrad', 'fedat',
+                    'ccfedavg', 'ccfedavg_c', 'ccfedavg_strategy1', 'ccfedavg_strategy2',
+                    'fedavg_dropout', 'fednova_budget'),
     'concurrency': ('fedasync', 'fedbuff'),
 }
 
@@ -195,6 +212,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _positive('data.concentration', data.concentration)
   _positive('data.min_client_size', data.min_client_size, integer=True, allow_zero=True)
   _positive('data.shards_per_client', data.shards_per_client, integer=True)
+  if not 0 <= data.gamma <= 1:
+    raise ConfigError(f'data.gamma={data.gamma!r} is invalid; allowed values: 0 <= x <= 1')
   _positive('data.partition_seed', data.partition_seed, integer=True, allow_zero=True,
             optional=True)
   _choice('model.name', config.model.name, MODELS)
@@ -284,6 +303,19 @@ def validate(config: ml_collections.ConfigDict) -> None:
                       'invalid; allowed values: a number >= 1')
   _choice('scheduler.speed_estimator', scheduler.speed_estimator, SPEED_ESTIMATORS)
   _choice('scheduler.create_rule', scheduler.create_rule, CREATE_RULES)
+  _choice('scheduler.storage', scheduler.storage, ('client', 'server'))
+  _positive('scheduler.switch_round', scheduler.switch_round, integer=True, allow_zero=True)
+  budget = config.budget
+  _choice('budget.rule', budget.rule, ('beta', 'two_group', 'uniform'))
+  _positive('budget.beta', budget.beta, integer=True)
+  _positive('budget.w', budget.w, integer=True)
+  if not 0 <= budget.r <= 1:
+    raise ConfigError(f'budget.r={budget.r!r} is invalid; allowed values: 0 <= r <= 1')
+  _choice('budget.schedule', budget.schedule, ('ad_hoc', 'round_robin', 'synchronised'))
+  _choice('budget.phase', budget.phase, ('zero', 'random'))
+  if config.algorithm == 'fedavg_dropout' and config.run.num_rounds is None:
+    raise ConfigError('run.num_rounds: fedavg_dropout needs it (a client trains for p_i x '
+                      'num_rounds rounds); allowed values: an integer >= 1')
   _choice('latency.model', config.latency.model, LATENCY_MODELS)
   _choice('availability.model', config.availability.model, AVAILABILITY_MODELS)
   executor = config.executor

@@ -134,9 +134,13 @@ def build_federated_dataset(config: ml_collections.ConfigDict) -> FederatedDatas
       classes = None if data.classes_per_client is None else tuple(data.classes_per_client)
       parts = partition_lib.class_partition(central.train_y, data.num_clients, seed,
                                             classes_per_client=classes)
-    else:
+    elif data.partition == 'dual_dirichlet':
       parts = partition_lib.dual_dirichlet(central.train_y, data.num_clients, seed,
                                            alpha_1=data.alpha_1, alpha_2=data.alpha_2)
+    elif data.partition == 'gamma_mix':
+      parts = partition_lib.gamma_mix(central.train_y, data.num_clients, data.gamma, seed)
+    else:
+      parts = partition_lib.two_classes_per_client(central.train_y, data.num_clients, seed)
   except ValueError as error:  # an impossible partition is a settings error
     raise config_lib.ConfigError(f'data.partition={data.partition!r}: {error}') from None
   return FederatedDataset.from_partition(central.name, central.train_x, central.train_y, parts,
@@ -244,6 +248,9 @@ def run_experiment(config: ml_collections.ConfigDict, workdir: str | os.PathLike
   simulation_seconds = time.perf_counter() - simulation_start
   summary = summarize(writer.rows, config.run.target_accuracy)
   summary.update(sim.report())
+  scheduler_report = getattr(sim.scheduler, 'report', None)
+  if scheduler_report is not None:
+    summary['scheduler'] = scheduler_report()
   summary['host'] = {
       'seconds': time.perf_counter() - host_start,
       'simulation_seconds': simulation_seconds,
@@ -253,6 +260,6 @@ def run_experiment(config: ml_collections.ConfigDict, workdir: str | os.PathLike
   }
   write_json(os.path.join(workdir, 'clients.json'), {
       'dispatched': sim.dispatch_counts.tolist(), 'aggregated': sim.aggregated_counts.tolist(),
-      'busy_time': sim.busy_time.tolist()})
+      'gradient_steps': sim.steps_per_client.tolist(), 'busy_time': sim.busy_time.tolist()})
   write_json(os.path.join(workdir, 'summary.json'), summary)
   return summary

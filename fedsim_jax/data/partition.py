@@ -16,6 +16,11 @@ per client, which together assign every example exactly once.
   Appendix D.1.1, Algorithm 4).
 * `dual_dirichlet`: one Dirichlet over client sizes and one over each client's
   classes (FedCompass, Appendix D.1.2, Algorithm 5).
+* `gamma_mix`: a gamma share of IID data over a label-sorted non-IID split
+  (Zhang et al. 2024, "CC-FedAvg: Computationally Customized Federated
+  Averaging", Sec. VI-A, following FedCos [39]; the cross-silo setting).
+* `two_classes_per_client`: two label-sorted shards per client (CC-FedAvg,
+  Sec. VI-B, Table II; McMahan's `shards` with 2 shards per client).
 
 `partition(method, labels, num_clients, seed=..., **settings)` dispatches by name
 through `PARTITIONERS`.
@@ -476,12 +481,99 @@ def dual_dirichlet(
   )
 
 
+def gamma_mix(
+    labels: np.ndarray, num_clients: int, gamma: float, seed: int
+) -> list[np.ndarray]:
+  """CC-FedAvg's cross-silo partition: a gamma share of IID data over a sorted non-IID split.
+
+  Zhang et al. (2024), "CC-FedAvg: Computationally Customized Federated
+  Averaging", Sec. VI-A: "We construct data heterogeneity following [39] (FedCos),
+  using gamma to control the degree of data heterogeneity ... gamma = 0 means
+  the data cross clients is totally non-IID ... and gamma = 1 means the data is
+  IID"; Table I's "x% non-IID" columns are gamma = 1 - x/100 (totally non-IID,
+  90%, 80%, 50% non-IID, IID: gamma = 0, 0.1, 0.2, 0.5, 1). The paper gives no
+  construction; this follows the authors' code (`cifar_noniid(iidpart=gamma)`,
+  benjiachong/ccfedavg utils/sampling.py):
+
+  1. Group the examples by label (classes in increasing label order).
+  2. From each class c, move round(gamma * n_c) examples (halves up) into an IID
+     pool; shuffle the pool. The rest, still grouped by class in label order,
+     form the non-IID pool.
+  3. Cut the non-IID pool into `num_clients` contiguous blocks and the shuffled
+     IID pool into `num_clients` blocks; client i gets block i of each.
+
+  So gamma = 0 gives each client a contiguous run of the label-sorted data
+  (with C classes and N clients about C/N consecutive classes each, e.g. 1.25
+  classes per client for CIFAR-10 with N = 8: labels are non-decreasing from
+  client to client); gamma = 1 is a uniform random split.
+
+  Differences from the authors' code, where it is silent or loses data: the
+  examples of each class are shuffled (with `seed`) before the IID share is
+  taken, so which examples are IID is random (the code takes the first ones in
+  dataset order); the code uses int(N_total * gamma) // C examples per class,
+  which equals round(gamma * n_c) for the paper's balanced datasets; blocks are
+  cut with `np.array_split` (sizes differ by at most one) rather than floor
+  sizes that drop the remainder, so every example is assigned exactly once.
+
+  Args:
+    labels: integer class of each example, shape [N_total].
+    num_clients: number of clients N.
+    gamma: IID share in [0, 1] (0: totally non-IID, 1: IID).
+    seed: seed of the random generator.
+
+  Raises:
+    ValueError: invalid labels, num_clients or gamma.
+  """
+  labels = _check_labels(labels)
+  _check_num_clients(num_clients, labels.size)
+  if (
+      isinstance(gamma, bool)
+      or not isinstance(gamma, (int, float, np.number))
+      or not math.isfinite(gamma)
+      or not 0 <= gamma <= 1
+  ):
+    raise ValueError(f'gamma={gamma!r} is invalid; allowed: numbers in [0, 1]')
+  rng = np.random.default_rng(seed)
+  iid_pool, noniid_pool = [], []
+  for c in np.unique(labels):
+    members = rng.permutation(np.flatnonzero(labels == c))
+    num_iid = int(math.floor(float(gamma) * members.size + 0.5))
+    iid_pool.append(members[:num_iid])
+    noniid_pool.append(members[num_iid:])
+  iid_blocks = np.array_split(rng.permutation(np.concatenate(iid_pool)), num_clients)
+  noniid_blocks = np.array_split(np.concatenate(noniid_pool), num_clients)
+  return _sorted_parts([np.concatenate(pair) for pair in zip(noniid_blocks, iid_blocks)])
+
+
+def two_classes_per_client(labels: np.ndarray, num_clients: int, seed: int) -> list[np.ndarray]:
+  """CC-FedAvg's cross-device partition: two label-sorted shards per client.
+
+  Zhang et al. (2024), "CC-FedAvg", Sec. VI-B (Table II): "100 clients where
+  each client contains two classes of training data"; Appendix D: "each client
+  is randomly assigned two types of data". The authors' code
+  (`mnist_noniid_multi`, benjiachong/ccfedavg utils/sampling.py) sorts by label,
+  cuts 2N shards and gives each client 2 random shards: exactly McMahan et al.'s
+  (2017) split with 2 shards per client, so this is `shards(labels, num_clients,
+  2, seed)`. As there, a client may draw two shards of the same class (one
+  class), and holds up to 4 classes when shard boundaries do not fall on class
+  boundaries (they do for FMNIST with N = 100: 200 shards of 300, 20 per class;
+  so each class spreads over up to 20 clients, not the "10 clients" Appendix D
+  states, which is inconsistent with 100 clients x 2 classes / 10 classes).
+
+  Raises:
+    ValueError: invalid labels or num_clients, or fewer examples than 2N.
+  """
+  return shards(labels, num_clients, shards_per_client=2, seed=seed)
+
+
 PARTITIONERS: dict[str, Callable[..., list[np.ndarray]]] = {
     'iid': iid,
     'dirichlet': dirichlet,
     'shards': shards,
     'class': class_partition,
     'dual_dirichlet': dual_dirichlet,
+    'gamma_mix': gamma_mix,
+    'two_classes': two_classes_per_client,
 }
 """Partitioner name -> function; call through `partition` for a uniform signature."""
 
@@ -497,7 +589,8 @@ def partition(
   `std`, `min_client_size`, `max_attempts` for "class" (FedCompass Algorithm 4;
   defaults are the paper's for 5, 10 or 20 clients), and optionally `alpha_1`,
   `alpha_2`, `min_client_size`, `max_attempts` for "dual_dirichlet" (FedCompass
-  Algorithm 5; same defaults rule).
+  Algorithm 5; same defaults rule), `gamma` for "gamma_mix" (CC-FedAvg's
+  cross-silo split), and none for "two_classes" (CC-FedAvg's cross-device split).
 
   Raises:
     ValueError: unknown `method` or invalid settings.

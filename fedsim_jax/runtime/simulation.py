@@ -164,6 +164,7 @@ class Simulation:
     self.dispatch_counts = np.zeros(num_clients, np.int64)
     self.aggregated_counts = np.zeros(num_clients, np.int64)
     self.busy_time = np.zeros(num_clients, np.float64)   # virtual seconds spent on tasks
+    self.steps_per_client = np.zeros(num_clients, np.int64)  # local steps of arrived tasks
     self.update_wait_time = 0.0  # sum over aggregated updates of (aggregation - arrival) time
     self._busy = np.zeros(num_clients, np.int64)          # tasks in flight per client
     self._pending: list[TaskHandle] = []
@@ -357,6 +358,7 @@ class Simulation:
         self.accounting.arrived += 1
         self.accounting.waiting += 1
         self.gradient_steps += handle.num_steps
+        self.steps_per_client[handle.client_id] += handle.num_steps
         self.scheduler.on_arrival(self, handle)
       elif event.kind is EventKind.DROPOUT:
         handle = event.payload

@@ -14,11 +14,14 @@ from typing import Any, Callable, NamedTuple
 
 import ml_collections
 import numpy as np
+import optax
 
 from fedsim_jax.client import sgd_client_update
 from fedsim_jax.runtime.latency import LatencyModel
 from fedsim_jax.runtime.updates import Aggregator
+from fedsim_jax.strategy import budgets
 from fedsim_jax.strategy.asynchronous import AsynchronousScheduler
+from fedsim_jax.strategy.ccfedavg import BudgetedScheduler, ccfedavg_server_aggregator
 from fedsim_jax.strategy.ema import with_ema
 from fedsim_jax.strategy.fedasync import fedasync
 from fedsim_jax.strategy.fedcompass import CompassScheduler, compass_aggregator
@@ -47,6 +50,9 @@ class Algorithm(NamedTuple):
   scheduler: Any
   aggregator: Aggregator
   make_client_update: Callable = sgd_client_update
+
+
+BUDGET_RULES = ('beta', 'two_group', 'uniform')
 
 
 def local_work_from_config(config: ml_collections.ConfigDict) -> LocalWork:
@@ -128,6 +134,67 @@ def _fedcompass(config: ml_collections.ConfigDict, context: BuildContext,
   return Algorithm(config.algorithm, scheduler, aggregator)
 
 
+def client_budgets(config: ml_collections.ConfigDict, num_clients: int) -> np.ndarray:
+  """p_i of every client from `config.budget` (CC-FedAvg, Sec. III-B and VI)."""
+  b = config.budget
+  rng = np.random.default_rng([config.seed, 0xB0D6E7])  # its own stream, from the run seed
+  if b.rule == 'beta':
+    return budgets.beta_levels(num_clients, b.beta, rng if b.random_assignment else None)
+  if b.rule == 'two_group':
+    return budgets.two_group_budgets(num_clients, b.r, b.w,
+                                     rng if b.random_assignment else None)
+  if b.rule == 'uniform':
+    return budgets.uniform_budgets(num_clients, b.w)
+  raise ValueError(f'budget.rule={b.rule!r}; allowed: {BUDGET_RULES}')
+
+
+def _budgeted(config: ml_collections.ConfigDict, context: BuildContext,
+              estimator: str) -> Algorithm:
+  """CC-FedAvg and the skipping strategies it is compared with: synchronous rounds in which
+  each selected client trains or skips by `budget.schedule`."""
+  b = config.budget
+  p = client_budgets(config, context.num_clients)
+  rng = np.random.default_rng([config.seed, 0x5C4ED])
+  if estimator == 'dropout':  # FedAvg (dropout): train until the quota p_i T is used up
+    schedule = budgets.QuotaSchedule(p, config.run.num_rounds)
+    estimator = 'ignore'
+  else:
+    settings = {'first_selection_trains': b.first_selection_trains}
+    if b.schedule == 'round_robin':
+      settings['phase'] = b.phase
+    schedule = budgets.make_schedule(b.schedule, p, rng, **settings)
+  scheduler = BudgetedScheduler(config.scheduler.cohort_size, local_work_from_config(config),
+                                schedule, estimator=estimator,
+                                switch_round=config.scheduler.switch_round,
+                                storage=config.scheduler.storage)
+  aggregator = (ccfedavg_server_aggregator(context.num_clients)
+                if config.scheduler.storage == 'server' else fedopt(optax.sgd(1.0)))
+  return Algorithm(config.algorithm, scheduler, aggregator)
+
+
+class _EverySelected:
+  """FedNova's schedule: every selected client trains (with fewer steps)."""
+
+  def trains(self, client: int, round_index: int, has_trained_before: bool) -> bool:
+    del client, round_index, has_trained_before
+    return True
+
+
+def _fednova_budgeted(config: ml_collections.ConfigDict, context: BuildContext) -> Algorithm:
+  """FedNova as CC-FedAvg's 'reduce local iterations' baseline (Sec. VI-D): every selected
+  client trains floor(p_i K) >= 1 steps and the server averages FedNova-style (normalized by
+  each client's steps, times the mean step count)."""
+  p = client_budgets(config, context.num_clients)
+  steps = config.client.local_steps
+  if steps is None:
+    raise ValueError('fednova_budget needs client.local_steps (K)')
+  per_client = np.maximum(1, np.floor(p * steps)).astype(np.int64)
+  scheduler = BudgetedScheduler(config.scheduler.cohort_size, local_work_from_config(config),
+                                _EverySelected(), steps_per_client=per_client)
+  return Algorithm('fednova_budget', scheduler,
+                   fedopt(optax.sgd(1.0), normalization='steps'))
+
+
 ALGORITHMS: dict[str, Callable[[ml_collections.ConfigDict, BuildContext], Algorithm]] = {
     'fedavg': functools.partial(_synchronous, optimizer_name='sgd'),
     'fedavgm': functools.partial(_synchronous, optimizer_name='momentum'),
@@ -140,6 +207,12 @@ ALGORITHMS: dict[str, Callable[[ml_collections.ConfigDict, BuildContext], Algori
     'fedcompass': functools.partial(_fedcompass, variant='plain'),
     'fedcompass_m': functools.partial(_fedcompass, variant='momentum'),
     'fedcompass_n': functools.partial(_fedcompass, variant='normalized'),
+    'ccfedavg': functools.partial(_budgeted, estimator='last_delta'),
+    'ccfedavg_c': functools.partial(_budgeted, estimator='switch'),
+    'ccfedavg_strategy1': functools.partial(_budgeted, estimator='ignore'),
+    'ccfedavg_strategy2': functools.partial(_budgeted, estimator='last_model'),
+    'fedavg_dropout': functools.partial(_budgeted, estimator='dropout'),
+    'fednova_budget': _fednova_budgeted,
 }
 
 

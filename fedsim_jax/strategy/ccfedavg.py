@@ -129,6 +129,11 @@ class BudgetedScheduler:
                        f'({sim.num_clients} clients)')
     self._start_round(sim)
 
+  def report(self) -> dict[str, int]:
+    """Compute accounting for the run summary: updates trained vs estimated."""
+    return {'trained_updates': self.trained_updates,
+            'estimated_updates': self.estimated_updates}
+
   def _start_round(self, sim: Simulation) -> None:
     self.round_index += 1
     cohort = np.sort(sim.rng.choice(sim.num_clients, self.cohort_size, replace=False))

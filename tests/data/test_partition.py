@@ -17,6 +17,8 @@ CASES = {
     'shards': {'shards_per_client': 2},
     'class': {'classes_per_client': (2, 3)},
     'dual_dirichlet': {'alpha_1': 20.0, 'alpha_2': 0.5},
+    'gamma_mix': {'gamma': 0.5},
+    'two_classes': {},
 }
 
 
