@@ -1,0 +1,153 @@
+"""CC-FedAvg reproduction: paper tables, configs, result tables and the binary's flag errors."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fedsim_jax.config import ConfigError, validate
+from fedsim_jax.reproduce import ccfedavg_tables as tables
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_BINARY = os.path.join(_REPO, 'experiments', 'reproduce_ccfedavg.py')
+
+
+def _row(markdown: str, name: str) -> list[str]:
+  for line in markdown.splitlines():
+    cells = [c.strip() for c in line.strip().strip('|').split('|')]
+    if cells[0] == name:
+      return cells[1:]
+  raise AssertionError(f'no row {name!r} in\n{markdown}')
+
+
+def test_paper_tables():
+  assert len(tables.PAPER_TABLE_1) == 6 * 2 * 5
+  assert len(tables.PAPER_TABLE_2) == 6 * 6
+  assert tables.PAPER_TABLE_1[('round_robin', 0.0, 'ccfedavg_strategy1')] == 30.79
+  assert tables.PAPER_TABLE_1[('ad_hoc', 0.5, 'fedavg_dropout_best')] == 66.86
+  assert tables.PAPER_TABLE_1[('ad_hoc', 1.0, 'ccfedavg')] == 72.53
+  assert tables.PAPER_TABLE_2[(0.1, 'fedavg_dropout_last')] == (57.43, 10.06)
+  assert tables.PAPER_TABLE_2[(0.8, 'ccfedavg')] == (83.23, 0.26)
+  assert tables.PAPER_TABLE_3[('fmnist', 0.2, 'ccfedavg_c')] == (79.07, 1.34)
+
+
+@pytest.mark.parametrize('algorithm', tables.ALGORITHMS)
+@pytest.mark.parametrize('participation', tables.PARTICIPATIONS)
+def test_cross_device_configs(algorithm, participation):
+  config = tables.make_config(algorithm, 'cross_device', participation=participation, seed=3)
+  validate(config)
+  assert config.scheduler.cohort_size == round(100 * participation)
+  assert config.data.num_clients == 100 and config.data.partition == 'two_classes'
+  assert config.data.name == 'fashion_mnist' and config.model.name == 'mlp'
+  assert tuple(config.model.hidden_sizes) == (200, 200)
+  assert config.client.local_steps == 200 and config.client.batch_size == 32
+  assert config.client.optimizer == 'sgd' and config.client.learning_rate == 0.01
+  assert config.budget.rule == 'beta' and config.budget.beta == 4
+  assert config.budget.random_assignment and config.budget.schedule == 'ad_hoc'
+  assert config.scheduler.weighting == 'uniform'
+  assert config.run.num_rounds == 400 and config.seed == 3
+  assert config.scheduler.switch_round == 100
+
+
+@pytest.mark.parametrize('algorithm', tables.ALGORITHMS)
+@pytest.mark.parametrize('schedule', tables.SCHEDULES)
+def test_cross_silo_configs(algorithm, schedule):
+  for gamma in tables.GAMMAS:
+    config = tables.make_config(algorithm, 'cross_silo', gamma=gamma, schedule=schedule,
+                                rounds=40)
+    validate(config)
+    assert config.data.num_clients == 8 and config.scheduler.cohort_size == 8
+    assert config.data.partition == 'gamma_mix' and config.data.gamma == gamma
+    assert config.budget.beta == 4 and not config.budget.random_assignment
+    assert config.budget.schedule == schedule
+    assert config.run.num_rounds == 40 and config.scheduler.switch_round == 10
+
+
+@pytest.mark.parametrize('setting', tables.SETTINGS)
+def test_figure5_configs(setting):
+  for r in tables.FIGURE5_R:
+    for w in tables.FIGURE5_W:
+      config = tables.make_config('ccfedavg', setting, r=r, w=w)
+      validate(config)
+      assert (config.budget.rule, config.budget.r, config.budget.w) == ('two_group', r, w)
+
+
+def test_make_config_rejects_bad_values():
+  with pytest.raises(ConfigError):
+    tables.make_config('fedprox', 'cross_device')
+  with pytest.raises(ConfigError):
+    tables.make_config('ccfedavg', 'cifar')
+  with pytest.raises(ConfigError):
+    tables.make_config('ccfedavg', 'cross_device', participation=0.0)
+  with pytest.raises(ConfigError):
+    tables.make_config('ccfedavg', 'cross_device', r=0.5)
+
+
+def _synthetic_records() -> list[dict]:
+  records = []
+  for seed, (best, final) in enumerate([(0.80, 0.70), (0.82, 0.60), (0.84, 0.50)]):
+    for algorithm in ('fedavg', 'fedavg_dropout', 'ccfedavg'):
+      records.append(dict(algorithm=algorithm, setting='cross_device', participation=0.2,
+                          seed=seed, best_accuracy=best, final_accuracy=final))
+      for schedule in tables.SCHEDULES:
+        records.append(dict(algorithm=algorithm, setting='cross_silo', gamma=0.1,
+                            schedule=schedule, seed=seed, best_accuracy=best,
+                            final_accuracy=final))
+    records.append(dict(algorithm='ccfedavg', setting='cross_device', participation=0.2, r=0.5,
+                        w=4, seed=seed, best_accuracy=best, final_accuracy=final))
+  return records
+
+
+def test_table2_mean_std_and_dropout_best_last():
+  markdown = tables.table2(_synthetic_records())
+  assert '| Method | 20% |' in markdown
+  # best 80, 82, 84 -> 82.00 ± 2.00; final 70, 60, 50 -> 60.00 ± 10.00.
+  assert _row(markdown, 'FedAvg (full)') == ['82.00±2.00 (80.52±1.66)']
+  assert _row(markdown, 'FedAvg (dropout, best)') == ['82.00±2.00 (77.76±3.28)']
+  assert _row(markdown, 'FedAvg (dropout, last)') == ['60.00±10.00 (67.38±8.76)']
+  assert _row(markdown, 'CC-FedAvg') == ['82.00±2.00 (78.40±2.50)']
+
+
+def test_table1_and_figure5():
+  markdown = tables.table1(_synthetic_records())
+  assert '| Method | RR gamma=0.1 | AH gamma=0.1 |' in markdown
+  assert _row(markdown, 'FedAvg (dropout, last)') == ['60.00±10.00 (50.63)',
+                                                      '60.00±10.00 (50.63)']
+  assert _row(markdown, 'CC-FedAvg') == ['82.00±2.00 (65.79)', '82.00±2.00 (66.41)']
+  grid = tables.figure5_table(_synthetic_records())
+  assert '### cross_device, CC-FedAvg' in grid
+  assert _row(grid, 'r=0.5') == ['82.00±2.00']
+
+
+def _load_binary():
+  spec = importlib.util.spec_from_file_location('reproduce_ccfedavg_binary', _BINARY)
+  binary = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(binary)
+  return binary
+
+
+def test_binary_writes_results_and_tables(tmp_path):
+  binary = _load_binary()
+  records = _synthetic_records()
+  settings = {'experiment': 'table2', 'seeds': [0, 1, 2], 'rounds': 400, 'eval_every': 1}
+  output = tmp_path / 'out' / 'tables.md'
+  binary.write_outputs(records, settings, str(tmp_path), str(output), wall_seconds=3.0)
+  with open(tmp_path / 'results.jsonl', encoding='utf-8') as f:
+    assert [json.loads(line) for line in f] == records
+  text = output.read_text(encoding='utf-8')
+  assert '82.00±2.00 (78.40±2.50)' in text
+
+
+@pytest.mark.parametrize('flag', ['--experiment=table9', '--participation=0,0.2',
+                                  '--rounds=0', '--no_such_flag=1'])
+def test_binary_rejects_bad_flags_with_one_line(flag, tmp_path):
+  result = subprocess.run([sys.executable, _BINARY, flag, f'--workdir={tmp_path}'],
+                          capture_output=True, text=True, cwd=_REPO, timeout=120)
+  assert result.returncode == 2, result.stderr
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1, result.stderr
+  assert lines[0].startswith('error: ')
+  assert not os.listdir(tmp_path)
