@@ -26,13 +26,13 @@ Invalid flags, settings or a missing dataset exit with code 2 and one line on st
 from __future__ import annotations
 
 import json
-import logging as pylogging
 import os
-import sys
 import time
 from typing import Any, Callable, Iterator, Sequence
 
-from absl import app, flags, logging
+from absl import app, flags
+
+from fedsim_jax import cli
 
 from fedsim_jax.reproduce import ccfedavg_tables as tables
 
@@ -212,78 +212,30 @@ def run_sweep(settings: dict[str, Any], workdir: str, data_dir: str | None,
   return records
 
 
-def write_outputs(records: Sequence[dict[str, Any]], settings: dict[str, Any], workdir: str,
-                  output: str, wall_seconds: float) -> None:
-  """Writes `<workdir>/results.jsonl` and the markdown tables."""
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, 'results.jsonl'), 'w', encoding='utf-8') as f:
-    for record in records:
-      f.write(json.dumps(record, sort_keys=True) + '\n')
-  experiment = settings['experiment']
-  parts = [
-      f'# CC-FedAvg reproduction: {experiment}',
-      f'Seeds {",".join(map(str, settings["seeds"]))} (the paper: 5); {settings["rounds"]} '
-      f'rounds (the paper: {tables.PAPER_ROUNDS}); evaluation every {settings["eval_every"]} '
-      f'rounds; {len(records)} runs; wall time {wall_seconds:.0f}s.',
-      'Cells: ours (paper), test accuracy in % as mean ± std over seeds; best accuracy over the '
-      'evaluated rounds, final accuracy for FedAvg (dropout, last).',
-  ]
-  if experiment == 'table2':
-    parts += ['## Table II (Fashion-MNIST, N = 100, beta = 4; CC-FedAvg(c): Table III)',
-              tables.table2(records)]
-  elif experiment == 'table1':
-    parts += ['## Table I protocol (N = 8, beta = 4) on Fashion-MNIST; the paper\'s values are '
-              'CIFAR-10 (std < 0.5, not reported), so compare orderings only',
-              tables.table1(records)]
-  else:
-    parts += ['## Figure 5 (two-group budgets r x W; the paper plots only)',
-              tables.figure5_table(records)]
-  directory = os.path.dirname(output)
-  if directory:
-    os.makedirs(directory, exist_ok=True)
-  with open(output, 'w', encoding='utf-8') as f:
-    f.write('\n\n'.join(parts) + '\n')
-
-
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
-    _fail(f'unexpected arguments: {argv[1:]}')
+    cli.fail(f'unexpected arguments: {argv[1:]}')
   start = time.perf_counter()
   try:
     settings = parse_settings()
   except FlagError as error:
-    _fail(str(error))
+    cli.fail(str(error))
   from fedsim_jax.config import ConfigError
   from fedsim_jax.data.errors import CorruptDatasetError, DatasetNotFoundError
 
-  pylogging.getLogger('jax._src.xla_bridge').setLevel(pylogging.WARNING)
-  if not flags.FLAGS['verbosity'].present:
-    logging.set_verbosity(logging.WARNING)
+  cli.quiet_logging()
   workdir = _WORKDIR.value
   output = _OUTPUT.value or os.path.join(workdir, 'tables.md')
   try:
     records = run_sweep(settings, workdir, _DATA_DIR.value)
   except (ConfigError, DatasetNotFoundError, CorruptDatasetError) as error:
-    _fail(str(error).splitlines()[0] if str(error) else type(error).__name__)
+    cli.fail(str(error))
   wall = time.perf_counter() - start
-  write_outputs(records, settings, workdir, output, wall)
+  tables.write_outputs(records, settings, workdir, output, wall)
   print(f'results: {os.path.abspath(os.path.join(workdir, "results.jsonl"))}')
   print(f'tables: {os.path.abspath(output)}')
   print(f'total wall time {wall:.1f}s')
 
 
-def _fail(message: str) -> None:
-  print(f'error: {message}', file=sys.stderr)
-  sys.exit(2)
-
-
-def _parse_flags(argv: list[str]) -> list[str]:
-  """absl's parser, with errors as one line and exit code 2 instead of usage text."""
-  try:
-    return flags.FLAGS(argv)
-  except flags.Error as error:
-    _fail(str(error).splitlines()[0] if str(error) else type(error).__name__)
-
-
 if __name__ == '__main__':
-  app.run(main, flags_parser=_parse_flags)
+  app.run(main, flags_parser=cli.parse_flags)

@@ -28,13 +28,13 @@ Invalid flags, settings or a missing dataset exit with code 2 and one line on st
 from __future__ import annotations
 
 import json
-import logging as pylogging
 import os
-import sys
 import time
 from typing import Any, Callable, Sequence
 
-from absl import app, flags, logging
+from absl import app, flags
+
+from fedsim_jax import cli
 
 from fedsim_jax.reproduce import fedcompass_tables as tables
 
@@ -207,78 +207,30 @@ def run_sweep(settings: dict[str, Any], workdir: str, data_dir: str | None,
   return records
 
 
-def write_outputs(records: Sequence[dict[str, Any]], settings: dict[str, Any], workdir: str,
-                  output: str, wall_seconds: float) -> None:
-  """Writes `<workdir>/results.jsonl` and the markdown tables."""
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, 'results.jsonl'), 'w', encoding='utf-8') as f:
-    for record in records:
-      f.write(json.dumps(record, sort_keys=True) + '\n')
-  seeds = ','.join(map(str, settings['seeds']))
-  text = '\n\n'.join([
-      '# FedCompass reproduction: MNIST',
-      f'Seeds {seeds} (the paper: ten); target {tables.TARGET_ACCURACY:.0%} test accuracy; '
-      f'virtual-time budgets {settings["sync_budget"]:g}s (FedAvg, FedAvgM) and '
-      f'{settings["async_budget"]:g}s (asynchronous algorithms); evaluation every '
-      f'{settings["eval_every"]} server versions; {len(records)} runs; wall time '
-      f'{wall_seconds:.0f}s.',
-      'Relative time = mean virtual time to first reach the target over the seeds that reached '
-      'it, divided by FedCompass\'s in the same cell; "-": the target was missed in at least '
-      'half of the seeds (as the paper). Paper values in parentheses (Table 1; Table 19 for '
-      '1/Q rows).',
-      '## Relative time to target (Table 1)',
-      tables.relative_time_table(records),
-      '## Top accuracy (Tables 14-15)',
-      tables.top_accuracy_table(records),
-      '## Agreement with the paper\'s ordering',
-      tables.agreement_table(records),
-  ]) + '\n'
-  directory = os.path.dirname(output)
-  if directory:
-    os.makedirs(directory, exist_ok=True)
-  with open(output, 'w', encoding='utf-8') as f:
-    f.write(text)
-
-
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
-    _fail(f'unexpected arguments: {argv[1:]}')
+    cli.fail(f'unexpected arguments: {argv[1:]}')
   start = time.perf_counter()
   try:
     settings = parse_settings()
   except FlagError as error:
-    _fail(str(error))
+    cli.fail(str(error))
   from fedsim_jax.config import ConfigError
   from fedsim_jax.data.errors import CorruptDatasetError, DatasetNotFoundError
 
-  pylogging.getLogger('jax._src.xla_bridge').setLevel(pylogging.WARNING)  # 'no TPU' notices
-  if not flags.FLAGS['verbosity'].present:  # per-evaluation lines only with --verbosity=0
-    logging.set_verbosity(logging.WARNING)
+  cli.quiet_logging()
   workdir = _WORKDIR.value
   output = _OUTPUT.value or os.path.join(workdir, 'tables.md')
   try:
     records = run_sweep(settings, workdir, _DATA_DIR.value)
   except (ConfigError, DatasetNotFoundError, CorruptDatasetError) as error:
-    _fail(str(error))
+    cli.fail(str(error))
   wall = time.perf_counter() - start
-  write_outputs(records, settings, workdir, output, wall)
+  tables.write_outputs(records, settings, workdir, output, wall)
   print(f'results: {os.path.abspath(os.path.join(workdir, "results.jsonl"))}')
   print(f'tables: {os.path.abspath(output)}')
   print(f'total wall time {wall:.1f}s')
 
 
-def _fail(message: str) -> None:
-  print(f'error: {message}', file=sys.stderr)
-  sys.exit(2)
-
-
-def _parse_flags(argv: list[str]) -> list[str]:
-  """absl's parser, with errors as one line and exit code 2 instead of usage text."""
-  try:
-    return flags.FLAGS(argv)
-  except flags.Error as error:
-    _fail(str(error).splitlines()[0] if str(error) else type(error).__name__)
-
-
 if __name__ == '__main__':
-  app.run(main, flags_parser=_parse_flags)
+  app.run(main, flags_parser=cli.parse_flags)

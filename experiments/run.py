@@ -9,12 +9,12 @@ missing dataset exits with code 2 and one line on stderr.
 
 from __future__ import annotations
 
-import logging as pylogging
 import os
-import sys
 
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
+
+from fedsim_jax import cli
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file.',
                                           lock_config=True)
@@ -36,13 +36,11 @@ def main(argv: list[str]) -> None:
   if workdir is None:
     name = os.path.splitext(os.path.basename(flags.FLAGS['config'].config_filename))[0]
     workdir = os.path.join('runs', name, f'seed{config.seed}')
-  logging.set_verbosity(logging.INFO)
-  pylogging.getLogger('jax._src.xla_bridge').setLevel(pylogging.WARNING)  # 'no TPU' notices
+  cli.quiet_logging(verbose_by_default=True)  # progress lines: one per evaluation
   try:
     summary = run_experiment(config, workdir)
   except (ConfigError, DatasetNotFoundError, CorruptDatasetError) as error:
-    print(f'error: {error}', file=sys.stderr)
-    sys.exit(2)
+    cli.fail(str(error))
   print(f'final accuracy {summary["final_accuracy"]:.4f}  best {summary["best_accuracy"]:.4f}  '
         f'virtual time {summary["final_virtual_time"]:.1f}s  host {summary["host"]["seconds"]:.1f}s')
   print(f'outputs: {os.path.abspath(workdir)}')

@@ -1,6 +1,5 @@
 """CC-FedAvg reproduction: paper tables, configs, result tables and the binary's flag errors."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -122,19 +121,11 @@ def test_table1_and_figure5():
   assert _row(grid, 'r=0.5') == ['82.00±2.00']
 
 
-def _load_binary():
-  spec = importlib.util.spec_from_file_location('reproduce_ccfedavg_binary', _BINARY)
-  binary = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(binary)
-  return binary
-
-
-def test_binary_writes_results_and_tables(tmp_path):
-  binary = _load_binary()
+def test_write_outputs_writes_results_and_tables(tmp_path):
   records = _synthetic_records()
   settings = {'experiment': 'table2', 'seeds': [0, 1, 2], 'rounds': 400, 'eval_every': 1}
   output = tmp_path / 'out' / 'tables.md'
-  binary.write_outputs(records, settings, str(tmp_path), str(output), wall_seconds=3.0)
+  tables.write_outputs(records, settings, str(tmp_path), str(output), wall_seconds=3.0)
   with open(tmp_path / 'results.jsonl', encoding='utf-8') as f:
     assert [json.loads(line) for line in f] == records
   text = output.read_text(encoding='utf-8')

@@ -284,17 +284,12 @@ def test_binary_rejects_bad_flags_with_one_line(flag, tmp_path):
   assert not os.listdir(tmp_path)
 
 
-def test_binary_writes_results_and_tables(tmp_path):
-  import importlib.util
+def test_write_outputs_writes_results_and_tables(tmp_path):
   import json
-  spec = importlib.util.spec_from_file_location(
-      'reproduce_fedcompass_binary', os.path.join(_REPO, 'experiments', 'reproduce_fedcompass.py'))
-  binary = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(binary)
   records = _synthetic_results()
   settings = {'seeds': [0, 1, 2], 'sync_budget': 100.0, 'async_budget': 50.0, 'eval_every': 1}
   output = tmp_path / 'out' / 'tables.md'
-  binary.write_outputs(records, settings, str(tmp_path), str(output), wall_seconds=12.0)
+  tables.write_outputs(records, settings, str(tmp_path), str(output), wall_seconds=12.0)
   with open(tmp_path / 'results.jsonl', encoding='utf-8') as f:
     assert [json.loads(line) for line in f] == records
   text = output.read_text(encoding='utf-8')

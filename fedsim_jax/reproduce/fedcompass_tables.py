@@ -17,7 +17,9 @@ when the target was missed) and best_accuracy (a fraction), optionally variant (
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from typing import Any, Iterable, Mapping, Sequence
 
 import ml_collections
@@ -615,3 +617,36 @@ def agreement_table(results: Iterable[Mapping[str, Any]]) -> str:
     summary += (f' Spearman ρ of relative times vs the paper: mean {sum(rhos) / len(rhos):+.2f}'
                 f' over {len(rhos)} cells (min {min(rhos):+.2f}, max {max(rhos):+.2f}).')
   return table + '\n\n' + summary
+
+
+def write_outputs(records: Sequence[dict[str, Any]], settings: dict[str, Any], workdir: str,
+                  output: str, wall_seconds: float) -> None:
+  """Writes `<workdir>/results.jsonl` and the markdown """
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, 'results.jsonl'), 'w', encoding='utf-8') as f:
+    for record in records:
+      f.write(json.dumps(record, sort_keys=True) + '\n')
+  seeds = ','.join(map(str, settings['seeds']))
+  text = '\n\n'.join([
+      '# FedCompass reproduction: MNIST',
+      f'Seeds {seeds} (the paper: ten); target {TARGET_ACCURACY:.0%} test accuracy; '
+      f'virtual-time budgets {settings["sync_budget"]:g}s (FedAvg, FedAvgM) and '
+      f'{settings["async_budget"]:g}s (asynchronous algorithms); evaluation every '
+      f'{settings["eval_every"]} server versions; {len(records)} runs; wall time '
+      f'{wall_seconds:.0f}s.',
+      'Relative time = mean virtual time to first reach the target over the seeds that reached '
+      'it, divided by FedCompass\'s in the same cell; "-": the target was missed in at least '
+      'half of the seeds (as the paper). Paper values in parentheses (Table 1; Table 19 for '
+      '1/Q rows).',
+      '## Relative time to target (Table 1)',
+      relative_time_table(records),
+      '## Top accuracy (Tables 14-15)',
+      top_accuracy_table(records),
+      '## Agreement with the paper\'s ordering',
+      agreement_table(records),
+  ]) + '\n'
+  directory = os.path.dirname(output)
+  if directory:
+    os.makedirs(directory, exist_ok=True)
+  with open(output, 'w', encoding='utf-8') as f:
+    f.write(text)

@@ -1,0 +1,34 @@
+"""Shared pieces of the absl binaries: one-line errors with exit code 2, quiet logging."""
+
+from __future__ import annotations
+
+import logging as pylogging
+import sys
+from typing import NoReturn
+
+from absl import flags, logging
+
+
+def fail(message: str) -> NoReturn:
+  """Prints `error: <first line of message>` on stderr and exits with code 2."""
+  line = message.splitlines()[0] if message else 'error'
+  print(f'error: {line}', file=sys.stderr)
+  sys.exit(2)
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl's flag parser, with errors as one line and exit code 2 instead of usage text (pass
+  as `app.run(main, flags_parser=parse_flags)`)."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as error:
+    fail(str(error) or type(error).__name__)
+
+
+def quiet_logging(verbose_by_default: bool = False) -> None:
+  """Hides JAX's 'no TPU' notices, and per-evaluation lines unless --verbosity is given."""
+  pylogging.getLogger('jax._src.xla_bridge').setLevel(pylogging.WARNING)
+  if verbose_by_default:
+    logging.set_verbosity(logging.INFO)
+  elif not flags.FLAGS['verbosity'].present:
+    logging.set_verbosity(logging.WARNING)
