@@ -25,9 +25,12 @@ LateUpdateHandler = Callable[[Simulation, TaskHandle], None]
 
 
 def update_weights(sim: Simulation, handles: list[TaskHandle], weighting: str) -> list[float]:
-  """Aggregation weights: the client's example count (n_k) or 1 per update."""
+  """Aggregation weights p_k: the client's share of the federation's examples (n_k / n) or 1
+  per update. Normalised averages do not depend on the scale; sums ('sum' normalization, as
+  FedCompass's FedAsync and FedBuff use) need p_k to be shares."""
   if weighting == 'num_examples':
-    return [float(sim.client_sizes[h.client_id]) for h in handles]
+    total = float(sim.client_sizes.sum())
+    return [float(sim.client_sizes[h.client_id]) / total for h in handles]
   return [1.0] * len(handles)
 
 
