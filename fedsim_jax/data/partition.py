@@ -62,6 +62,19 @@ def _sorted_parts(parts: list[np.ndarray]) -> list[np.ndarray]:
   return [np.sort(part).astype(np.int64) for part in parts]
 
 
+def _split_classes(by_class: list[np.ndarray], num_clients: int, rng: np.random.Generator,
+                   cuts_for) -> list[np.ndarray]:
+  """Shuffles each class's examples and cuts them into per-client pieces at
+  `cuts_for(class_index, members)` (which may draw from `rng` first); returns each client's
+  examples (unsorted)."""
+  parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+  for c, members in enumerate(by_class):
+    cuts = cuts_for(c, members)
+    for client, piece in enumerate(np.split(rng.permutation(members), cuts)):
+      parts[client].append(piece)
+  return [np.concatenate(pieces) for pieces in parts]
+
+
 def iid(num_examples: int, num_clients: int, seed: int) -> list[np.ndarray]:
   """Splits a random permutation of `range(num_examples)` into `num_clients` parts.
 
@@ -123,13 +136,11 @@ def dirichlet(
   rng = np.random.default_rng(seed)
   by_class = [np.flatnonzero(labels == c) for c in np.unique(labels)]
   for _ in range(max_attempts):
-    parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
-    for members in by_class:
+    def dirichlet_cuts(c, members):
       proportions = rng.dirichlet(np.full(num_clients, float(concentration)))
-      cuts = (np.cumsum(proportions)[:-1] * members.size).astype(np.int64)
-      for client, piece in enumerate(np.split(rng.permutation(members), cuts)):
-        parts[client].append(piece)
-    clients = [np.concatenate(pieces) for pieces in parts]
+      return (np.cumsum(proportions)[:-1] * members.size).astype(np.int64)
+
+    clients = _split_classes(by_class, num_clients, rng, dirichlet_cuts)
     if min(c.size for c in clients) >= min_client_size:
       return _sorted_parts(clients)
   raise ValueError(
@@ -465,13 +476,9 @@ def dual_dirichlet(
     log_class_wts = _log_dirichlet(rng, class_prior, num_clients)  # [m, n]
     log_weights = log_client_wts[:, None] + log_class_wts
     portions = np.exp(log_weights - _logsumexp(log_weights, axis=0))  # columns sum to 1
-    parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
-    for c, members in enumerate(by_class):
-      counts = (portions[:-1, c] * members.size).astype(np.int64)
-      cuts = np.cumsum(counts)
-      for client, piece in enumerate(np.split(rng.permutation(members), cuts)):
-        parts[client].append(piece)
-    clients = [np.concatenate(pieces) for pieces in parts]
+    clients = _split_classes(
+        by_class, num_clients, rng,
+        lambda c, members: np.cumsum((portions[:-1, c] * members.size).astype(np.int64)))
     if min(c.size for c in clients) >= min_client_size:
       return _sorted_parts(clients)
   raise ValueError(
