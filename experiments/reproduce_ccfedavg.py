@@ -25,9 +25,7 @@ Invalid flags, settings or a missing dataset exit with code 2 and one line on st
 
 from __future__ import annotations
 
-import json
 import os
-import time
 from typing import Any, Callable, Iterator, Sequence
 
 from absl import app, flags
@@ -35,6 +33,7 @@ from absl import app, flags
 from fedsim_jax import cli
 
 from fedsim_jax.reproduce import ccfedavg_tables as tables
+from fedsim_jax.reproduce import sweep
 
 EXPERIMENTS = ('table2', 'table1', 'figure5')
 _DEFAULT_ALGORITHMS = {'table2': tables.TABLE2_ALGORITHMS, 'table1': tables.TABLE1_ALGORITHMS,
@@ -70,32 +69,12 @@ _EVAL_EVERY = flags.DEFINE_string('eval_every', str(tables.DEFAULT_EVAL_EVERY),
 _OUTPUT = flags.DEFINE_string('output', None, 'Markdown tables (default: <workdir>/tables.md).')
 
 
-class FlagError(ValueError):
-  """An invalid flag value; its message is one line."""
-
-
-def _parse_list(name: str, text: str, convert: Callable[[str], Any],
-                check: Callable[[Any], bool], allowed: str) -> list:
-  values = []
-  for item in (item.strip() for item in text.split(',')):
-    if not item:
-      continue
-    try:
-      value = convert(item)
-    except ValueError:
-      value = None
-    if value is None or not check(value):
-      raise FlagError(f'--{name}={text!r}: {item!r} is invalid; allowed values: {allowed}')
-    if value not in values:
-      values.append(value)
-  return values
+FlagError = sweep.FlagError
+_parse_list = sweep.parse_list
 
 
 def _one_int(name: str, text: str, minimum: int) -> int:
-  values = _parse_list(name, text, int, lambda v: v >= minimum, f'an integer >= {minimum}')
-  if len(values) != 1 or ',' in text:
-    raise FlagError(f'--{name}={text!r} is invalid; allowed values: an integer >= {minimum}')
-  return values[0]
+  return sweep.parse_one(name, text, int, lambda v: v >= minimum, f'an integer >= {minimum}')
 
 
 def parse_settings() -> dict[str, Any]:
@@ -176,11 +155,11 @@ def _record(summary: dict[str, Any], kwargs: dict[str, Any], seed: int,
 def run_sweep(settings: dict[str, Any], workdir: str, data_dir: str | None,
               log: Callable[[str], None] = print) -> list[dict[str, Any]]:
   """Runs (or reuses) every run of the sweep; returns the run records."""
-  from fedsim_jax.experiment import build_federated_dataset, run_experiment
+  from fedsim_jax.experiment import build_federated_dataset
 
   plan = [(seed, kwargs, run_dir) for seed in settings['seeds']
           for kwargs, run_dir in _runs(settings, seed)]
-  records, datasets, done = [], {}, {}
+  records, done, federations = [], {}, sweep.LastFederation()
   for index, (seed, kwargs, run_dir) in enumerate(plan, 1):
     config = tables.make_config(seed=seed, data_dir=data_dir, rounds=settings['rounds'],
                                 eval_every=settings['eval_every'], **kwargs)
@@ -190,20 +169,12 @@ def run_sweep(settings: dict[str, Any], workdir: str, data_dir: str | None,
       run_dir = os.sep.join(parts)
     run_dir = os.path.join(workdir, run_dir)
     label = f'[{index}/{len(plan)}] {os.path.relpath(run_dir, workdir)}'
-    summary_path = os.path.join(run_dir, 'summary.json')
     if run_dir in done:
       summary, status = done[run_dir], 'shared'
-    elif os.path.exists(summary_path):
-      with open(summary_path, encoding='utf-8') as f:
-        summary = json.load(f)
-      status = 'reused'
     else:
-      key = (config.data.partition, config.data.gamma, seed)
-      if key not in datasets:
-        datasets.clear()  # runs sharing a federation are consecutive
-        datasets[key] = build_federated_dataset(config)
-      summary = run_experiment(config, run_dir, dataset=datasets[key])
-      status = 'ran'
+      summary, status = sweep.load_or_run(run_dir, config, lambda: federations.get(
+          (config.data.partition, config.data.gamma, seed),
+          lambda: build_federated_dataset(config)))
     done[run_dir] = summary
     log(f'{label}: {status}  best {summary.get("best_accuracy", float("nan")):.4f}  '
         f'final {summary.get("final_accuracy", float("nan")):.4f}  '
@@ -213,28 +184,9 @@ def run_sweep(settings: dict[str, Any], workdir: str, data_dir: str | None,
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    cli.fail(f'unexpected arguments: {argv[1:]}')
-  start = time.perf_counter()
-  try:
-    settings = parse_settings()
-  except FlagError as error:
-    cli.fail(str(error))
-  from fedsim_jax.config import ConfigError
-  from fedsim_jax.data.errors import CorruptDatasetError, DatasetNotFoundError
-
-  cli.quiet_logging()
-  workdir = _WORKDIR.value
-  output = _OUTPUT.value or os.path.join(workdir, 'tables.md')
-  try:
-    records = run_sweep(settings, workdir, _DATA_DIR.value)
-  except (ConfigError, DatasetNotFoundError, CorruptDatasetError) as error:
-    cli.fail(str(error))
-  wall = time.perf_counter() - start
-  tables.write_outputs(records, settings, workdir, output, wall)
-  print(f'results: {os.path.abspath(os.path.join(workdir, "results.jsonl"))}')
-  print(f'tables: {os.path.abspath(output)}')
-  print(f'total wall time {wall:.1f}s')
+  sweep.sweep_main(argv, parse_settings=parse_settings, run_sweep=run_sweep,
+                   write_outputs=tables.write_outputs, workdir=_WORKDIR.value,
+                   output=_OUTPUT.value, data_dir=_DATA_DIR.value)
 
 
 if __name__ == '__main__':

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from typing import Any, Callable, Sequence
 
 from absl import app, flags
@@ -37,6 +36,7 @@ from absl import app, flags
 from fedsim_jax import cli
 
 from fedsim_jax.reproduce import fedcompass_tables as tables
+from fedsim_jax.reproduce import sweep
 
 _ALGORITHMS = flags.DEFINE_string('algorithms', ','.join(tables.ALGORITHMS),
                                   f'Comma list of algorithms, from {list(tables.ALGORITHMS)}.')
@@ -69,32 +69,9 @@ _LATEST_TIME_FACTOR = flags.DEFINE_string('latest_time_factor', '',
 _OUTPUT = flags.DEFINE_string('output', None, 'Markdown tables (default: <workdir>/tables.md).')
 
 
-class FlagError(ValueError):
-  """An invalid flag value; its message is one line."""
-
-
-def _parse_list(name: str, text: str, convert: Callable[[str], Any],
-                check: Callable[[Any], bool], allowed: str) -> list:
-  items = [item.strip() for item in text.split(',') if item.strip()]
-  values = []
-  for item in items:
-    try:
-      value = convert(item)
-    except ValueError:
-      value = None
-    if value is None or not check(value):
-      raise FlagError(f'--{name}={text!r}: {item!r} is invalid; allowed values: {allowed}')
-    if value not in values:
-      values.append(value)
-  return values
-
-
-def _parse_number(name: str, text: str, convert: Callable[[str], Any],
-                  check: Callable[[Any], bool], allowed: str):
-  values = _parse_list(name, text, convert, check, allowed)
-  if len(values) != 1 or ',' in text:
-    raise FlagError(f'--{name}={text!r} is invalid; allowed values: {allowed}')
-  return values[0]
+FlagError = sweep.FlagError
+_parse_list = sweep.parse_list
+_parse_number = sweep.parse_one
 
 
 def _finite_positive(value: float) -> bool:
@@ -168,14 +145,13 @@ def _stale_settings(run_dir: str, config) -> str | None:
 def run_sweep(settings: dict[str, Any], workdir: str, data_dir: str | None,
               log: Callable[[str], None] = print) -> list[dict[str, Any]]:
   """Runs (or reuses) every run of the sweep; returns the run records."""
-  from fedsim_jax.experiment import build_federated_dataset, run_experiment
+  from fedsim_jax.experiment import build_federated_dataset
 
   groups = [(p, m, s) for p in settings['partitions'] for m in settings['num_clients']
             for s in settings['seeds']]
   total = sum(1 for g in groups for _ in _runs(settings, *g))
-  records, index = [], 0
+  records, index, federations = [], 0, sweep.LastFederation()
   for partition, m, seed in groups:
-    dataset = None
     for speed, algorithm, q_ratio, factor in _runs(settings, partition, m, seed):
       index += 1
       variant = tables.variant_name(algorithm, q_ratio, factor)
@@ -185,18 +161,11 @@ def run_sweep(settings: dict[str, Any], workdir: str, data_dir: str | None,
           eval_every=settings['eval_every'], q_ratio=q_ratio, latest_time_factor=factor)
       run_dir = os.path.join(workdir, partition, f'm{m}', speed, variant, f'seed{seed}')
       label = f'[{index}/{total}] {partition} m={m} {speed} {variant} seed={seed}'
-      summary_path = os.path.join(run_dir, 'summary.json')
-      if os.path.exists(summary_path):
-        with open(summary_path, encoding='utf-8') as f:
-          summary = json.load(f)
-        stale = _stale_settings(run_dir, config)
-        note = f' (warning: run with {stale}; delete it to rerun)' if stale else ''
-        status = 'reused'
-      else:
-        if dataset is None:
-          dataset = build_federated_dataset(config)
-        summary = run_experiment(config, run_dir, dataset=dataset)
-        status, note = 'ran', ''
+      summary, status = sweep.load_or_run(run_dir, config, lambda: federations.get(
+          (partition, m, seed), lambda: build_federated_dataset(config)))
+      note = ''
+      if status == 'reused' and (stale := _stale_settings(run_dir, config)):
+        note = f' (warning: run with {stale}; delete it to rerun)'
       hit = summary.get('time_to_target')
       log(f'{label}: {status}  best {summary.get("best_accuracy", float("nan")):.4f}  '
           f'target {"missed" if hit is None else f"at {hit:.1f}s"}  '
@@ -208,28 +177,9 @@ def run_sweep(settings: dict[str, Any], workdir: str, data_dir: str | None,
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    cli.fail(f'unexpected arguments: {argv[1:]}')
-  start = time.perf_counter()
-  try:
-    settings = parse_settings()
-  except FlagError as error:
-    cli.fail(str(error))
-  from fedsim_jax.config import ConfigError
-  from fedsim_jax.data.errors import CorruptDatasetError, DatasetNotFoundError
-
-  cli.quiet_logging()
-  workdir = _WORKDIR.value
-  output = _OUTPUT.value or os.path.join(workdir, 'tables.md')
-  try:
-    records = run_sweep(settings, workdir, _DATA_DIR.value)
-  except (ConfigError, DatasetNotFoundError, CorruptDatasetError) as error:
-    cli.fail(str(error))
-  wall = time.perf_counter() - start
-  tables.write_outputs(records, settings, workdir, output, wall)
-  print(f'results: {os.path.abspath(os.path.join(workdir, "results.jsonl"))}')
-  print(f'tables: {os.path.abspath(output)}')
-  print(f'total wall time {wall:.1f}s')
+  sweep.sweep_main(argv, parse_settings=parse_settings, run_sweep=run_sweep,
+                   write_outputs=tables.write_outputs, workdir=_WORKDIR.value,
+                   output=_OUTPUT.value, data_dir=_DATA_DIR.value)
 
 
 if __name__ == '__main__':
