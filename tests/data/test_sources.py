@@ -14,7 +14,7 @@ from fedsim_jax.data.errors import CorruptDatasetError, DatasetNotFoundError
 
 
 def test_registry_names() -> None:
-  assert set(sources.SOURCES) == {'fashion_mnist', 'mnist', 'digits'}
+  assert set(sources.SOURCES) == {'fashion_mnist', 'mnist', 'digits', 'shakespeare'}
 
 
 def test_digits() -> None:
