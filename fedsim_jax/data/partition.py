@@ -21,9 +21,22 @@ per client, which together assign every example exactly once.
   Averaging", Sec. VI-A, following FedCos [39]; the cross-silo setting).
 * `two_classes_per_client`: two label-sorted shards per client (CC-FedAvg,
   Sec. VI-B, Table II; McMahan's `shards` with 2 shards per client).
+* `budget_skewed`: CC-FedAvg's budget-correlated shards, classes "highly" or
+  "moderately skewed" across computation-budget levels (Sec. VI-B, Tables IV, V).
 
 `partition(method, labels, num_clients, seed=..., **settings)` dispatches by name
 through `PARTITIONERS`.
+
+Two functions have other inputs or outputs and are not in `PARTITIONERS`:
+
+* `natural`: one client per distinct natural id (writer, speaking role, user;
+  LEAF, Caldas et al. 2018). Returns the parts and the id of each client, and may
+  drop small clients (their examples are then assigned to no client).
+* `straggler_domain_split`: turns any base split into standard and straggler
+  clients by straggler classes (Hard et al. 2024, "Learning from straggler
+  clients in federated learning", Sec. 4.1). Returns the parts and a straggler
+  mask; the straggler-class examples of standard clients are removed, not
+  reassigned.
 """
 
 from __future__ import annotations
@@ -56,6 +69,15 @@ def _check_num_clients(num_clients: int, num_examples: int) -> None:
         f'num_clients={num_clients} is invalid; '
         f'allowed: 1..{num_examples} (the number of examples)'
     )
+
+
+def _check_bool(name: str, value: bool) -> None:
+  if not isinstance(value, (bool, np.bool_)):
+    raise ValueError(f'{name}={value!r} is invalid; allowed: True, False')
+
+
+class _Redraw(Exception):
+  """A draw that cannot be completed; the partitioner starts a new one."""
 
 
 def _sorted_parts(parts: list[np.ndarray]) -> list[np.ndarray]:
@@ -96,6 +118,8 @@ def dirichlet(
     seed: int,
     min_client_size: int = 10,
     max_attempts: int = 1000,
+    *,
+    balance: bool = False,
 ) -> list[np.ndarray]:
   """Label-skewed split: each class is divided among clients by Dirichlet proportions.
 
@@ -105,6 +129,19 @@ def dirichlet(
   examples. Small concentrations (e.g. 0.1) give clients few dominant classes;
   large ones (e.g. 100) approach an IID split.
 
+  `balance=True` adds the self-balancing rule of the widely copied `partition_data`
+  of Wang et al. (2020), "Federated Learning with Matched Averaging" (FedMA code),
+  reused by Li et al. (2021), "Model-Contrastive Federated Learning" (MOON code)
+  and by the CC-FedAvg authors (`cifar_noniid_Dirichlet`, benjiachong/ccfedavg):
+  classes are split in increasing label order, and while a class is split every
+  client that already holds >= N / K examples gets proportion 0; the other
+  clients' proportions are renormalised to sum to 1. The cap is soft: a client
+  below it may receive a piece of the current class that takes it above N / K.
+  If every client still below the cap drew proportion exactly 0 (possible only
+  for tiny concentrations), the whole draw is repeated and counts against
+  `max_attempts`. `balance=False` (default) gives the same splits as before this
+  setting existed.
+
   Args:
     labels: integer class of each example, shape [N].
     num_clients: number of clients K.
@@ -112,6 +149,7 @@ def dirichlet(
     seed: seed of the random generator.
     min_client_size: minimum number of examples per client.
     max_attempts: number of draws before giving up.
+    balance: apply the FedMA/MOON self-balancing rule above.
 
   Raises:
     ValueError: invalid settings, or no draw met `min_client_size` within
@@ -133,14 +171,31 @@ def dirichlet(
         f'{labels.size} examples; allowed: 0..{labels.size // num_clients}'
     )
 
+  _check_bool('balance', balance)
+
   rng = np.random.default_rng(seed)
   by_class = [np.flatnonzero(labels == c) for c in np.unique(labels)]
+  capacity = labels.size / num_clients
   for _ in range(max_attempts):
+    held = np.zeros(num_clients, np.int64)  # examples each client holds so far (balance only)
+
     def dirichlet_cuts(c, members):
       proportions = rng.dirichlet(np.full(num_clients, float(concentration)))
-      return (np.cumsum(proportions)[:-1] * members.size).astype(np.int64)
+      if balance:
+        proportions = np.where(held < capacity, proportions, 0.0)
+        total = proportions.sum()
+        if total <= 0:
+          raise _Redraw
+        proportions = proportions / total
+      cuts = (np.cumsum(proportions)[:-1] * members.size).astype(np.int64)
+      if balance:
+        np.add(held, np.diff(cuts, prepend=0, append=members.size), out=held)
+      return cuts
 
-    clients = _split_classes(by_class, num_clients, rng, dirichlet_cuts)
+    try:
+      clients = _split_classes(by_class, num_clients, rng, dirichlet_cuts)
+    except _Redraw:
+      continue
     if min(c.size for c in clients) >= min_client_size:
       return _sorted_parts(clients)
   raise ValueError(
@@ -573,6 +628,291 @@ def two_classes_per_client(labels: np.ndarray, num_clients: int, seed: int) -> l
   return shards(labels, num_clients, shards_per_client=2, seed=seed)
 
 
+BUDGET_SKEWS = ('none', 'high', 'moderate')
+"""`budget_skewed` settings: Table II (none), Table IV (high) and Table V (moderate)."""
+
+
+def _folded_shard_order(num_shards: int) -> np.ndarray:
+  """Shard numbers 0, S-1, 1, S-2, 2, ...: consecutive pairs take one shard from each end."""
+  order = np.empty(num_shards, np.int64)
+  order[0::2] = np.arange((num_shards + 1) // 2)
+  order[1::2] = num_shards - 1 - np.arange(num_shards // 2)
+  return order
+
+
+def budget_skewed(
+    labels: np.ndarray,
+    num_clients: int,
+    seed: int,
+    *,
+    budgets: np.ndarray,
+    skew: str = 'high',
+    shards_per_client: int = 2,
+    skewed_fraction: float = 0.1,
+) -> list[np.ndarray]:
+  """CC-FedAvg's budget-correlated shards: classes skewed across computation-budget levels.
+
+  Zhang et al. (2024), "CC-FedAvg: Computationally Customized Federated
+  Averaging", Sec. VI-B and Appendix D (Tables II, IV, V; FMNIST, N = 100,
+  beta = 4). Appendix D: in Table II "each client is randomly assigned two types
+  of data ... We assign p_i at random"; in Table IV "we assign two classes of data
+  [to] 20 clients randomly, and assign the same p_i to the clients with the same
+  class of data. As a consequence, each class of data is either on the client
+  with adequate resources or the clients with insufficient resources" ("highly
+  skewed"); Table V is "a compromise between Table II and Table IV, with only 10%
+  of clients using the setting of Table IV (these clients have adequate
+  resources) and the rest following the setting of Table II" ("moderately
+  skewed").
+
+  The paper gives no construction beyond this. Here, as in the authors' code
+  (`mnist_noniid_multi2` and `mnist_noniid_multi3`, benjiachong/ccfedavg
+  utils/sampling.py), the examples are sorted by label and cut into
+  S = num_clients * shards_per_client near-equal shards, and a "skewed" client
+  takes its shards from both ends of the sorted order: with 2 shards per client
+  the r-th skewed client gets shards r and S-1-r (the code's `pop(0), pop(-1)`),
+  so consecutive skewed clients share the same two classes. `skew` selects:
+
+  * 'none' (Table II): `shards(labels, num_clients, shards_per_client, seed)`:
+    random shards, independent of `budgets`.
+  * 'high' (Table IV): all clients are skewed clients, ranked by budget from the
+    highest down (ties in random order). Clients of one budget level are
+    consecutive, so they share a contiguous block of classes. With the paper's
+    FMNIST numbers and 5 equal levels of 20 clients this is exactly "two classes
+    per 20 clients, each class on one level". With beta = 4 (4 levels of 25
+    clients, as in the code, where budgets follow client index) a level holds
+    2.5 classes' worth of examples spread over 4 classes: the highest and the
+    lowest level each hold 2 classes whole, and the other 6 classes are each
+    split between two adjacent levels (never more). The paper's "20 clients"
+    and "beta = 4" cannot both hold; this reading keeps the given budgets.
+  * 'moderate' (Table V): floor(skewed_fraction * num_clients) skewed clients,
+    chosen at random among the clients with the highest budget ("these clients
+    have adequate resources"), take the first shards of the folded order (both
+    ends of the sorted data); the remaining shards are dealt at random,
+    `shards_per_client` each, to the other clients. The authors' code instead
+    skews clients 0..9, whose budget in its capability list is the lowest
+    (1/8); this follows the paper's text.
+
+  Which classes land on which budget level is random: the class order is a
+  random permutation (with `seed`) before sorting (the code sorts by the labels
+  themselves, so classes 0 and 9 always go to its first clients). Every example
+  is assigned exactly once; client sizes differ by at most `shards_per_client`.
+  A client holds at most `shards_per_client` classes when shard boundaries fall
+  on class boundaries (FMNIST with N = 100: 200 shards of 300), and at most
+  `2 * shards_per_client` otherwise.
+
+  Args:
+    labels: integer class of each example, shape [N_total].
+    num_clients: number of clients N.
+    seed: seed of the random generator.
+    budgets: per-client computation budget, shape [N] (e.g. p_i from
+      `strategy.budgets.beta_levels`); larger is more resources, equal values
+      form one level. Only their order matters.
+    skew: 'none', 'high' or 'moderate' (above).
+    shards_per_client: shards per client (paper: 2).
+    skewed_fraction: fraction of skewed clients for 'moderate' (paper: 0.1).
+
+  Raises:
+    ValueError: invalid settings, fewer examples than shards, or (for 'moderate')
+      fewer clients with the highest budget than skewed clients.
+  """
+  labels = _check_labels(labels)
+  _check_num_clients(num_clients, labels.size)
+  _check_int('shards_per_client', shards_per_client, 1)
+  if skew not in BUDGET_SKEWS:
+    raise ValueError(f"skew={skew!r} is invalid; allowed: {', '.join(BUDGET_SKEWS)}")
+  p = np.asarray(budgets)
+  if (p.shape != (num_clients,) or not np.issubdtype(p.dtype, np.number)
+      or np.issubdtype(p.dtype, np.complexfloating) or not np.all(np.isfinite(p))):
+    raise ValueError(
+        f'budgets with dtype {p.dtype} and shape {p.shape} are invalid; allowed: '
+        f'{num_clients} finite real numbers (one per client)'
+    )
+  num_shards = num_clients * shards_per_client
+  if num_shards > labels.size:
+    raise ValueError(
+        f'shards_per_client={shards_per_client} with num_clients={num_clients} gives '
+        f'{num_shards} shards for {labels.size} examples; allowed: '
+        f'num_clients * shards_per_client <= {labels.size}'
+    )
+  if skew == 'none':
+    return shards(labels, num_clients, shards_per_client, seed)
+  num_skewed = num_clients
+  if skew == 'moderate':
+    _check_positive_float('skewed_fraction', skewed_fraction)
+    num_skewed = int(math.floor(float(skewed_fraction) * num_clients))
+    num_adequate = int(np.sum(p == p.max()))
+    if not 1 <= num_skewed <= num_adequate:
+      raise ValueError(
+          f'skewed_fraction={skewed_fraction!r} gives {num_skewed} skewed clients of '
+          f'{num_clients}, but they must be 1..{num_adequate} (the clients with the highest '
+          f'budget); allowed: {1 / num_clients:.6g} <= skewed_fraction < '
+          f'{(num_adequate + 1) / num_clients:.6g}'
+      )
+
+  rng = np.random.default_rng(seed)
+  classes = np.unique(labels)
+  class_rank = rng.permutation(classes.size)[np.searchsorted(classes, labels)]
+  shard_list = np.array_split(np.argsort(class_rank, kind='stable'), num_shards)
+  folded = _folded_shard_order(num_shards)
+  if skew == 'high':
+    skewed_clients = np.lexsort((rng.permutation(num_clients), -p.astype(np.float64)))
+  else:
+    skewed_clients = rng.permutation(np.flatnonzero(p == p.max()))[:num_skewed]
+  assignment = np.empty((num_clients, shards_per_client), np.int64)
+  assignment[skewed_clients] = folded[:num_skewed * shards_per_client].reshape(
+      num_skewed, shards_per_client)
+  others = np.setdiff1d(np.arange(num_clients), skewed_clients)
+  if others.size:
+    assignment[others] = rng.permutation(folded[num_skewed * shards_per_client:]).reshape(
+        others.size, shards_per_client)
+  return _sorted_parts([np.concatenate([shard_list[s] for s in row]) for row in assignment])
+
+
+def natural(
+    client_ids: np.ndarray, *, min_client_size: int = 1
+) -> tuple[list[np.ndarray], np.ndarray]:
+  """Natural split: one client per distinct natural id, e.g. a writer or a speaking role.
+
+  The partition of LEAF (Caldas et al. 2018, "LEAF: A Benchmark for Federated
+  Settings": FEMNIST by writer, Shakespeare by speaking role, as in McMahan et
+  al. 2017) and of TensorFlow Federated's EMNIST and StackOverflow (by writer,
+  by user). Client c holds every example whose id is `kept_ids[c]`; clients are
+  ordered by id (`np.unique` order). No randomness.
+
+  Clients with fewer than `min_client_size` examples are dropped, not padded or
+  merged: their examples are assigned to no client (so every example is covered
+  exactly once only when nothing is dropped). The dropped ids are
+  `np.setdiff1d(np.unique(client_ids), kept_ids)`.
+
+  Args:
+    client_ids: natural id of each example, shape [N]; any sortable dtype
+      (integers, strings).
+    min_client_size: minimum number of examples of a kept client (the default 1
+      keeps every id).
+
+  Returns:
+    `(parts, kept_ids)`: the sorted int64 example indices of each kept client, and
+    the id of each kept client, shape [num_clients].
+
+  Raises:
+    ValueError: empty or non-1-D `client_ids`, an invalid `min_client_size`, or
+      one that drops every client.
+  """
+  ids = np.asarray(client_ids)
+  if ids.ndim != 1 or ids.size == 0:
+    raise ValueError(
+        f'client_ids with shape {ids.shape} are invalid; allowed: a non-empty 1-D array'
+    )
+  _check_int('min_client_size', min_client_size, 0)
+  unique_ids, inverse, counts = np.unique(ids, return_inverse=True, return_counts=True)
+  if counts.max() < min_client_size:
+    raise ValueError(
+        f'min_client_size={min_client_size} drops every client; allowed: 0..{counts.max()} '
+        '(the largest client)'
+    )
+  order = np.argsort(inverse, kind='stable')  # stable: indices ascending within a client
+  parts = np.split(order.astype(np.int64), np.cumsum(counts)[:-1])
+  kept = np.flatnonzero(counts >= min_client_size)
+  return [parts[c] for c in kept], unique_ids[kept]
+
+
+def straggler_domain_split(
+    labels: np.ndarray,
+    parts: list[np.ndarray],
+    straggler_classes: list[int] | np.ndarray,
+    num_stragglers: int | None,
+    *,
+    min_client_size: int = 0,
+) -> tuple[list[np.ndarray], np.ndarray]:
+  """Straggler-domain split: stragglers own the straggler classes.
+
+  Hard et al. (2024), "Learning from straggler clients in federated learning",
+  Sec. 4.1 (Federated tasks). EMNIST: "we defined the digits 0-4 as straggler
+  classes. Next, we found the 800 clients with the most examples from those
+  straggler classes and defined them as the straggler clients. Finally, all
+  examples from the straggler classes were removed from non-straggler clients,
+  which were referred to as standard clients" (CIFAR-100 likewise: 125 of 500
+  clients by the coarse classes "vehicles 1" and "vehicles 2"). StackOverflow:
+  "All clients with at least one training example with one of these tags were
+  labeled as straggler clients" (`num_stragglers=None` here).
+
+  Starting from any base split `parts` (natural, Dirichlet, ...):
+
+  1. Count each client's examples whose label is in `straggler_classes`.
+  2. Stragglers are the `num_stragglers` clients with the largest counts (ties
+     go to the lower client index; the paper does not say), or, for None, every
+     client with a count > 0.
+  3. Straggler clients keep all their examples. Standard clients lose their
+     straggler-class examples: these are removed from training and NOT
+     reassigned to any client (as in the paper, which removes them).
+
+  Afterwards every straggler-class example that remains is on a straggler, and
+  standard clients hold none. Clients keep their index and order; a standard
+  client may be left with 0 examples (the paper keeps all 2,600 standard EMNIST
+  clients); `min_client_size` turns that into an error instead.
+
+  To split on a coarser label (CIFAR-100 coarse classes), pass those labels.
+
+  Args:
+    labels: integer class of each example, shape [N].
+    parts: base split, the example indices of each client.
+    straggler_classes: the straggler classes (non-empty; at least one in `labels`).
+    num_stragglers: number of straggler clients n, 1..(clients holding any
+      straggler-class example); None for every such client.
+    min_client_size: minimum number of examples any client keeps.
+
+  Returns:
+    `(parts, straggler_mask)`: each client's remaining example indices (sorted
+    int64), and a bool [num_clients] mask that is True for stragglers.
+
+  Raises:
+    ValueError: invalid settings, or fewer clients holding straggler-class
+      examples than `num_stragglers`, or a client left below `min_client_size`.
+  """
+  labels = _check_labels(labels)
+  if not parts:
+    raise ValueError('parts=[] is invalid; allowed: a non-empty list of index arrays')
+  parts = [np.asarray(part, np.int64) for part in parts]
+  if any(part.ndim != 1 or (part.size and (part.min() < 0 or part.max() >= labels.size))
+         for part in parts):
+    raise ValueError(
+        f'parts are invalid; allowed: 1-D arrays of example indices in 0..{labels.size - 1}'
+    )
+  classes = np.asarray(straggler_classes)
+  present = np.unique(labels)
+  if (classes.ndim != 1 or classes.size == 0 or not np.issubdtype(classes.dtype, np.integer)
+      or not np.any(np.isin(classes, present))):
+    raise ValueError(
+        f'straggler_classes={straggler_classes!r} is invalid; allowed: a non-empty list of '
+        f'integer labels, at least one of them present in labels ({present.min()}..'
+        f'{present.max()})'
+    )
+  _check_int('min_client_size', min_client_size, 0)
+  is_straggler_class = np.isin(labels, classes)
+  counts = np.array([int(is_straggler_class[part].sum()) for part in parts])
+  holders = int(np.sum(counts > 0))
+  if num_stragglers is None:
+    mask = counts > 0
+  else:
+    if (isinstance(num_stragglers, bool) or not isinstance(num_stragglers, (int, np.integer))
+        or not 1 <= num_stragglers <= holders):
+      raise ValueError(
+          f'num_stragglers={num_stragglers!r} is invalid; allowed: None or 1..{holders} '
+          '(the clients holding straggler-class examples)'
+      )
+    mask = np.zeros(len(parts), bool)
+    mask[np.argsort(-counts, kind='stable')[:num_stragglers]] = True
+  split = [part if straggler else part[~is_straggler_class[part]]
+           for part, straggler in zip(parts, mask)]
+  smallest = min(part.size for part in split)
+  if smallest < min_client_size:
+    raise ValueError(
+        f'min_client_size={min_client_size} is not met: a client keeps {smallest} examples '
+        f'after the straggler classes are removed; allowed: 0..{smallest}'
+    )
+  return _sorted_parts(split), mask
+
+
 PARTITIONERS: dict[str, Callable[..., list[np.ndarray]]] = {
     'iid': iid,
     'dirichlet': dirichlet,
@@ -581,6 +921,7 @@ PARTITIONERS: dict[str, Callable[..., list[np.ndarray]]] = {
     'dual_dirichlet': dual_dirichlet,
     'gamma_mix': gamma_mix,
     'two_classes': two_classes_per_client,
+    'budget_skewed': budget_skewed,
 }
 """Partitioner name -> function; call through `partition` for a uniform signature."""
 
@@ -597,7 +938,11 @@ def partition(
   defaults are the paper's for 5, 10 or 20 clients), and optionally `alpha_1`,
   `alpha_2`, `min_client_size`, `max_attempts` for "dual_dirichlet" (FedCompass
   Algorithm 5; same defaults rule), `gamma` for "gamma_mix" (CC-FedAvg's
-  cross-silo split), and none for "two_classes" (CC-FedAvg's cross-device split).
+  cross-silo split), none for "two_classes" (CC-FedAvg's cross-device split), and
+  `budgets` (and optionally `skew`, `shards_per_client`, `skewed_fraction`) for
+  "budget_skewed" (CC-FedAvg Tables II, IV, V). "dirichlet" also takes `balance`.
+  `natural` and `straggler_domain_split` are called directly (other inputs and
+  outputs).
 
   Raises:
     ValueError: unknown `method` or invalid settings.

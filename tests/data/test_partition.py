@@ -19,6 +19,7 @@ CASES = {
     'dual_dirichlet': {'alpha_1': 20.0, 'alpha_2': 0.5},
     'gamma_mix': {'gamma': 0.5},
     'two_classes': {},
+    'budget_skewed': {'budgets': np.repeat([1.0, 0.5, 0.25, 0.125], 5), 'skew': 'high'},
 }
 
 
