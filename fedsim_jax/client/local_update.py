@@ -52,7 +52,10 @@ class ClientUpdate(NamedTuple):
 
 def distillation_loss(student_logits: jax.Array, teacher_logits: jax.Array,
                       weights: jax.Array, temperature: float = 1.0) -> jax.Array:
-  """Weighted mean of T^2 KL(softmax(teacher / T) || softmax(student / T)) (Hinton et al.)."""
+  """Weighted mean of T^2 KL(softmax(teacher / T) || softmax(student / T)) (Hinton et al.).
+
+  `weights` has the shape of the logits without the class axis (`[B]`, or `[B, T]` per token).
+  """
   teacher = jax.nn.softmax(teacher_logits / temperature)
   log_student = jax.nn.log_softmax(student_logits / temperature)
   log_teacher = jax.nn.log_softmax(teacher_logits / temperature)
@@ -74,6 +77,12 @@ def sgd_client_update(model: Model, optimizer: optax.GradientTransformation, bat
   model as teacher, its `+ KD reg.` (the paper states neither form; these are the standard ones,
   added to the task loss). `task_inputs` is unused; objectives with other per-task inputs (a
   stale teacher) receive them through it.
+
+  Models with state (`model.has_state`, BatchNorm) follow `models.bundle`'s rule: the objective
+  runs in train mode and each step replaces the running statistics by their updated values; the
+  optimizer, the proximal term and the optimizer state see only the trainable part
+  (`model.split`), so statistics get no gradient step, momentum or weight decay. The delta
+  returned by `final` covers the statistics too, so the server averages them like weights.
   """
   if proximal_strength < 0 or distillation_strength < 0 or distillation_temperature <= 0:
     raise ValueError('client.proximal_strength and client.distillation_strength must be >= 0 '
@@ -84,30 +93,45 @@ def sgd_client_update(model: Model, optimizer: optax.GradientTransformation, bat
     if not needs_anchor:
       return model.loss(params, x, y, weights)
     logits = model.apply(params, x)
-    per_example = optax.softmax_cross_entropy_with_integer_labels(logits, y)
-    loss = (per_example * weights).sum() / jnp.maximum(weights.sum(), 1.0)
+    return regularised(logits, params, anchor, x, y, weights)
+
+  def regularised(logits, trainable, anchor, x, y, weights):
+    loss = model.cross_entropy(logits, y, weights)
     if proximal_strength:
-      sq = sum(jnp.sum(jnp.square(p - a)) for p, a in zip(jax.tree_util.tree_leaves(params),
-                                                         jax.tree_util.tree_leaves(anchor)))
+      anchor_trainable = model.split(anchor)[0]
+      sq = sum(jnp.sum(jnp.square(p - a)) for p, a in zip(
+          jax.tree_util.tree_leaves(trainable), jax.tree_util.tree_leaves(anchor_trainable)))
       loss = loss + 0.5 * proximal_strength * sq
     if distillation_strength:
       teacher_logits = jax.lax.stop_gradient(model.apply(anchor, x))
       loss = loss + distillation_strength * distillation_loss(
-          logits, teacher_logits, weights, distillation_temperature)
+          logits, teacher_logits, model.label_weights(y, weights), distillation_temperature)
     return loss
+
+  def stateful_objective(trainable, model_state, anchor, x, y, weights):
+    logits, new_state = model.apply_train(model.merge(trainable, model_state), x, weights)
+    return regularised(logits, trainable, anchor, x, y, weights), new_state
 
   def init(start_params, task_inputs):
     del task_inputs
-    return ClientState(params=start_params, opt_state=optimizer.init(start_params),
+    return ClientState(params=start_params, opt_state=optimizer.init(model.split(start_params)[0]),
                        loss_sum=jnp.zeros((), jnp.float32), steps_run=jnp.zeros((), jnp.int32),
                        anchor=start_params if needs_anchor else None)
 
   def step(state, batch, task_inputs):
     del task_inputs
     x, y, weights = batch
-    loss, grads = jax.value_and_grad(objective)(state.params, state.anchor, x, y, weights)
-    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-    return ClientState(params=optax.apply_updates(state.params, updates), opt_state=opt_state,
+    if model.has_state:
+      trainable, model_state = model.split(state.params)
+      (loss, new_state), grads = jax.value_and_grad(stateful_objective, has_aux=True)(
+          trainable, model_state, state.anchor, x, y, weights)
+      updates, opt_state = optimizer.update(grads, state.opt_state, trainable)
+      params = model.merge(optax.apply_updates(trainable, updates), new_state)
+    else:
+      loss, grads = jax.value_and_grad(objective)(state.params, state.anchor, x, y, weights)
+      updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+      params = optax.apply_updates(state.params, updates)
+    return ClientState(params=params, opt_state=opt_state,
                        loss_sum=state.loss_sum + loss, steps_run=state.steps_run + 1,
                        anchor=state.anchor)
 

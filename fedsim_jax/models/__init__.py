@@ -1,7 +1,11 @@
 """Models: flax modules wrapped in a `Model` bundle (init, apply, loss, eval metrics)."""
 
-from fedsim_jax.models.bundle import Model, Params, scale_to_unit_interval
-from fedsim_jax.models.zoo import LeNet5, MLP, MnistCNN, MODELS, get_model
+from fedsim_jax.models.bundle import Model, Params, identity_tokens, scale_to_unit_interval
+from fedsim_jax.models.zoo import (AlexNet, CharLSTM, EmnistCNN, FedASMUCNN, FedAvgCNN, LeNet5, MLP,
+                                   MnistCNN, MODELS, NEXT_TOKEN_MODELS, ResNet, TextCNN,
+                                   TOKEN_MODELS, VGG11, WordLSTM, get_model)
 
-__all__ = ['Model', 'Params', 'scale_to_unit_interval', 'LeNet5', 'MLP', 'MnistCNN', 'MODELS',
+__all__ = ['Model', 'Params', 'identity_tokens', 'scale_to_unit_interval', 'AlexNet', 'CharLSTM',
+           'EmnistCNN', 'FedASMUCNN', 'FedAvgCNN', 'LeNet5', 'MLP', 'MnistCNN', 'MODELS',
+           'NEXT_TOKEN_MODELS', 'ResNet', 'TextCNN', 'TOKEN_MODELS', 'VGG11', 'WordLSTM',
            'get_model']

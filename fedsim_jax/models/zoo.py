@@ -1,4 +1,12 @@
-"""Model architectures used by the reproduced papers, and the name registry."""
+"""Model architectures used by the reproduced papers, and the name registry.
+
+Parameter counts below are trainable parameters (BatchNorm running statistics excluded), for
+the input shape and class count named; "paper" marks a count stated in the cited source,
+"computed" one that only follows from the layer list. Unless a source states otherwise: ReLU
+activations, flax default initialisers, and dropout layers that are present (at the source's
+rates) but deterministic in the `Model` bundle, whose client step has no dropout PRNG (the
+modules' `train_dropout=True` turns them on for callers that pass `rngs={'dropout': key}`).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +15,7 @@ from typing import Callable, Sequence
 import flax.linen as nn
 import jax.numpy as jnp
 
-from fedsim_jax.models.bundle import Model
+from fedsim_jax.models.bundle import Model, identity_tokens
 
 
 class MLP(nn.Module):
@@ -67,6 +75,245 @@ class LeNet5(nn.Module):
     return nn.Dense(self.num_classes)(x)
 
 
+class FedAvgCNN(nn.Module):
+  """The CNN of FedAvg (McMahan et al. 2017, Sec. 3; TFF's `create_original_fedavg_cnn_model`).
+
+  Conv 5x5 (32, 'SAME') -> ReLU -> MaxPool 2 -> Conv 5x5 (64, 'SAME') -> ReLU -> MaxPool 2 ->
+  FC 512 -> ReLU -> FC. Paper: 1,663,370 parameters on 28x28x1 with 10 classes; 1,690,046 with
+  EMNIST's 62 classes (computed, the figure often quoted for FL EMNIST benchmarks).
+  """
+
+  num_classes: int
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.relu(nn.Conv(32, (5, 5), padding='SAME')(x))
+    x = nn.max_pool(x, (2, 2), strides=(2, 2))
+    x = nn.relu(nn.Conv(64, (5, 5), padding='SAME')(x))
+    x = nn.max_pool(x, (2, 2), strides=(2, 2))
+    x = x.reshape((x.shape[0], -1))
+    x = nn.relu(nn.Dense(512)(x))
+    return nn.Dense(self.num_classes)(x)
+
+
+class FedASMUCNN(nn.Module):
+  """The "synthetic CNN" of FedASMU (Liu et al. 2024, appendix Table 3).
+
+  conv1 (64 channels, kernel 2) -> activation -> conv2 (32, kernel 2) -> activation -> flatten
+  -> dense (classes) -> softmax. Activation, stride and padding are not stated; the layer names
+  are MXNet's, whose defaults (stride 1, no padding) are used, with ReLU. Table 3 says units=10
+  although the CNN also runs on CIFAR-100; the head here has `num_classes` units. Computed:
+  297,066 parameters on 32x32x3 with 10 classes (2,889,156 with 100).
+  """
+
+  num_classes: int
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.relu(nn.Conv(64, (2, 2), padding='VALID')(x))
+    x = nn.relu(nn.Conv(32, (2, 2), padding='VALID')(x))
+    x = x.reshape((x.shape[0], -1))
+    return nn.Dense(self.num_classes)(x)
+
+
+class EmnistCNN(nn.Module):
+  """The EMNIST CNN of Reddi et al. 2021 ("Adaptive Federated Optimization", Table 7; TFF's
+  `create_conv_dropout_model`), also the straggler paper's EMNIST model.
+
+  Conv 3x3 (32) -> ReLU -> Conv 3x3 (64) -> ReLU -> MaxPool 2 -> Dropout 0.25 -> FC 128 -> ReLU
+  -> Dropout 0.5 -> FC. Convolutions unpadded (Keras default). Computed: 1,206,590 parameters on
+  28x28x1 with 62 classes (1,690,046 is FedAvg's CNN, `fedavg_cnn`, not this one).
+  """
+
+  num_classes: int
+  train_dropout: bool = False
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.relu(nn.Conv(32, (3, 3), padding='VALID')(x))
+    x = nn.relu(nn.Conv(64, (3, 3), padding='VALID')(x))
+    x = nn.max_pool(x, (2, 2), strides=(2, 2))
+    x = nn.Dropout(0.25, deterministic=not self.train_dropout)(x)
+    x = x.reshape((x.shape[0], -1))
+    x = nn.relu(nn.Dense(128)(x))
+    x = nn.Dropout(0.5, deterministic=not self.train_dropout)(x)
+    return nn.Dense(self.num_classes)(x)
+
+
+NORMS = ('batch', 'group')
+
+
+def _normalize(x, norm: str, groups: int, train: bool, mask):
+  """BatchNorm (PyTorch's momentum 0.1, eps 1e-5; statistics over `mask`ed examples in train
+  mode) or GroupNorm with `groups` groups; 'none' is the identity."""
+  if norm == 'batch':
+    mask = None if mask is None else mask.reshape((-1,) + (1,) * (x.ndim - 1))
+    return nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5)(x, mask=mask)
+  if norm == 'group':
+    return nn.GroupNorm(num_groups=groups, epsilon=1e-5)(x)
+  return x
+
+
+class _BasicBlock(nn.Module):
+  """He et al. 2016 basic block: conv3x3 (stride s) -> norm -> ReLU -> conv3x3 -> norm, plus the
+  shortcut, then ReLU. Shortcut when the shape changes: 'projection' (1x1 conv + norm, option B)
+  or 'pad' (stride-2 subsampling with zero-padded channels, option A of the CIFAR ResNets)."""
+
+  features: int
+  strides: int
+  norm: str
+  groups: int
+  shortcut: str
+
+  @nn.compact
+  def __call__(self, x, train: bool, mask):
+    conv = lambda f, k, s: nn.Conv(f, (k, k), strides=(s, s), padding=((k // 2, k // 2),) * 2,
+                                   use_bias=False)
+    y = conv(self.features, 3, self.strides)(x)
+    y = nn.relu(_normalize(y, self.norm, self.groups, train, mask))
+    y = conv(self.features, 3, 1)(y)
+    y = _normalize(y, self.norm, self.groups, train, mask)
+    if self.strides != 1 or x.shape[-1] != self.features:
+      if self.shortcut == 'projection':
+        x = _normalize(conv(self.features, 1, self.strides)(x), self.norm, self.groups, train, mask)
+      else:
+        x = x[:, ::self.strides, ::self.strides, :]
+        extra = self.features - x.shape[-1]
+        x = jnp.pad(x, ((0, 0), (0, 0), (0, 0), (extra // 2, extra - extra // 2)))
+    return nn.relu(x + y)
+
+
+class ResNet(nn.Module):
+  """CIFAR-style ResNet (He et al. 2016) for small images: 3x3 stem conv -> norm -> ReLU (no
+  max-pool), stages of basic blocks (the first block of every stage after the first has stride
+  2), global average pooling, dense head. Stateful (`batch_stats`) when `norm='batch'`."""
+
+  num_classes: int
+  stage_sizes: Sequence[int]
+  widths: Sequence[int]
+  norm: str = 'batch'
+  groups: int = 2
+  shortcut: str = 'projection'
+
+  @nn.compact
+  def __call__(self, x, train: bool = False, mask=None):
+    x = nn.Conv(self.widths[0], (3, 3), padding=((1, 1), (1, 1)), use_bias=False)(x)
+    x = nn.relu(_normalize(x, self.norm, self.groups, train, mask))
+    for stage, (blocks, width) in enumerate(zip(self.stage_sizes, self.widths)):
+      for block in range(blocks):
+        strides = 2 if stage > 0 and block == 0 else 1
+        x = _BasicBlock(width, strides, self.norm, self.groups, self.shortcut)(x, train, mask)
+    x = x.mean(axis=(1, 2))
+    return nn.Dense(self.num_classes)(x)
+
+
+class AlexNet(nn.Module):
+  """AlexNet (Krizhevsky et al. 2012) adapted to 32x32 inputs, the common CIFAR variant
+  (W. Yang's pytorch-classification `alexnet`): Conv 11x11/4 (64, pad 5) -> pool -> Conv 5x5
+  (192, pad 2) -> pool -> Conv 3x3 (384) -> Conv 3x3 (256) -> Conv 3x3 (256) -> pool -> FC,
+  ReLU after every conv, 2x2/2 max-pools, no normalisation or dropout. FedASMU does not state its
+  variant. Computed: 2,472,266 parameters on 32x32x3 with 10 classes."""
+
+  num_classes: int
+
+  @nn.compact
+  def __call__(self, x):
+    pool = lambda h: nn.max_pool(h, (2, 2), strides=(2, 2))
+    x = pool(nn.relu(nn.Conv(64, (11, 11), strides=(4, 4), padding=((5, 5), (5, 5)))(x)))
+    x = pool(nn.relu(nn.Conv(192, (5, 5), padding=((2, 2), (2, 2)))(x)))
+    x = nn.relu(nn.Conv(384, (3, 3), padding=((1, 1), (1, 1)))(x))
+    x = nn.relu(nn.Conv(256, (3, 3), padding=((1, 1), (1, 1)))(x))
+    x = pool(nn.relu(nn.Conv(256, (3, 3), padding=((1, 1), (1, 1)))(x)))
+    x = x.reshape((x.shape[0], -1))
+    return nn.Dense(self.num_classes)(x)
+
+
+class VGG11(nn.Module):
+  """VGG-11 (Simonyan & Zisserman 2015, configuration A) for 32x32 inputs, the common CIFAR
+  variant (K. Liu's pytorch-cifar): 3x3 convs 64-M-128-M-256-256-M-512-512-M-512-512-M, each
+  followed by the optional norm and ReLU, then one FC on the 512 features (no 4096-wide layers).
+  FedASMU does not state its variant. Computed, 32x32x3 and 10 classes: 9,225,610 parameters
+  with `norm='none'` (default), 9,231,114 with 'batch' or 'group'."""
+
+  num_classes: int
+  norm: str = 'none'
+  groups: int = 2
+
+  @nn.compact
+  def __call__(self, x, train: bool = False, mask=None):
+    for width in (64, 'M', 128, 'M', 256, 256, 'M', 512, 512, 'M', 512, 512, 'M'):
+      if width == 'M':
+        x = nn.max_pool(x, (2, 2), strides=(2, 2))
+      else:
+        x = nn.Conv(width, (3, 3), padding=((1, 1), (1, 1)))(x)
+        x = nn.relu(_normalize(x, self.norm, self.groups, train, mask))
+    x = x.reshape((x.shape[0], -1))
+    return nn.Dense(self.num_classes)(x)
+
+
+class CharLSTM(nn.Module):
+  """Shakespeare next-character model of LEAF (Caldas et al. 2018) and Reddi et al. 2021 (TFF's
+  `create_recurrent_model`): embedding 8 -> LSTM 256 -> LSTM 256 -> FC vocab, logits at every
+  position `[B, T, V]`. Keras masks pad inputs (`mask_zero`); here pads are fed through, which
+  only changes outputs after the last real token of right-padded sequences, whose pad labels
+  the loss excludes. Computed: 820,522 parameters for a vocabulary of 90 (86 characters + 4
+  special ids, TFF's Shakespeare)."""
+
+  vocab_size: int
+  embed_dim: int = 8
+  hidden: int = 256
+  num_layers: int = 2
+
+  @nn.compact
+  def __call__(self, tokens):
+    x = nn.Embed(self.vocab_size, self.embed_dim)(tokens)
+    for _ in range(self.num_layers):
+      x = nn.RNN(nn.LSTMCell(self.hidden))(x)
+    return nn.Dense(self.vocab_size)(x)
+
+
+class WordLSTM(nn.Module):
+  """StackOverflow next-word model of Reddi et al. 2021 (Sec. C.4: vocabulary 10,000 plus 4
+  special ids, embedding 96, one LSTM 670, dense 96, dense vocab; the straggler paper's LSTM).
+  The dense 96 projection is linear, as in the TFF code. Computed: 4,050,748 parameters for a
+  vocabulary of 10,004 (the ~4.05M quoted for this model; Keras-style LSTM, one bias per gate)."""
+
+  vocab_size: int
+  embed_dim: int = 96
+  hidden: int = 670
+
+  @nn.compact
+  def __call__(self, tokens):
+    x = nn.Embed(self.vocab_size, self.embed_dim)(tokens)
+    x = nn.RNN(nn.LSTMCell(self.hidden))(x)
+    x = nn.Dense(self.embed_dim)(x)
+    return nn.Dense(self.vocab_size)(x)
+
+
+class TextCNN(nn.Module):
+  """Kim 2014 CNN for sentence classification (FedASMU's TextCNN for IMDb, whose settings it
+  does not state): embedding -> 1-D convs of widths 3, 4, 5 with 100 filters each -> ReLU ->
+  max over time -> concat -> dropout 0.5 -> FC. Kim's embedding dimension 300; the vocabulary
+  size is a setting (default 10,000). Computed: 3,360,902 parameters for 10,000 words and 2
+  classes."""
+
+  num_classes: int
+  vocab_size: int = 10_000
+  embed_dim: int = 300
+  filter_sizes: Sequence[int] = (3, 4, 5)
+  num_filters: int = 100
+  train_dropout: bool = False
+
+  @nn.compact
+  def __call__(self, tokens):
+    x = nn.Embed(self.vocab_size, self.embed_dim)(tokens)
+    pooled = [nn.relu(nn.Conv(self.num_filters, (k,), padding='VALID')(x)).max(axis=1)
+              for k in self.filter_sizes]
+    x = jnp.concatenate(pooled, axis=-1)
+    x = nn.Dropout(0.5, deterministic=not self.train_dropout)(x)
+    return nn.Dense(self.num_classes)(x)
+
+
 def _mlp(input_shape, num_classes, hidden_sizes: Sequence[int] = (200, 200)) -> nn.Module:
   return MLP(hidden_sizes=tuple(hidden_sizes), num_classes=num_classes)
 
@@ -80,20 +327,110 @@ def _lenet5(input_shape, num_classes) -> nn.Module:
   return LeNet5(num_classes=num_classes, first_conv_padding=padding)
 
 
+def _fedavg_cnn(input_shape, num_classes) -> nn.Module:
+  return FedAvgCNN(num_classes=num_classes)
+
+
+def _fedasmu_cnn(input_shape, num_classes) -> nn.Module:
+  return FedASMUCNN(num_classes=num_classes)
+
+
+def _emnist_cnn(input_shape, num_classes, train_dropout: bool = False) -> nn.Module:
+  return EmnistCNN(num_classes=num_classes, train_dropout=train_dropout)
+
+
+def _check_norm(norm: str, allowed: Sequence[str]) -> None:
+  if norm not in allowed:
+    raise ValueError(f'model.norm={norm!r}; allowed: {tuple(allowed)}')
+
+
+def _resnet18(input_shape, num_classes, norm: str = 'batch', groups: int = 2,
+              width: int = 64) -> nn.Module:
+  """ResNet-18 (He et al. 2016) with a CIFAR stem; FedCompass Tables 10-11 (BatchNorm, 11,173,962
+  parameters with 10 classes, matching its per-layer counts) and CC-FedAvg / Reddi et al. 2021
+  (GroupNorm; Reddi et al. follow Hsieh et al. 2020 with 2 groups, the default here, CC-FedAvg's
+  code uses 16: `groups=16`). `width` is the first stage's width (64 in the paper; smaller
+  values give a narrower network of the same structure, for tests)."""
+  _check_norm(norm, NORMS)
+  return ResNet(num_classes=num_classes, stage_sizes=(2, 2, 2, 2),
+                widths=(width, 2 * width, 4 * width, 8 * width), norm=norm, groups=groups,
+                shortcut='projection')
+
+
+def _resnet20(input_shape, num_classes, norm: str = 'batch', groups: int = 2) -> nn.Module:
+  """ResNet-20 of He et al. 2016 (Sec. 4.2, CIFAR: 3 stages of 3 blocks, widths 16-32-64,
+  option-A zero-padding shortcuts; paper: 0.27M parameters, exactly 269,722 with 10 classes),
+  FedASMU's "ResNet"."""
+  _check_norm(norm, NORMS)
+  return ResNet(num_classes=num_classes, stage_sizes=(3, 3, 3), widths=(16, 32, 64), norm=norm,
+                groups=groups, shortcut='pad')
+
+
+def _alexnet(input_shape, num_classes) -> nn.Module:
+  return AlexNet(num_classes=num_classes)
+
+
+def _vgg11(input_shape, num_classes, norm: str = 'none', groups: int = 2) -> nn.Module:
+  _check_norm(norm, ('none',) + NORMS)
+  return VGG11(num_classes=num_classes, norm=norm, groups=groups)
+
+
+def _char_lstm(input_shape, num_classes) -> nn.Module:
+  return CharLSTM(vocab_size=num_classes)
+
+
+def _word_lstm(input_shape, num_classes) -> nn.Module:
+  return WordLSTM(vocab_size=num_classes)
+
+
+def _text_cnn(input_shape, num_classes, vocab_size: int = 10_000, embed_dim: int = 300,
+              train_dropout: bool = False) -> nn.Module:
+  if input_shape[0] < 5:
+    raise ValueError(f'text_cnn input length {input_shape[0]}; allowed: >= 5 (widest filter)')
+  return TextCNN(num_classes=num_classes, vocab_size=vocab_size, embed_dim=embed_dim,
+                 train_dropout=train_dropout)
+
+
 MODELS: dict[str, Callable[..., nn.Module]] = {
     'mlp': _mlp,
     'mnist_cnn': _mnist_cnn,
     'lenet5': _lenet5,
+    'fedavg_cnn': _fedavg_cnn,
+    'fedasmu_cnn': _fedasmu_cnn,
+    'emnist_cnn': _emnist_cnn,
+    'resnet18': _resnet18,
+    'resnet20': _resnet20,
+    'alexnet': _alexnet,
+    'vgg11': _vgg11,
+    'char_lstm': _char_lstm,
+    'word_lstm': _word_lstm,
+    'text_cnn': _text_cnn,
 }
+
+# Models reading integer token ids `[B, T]`; the next-token ones predict a label per position
+# (`[B, T]` labels, vocabulary = `num_classes`) with pad id 0 excluded (TFF's convention).
+TOKEN_MODELS = ('char_lstm', 'word_lstm', 'text_cnn')
+NEXT_TOKEN_MODELS = ('char_lstm', 'word_lstm')
 
 
 def get_model(name: str, input_shape: Sequence[int], num_classes: int, **kwargs) -> Model:
-  """Builds a registered model bundle by name.
+  """Builds a registered model bundle by name; `kwargs` go to the architecture (e.g. `norm`),
+  except `pad_id` (next-token models only; default 0, None counts pad labels too).
+
+  Token models get `identity_tokens` preprocessing and int32 inputs; modules with BatchNorm
+  (`norm='batch'`) carry their running statistics in the params (`Model.has_state`).
 
   Raises:
     ValueError: if `name` is not registered (the message lists the registered names).
   """
   if name not in MODELS:
     raise ValueError(f'model.name={name!r} is not a known model; allowed: {sorted(MODELS)}')
+  pad_id = kwargs.pop('pad_id', 0) if name in NEXT_TOKEN_MODELS else None
   module = MODELS[name](tuple(input_shape), num_classes, **kwargs)
-  return Model(name=name, module=module, input_shape=tuple(input_shape), num_classes=num_classes)
+  extra = {}
+  if name in TOKEN_MODELS:
+    extra = dict(preprocess=identity_tokens, input_dtype=jnp.int32, pad_id=pad_id)
+  if getattr(module, 'norm', None) == 'batch':
+    extra['state_collections'] = ('batch_stats',)
+  return Model(name=name, module=module, input_shape=tuple(input_shape), num_classes=num_classes,
+               **extra)
