@@ -21,7 +21,9 @@ from fedsim_jax.strategy import (ADAPTIVE_FORMS, ALGORITHMS, NORMALIZATIONS, SER
 from fedsim_jax.strategy.fedasync import FEDASYNC_FORMS
 from fedsim_jax.strategy.fedcompass import CREATE_RULES, SPEED_ESTIMATORS
 
-PARTITIONS = ('iid', 'dirichlet', 'shards', 'class', 'dual_dirichlet', 'gamma_mix', 'two_classes')
+PARTITIONS = ('iid', 'dirichlet', 'shards', 'class', 'dual_dirichlet', 'gamma_mix', 'two_classes',
+              'budget_skewed', 'natural')
+BUDGET_SKEWS = ('none', 'high', 'moderate')
 
 
 class ConfigError(ValueError):
@@ -43,7 +45,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.num_clients = 100
   c.data.partition = 'dirichlet'
   c.data.concentration = 0.5       # Dirichlet alpha
-  c.data.min_client_size = 10      # Dirichlet: resample until every client has this many
+  c.data.min_client_size = 10      # Dirichlet: resample until every client has this many;
+                                   # natural: drop clients with fewer examples
   c.data.shards_per_client = 2     # shards partition (McMahan et al.)
   # FedCompass class partition (Alg. 4) / dual Dirichlet (Alg. 5); None: the paper's per-m values
   c.data.classes_per_client = config_dict.placeholder(tuple)  # (n_min, n_max)
@@ -51,10 +54,20 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.alpha_2 = config_dict.placeholder(float)             # class mix (paper: 0.5)
   c.data.gamma = 0.0               # CC-FedAvg gamma-mix: 0 totally non-IID ... 1 IID
   c.data.partition_seed = config_dict.placeholder(int)  # default: the run seed
+  c.data.balance = False           # Dirichlet: FedMA/MOON self-balancing (full clients get 0)
+  c.data.budget_skew = 'high'      # budget_skewed: CC-FedAvg Table II 'none', IV 'high', V 'moderate'
+  c.data.skewed_fraction = 0.1     # budget_skewed 'moderate': share of skewed clients
+  # Straggler-domain split (Hard et al. 2024, Sec. 4.1) applied after the partition: the
+  # num_stragglers clients holding most straggler-class examples become stragglers; the other
+  # clients lose those classes. None: no split / every holder is a straggler.
+  c.data.straggler_classes = config_dict.placeholder(tuple)
+  c.data.num_stragglers = config_dict.placeholder(int)
+  c.data.lazy = False              # keep examples on the host; gather active clients per batch
 
   c.model = ml_collections.ConfigDict()
   c.model.name = 'mlp'
   c.model.hidden_sizes = (200, 200)  # MLP only
+  c.model.norm = config_dict.placeholder(str)  # resnet18/20: batch|group; vgg11: none|batch|group
 
   c.client = ml_collections.ConfigDict()
   c.client.optimizer = 'sgd'
@@ -152,6 +165,11 @@ def base_config() -> ml_collections.ConfigDict:
   c.run.eval_every = 5             # server versions between evaluations
   c.run.eval_batch_size = 1000
   c.run.target_accuracy = config_dict.placeholder(float)
+  # Extra evaluation metrics (classification models): accuracy on named class subsets, e.g.
+  # `c.run.eval_class_groups.straggler = (0, 1, 2, 3, 4)`, balanced accuracy, top-k accuracy.
+  c.run.eval_class_groups = ml_collections.ConfigDict()
+  c.run.eval_balanced_accuracy = False
+  c.run.eval_top_k = ()
   return c
 
 
@@ -216,6 +234,15 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f'data.gamma={data.gamma!r} is invalid; allowed values: 0 <= x <= 1')
   _positive('data.partition_seed', data.partition_seed, integer=True, allow_zero=True,
             optional=True)
+  _choice('data.budget_skew', data.budget_skew, BUDGET_SKEWS)
+  if not 0 <= data.skewed_fraction <= 1:
+    raise ConfigError(f'data.skewed_fraction={data.skewed_fraction!r} is invalid; allowed '
+                      'values: 0 <= x <= 1')
+  _positive('data.num_stragglers', data.num_stragglers, integer=True, optional=True)
+  if data.num_stragglers is not None and data.straggler_classes is None:
+    raise ConfigError('data.num_stragglers needs data.straggler_classes (a tuple of classes)')
+  for k in config.run.eval_top_k:
+    _positive('run.eval_top_k', k, integer=True)
   _choice('model.name', config.model.name, MODELS)
   client = config.client
   _choice('client.optimizer', client.optimizer, CLIENT_OPTIMIZERS)

@@ -21,6 +21,7 @@ from fedsim_jax import config as config_lib
 from fedsim_jax.client import client_optimizer
 from fedsim_jax.data import partition as partition_lib
 from fedsim_jax.data.federated import FederatedDataset
+from fedsim_jax.data.lazy import LazyExecutor, LazyFederation
 from fedsim_jax.data.loading import load_dataset
 from fedsim_jax.executor import Executor
 from fedsim_jax.metrics import MetricsWriter, make_evaluator, summarize, write_json
@@ -126,7 +127,8 @@ def build_federated_dataset(config: ml_collections.ConfigDict) -> FederatedDatas
       parts = partition_lib.iid(len(central.train_y), data.num_clients, seed)
     elif data.partition == 'dirichlet':
       parts = partition_lib.dirichlet(central.train_y, data.num_clients, data.concentration,
-                                      seed, min_client_size=data.min_client_size)
+                                      seed, min_client_size=data.min_client_size,
+                                      balance=data.balance)
     elif data.partition == 'shards':
       parts = partition_lib.shards(central.train_y, data.num_clients, data.shards_per_client,
                                    seed)
@@ -139,16 +141,37 @@ def build_federated_dataset(config: ml_collections.ConfigDict) -> FederatedDatas
                                            alpha_1=data.alpha_1, alpha_2=data.alpha_2)
     elif data.partition == 'gamma_mix':
       parts = partition_lib.gamma_mix(central.train_y, data.num_clients, data.gamma, seed)
+    elif data.partition == 'budget_skewed':  # the p_i the algorithm draws (same seed stream)
+      from fedsim_jax.strategy.algorithms import client_budgets
+
+      parts = partition_lib.budget_skewed(
+          central.train_y, data.num_clients, seed,
+          budgets=client_budgets(config, data.num_clients), skew=data.budget_skew,
+          shards_per_client=data.shards_per_client, skewed_fraction=data.skewed_fraction)
+    elif data.partition == 'natural':
+      if central.train_client_ids is None:
+        raise ValueError(f'dataset {central.name!r} has no natural client ids; allowed '
+                         'datasets: those with a client_id feature (e.g. shakespeare)')
+      parts, _ = partition_lib.natural(central.train_client_ids,
+                                       min_client_size=max(data.min_client_size, 1))
     else:
       parts = partition_lib.two_classes_per_client(central.train_y, data.num_clients, seed)
+    straggler_mask = None
+    if data.straggler_classes is not None:
+      parts, straggler_mask = partition_lib.straggler_domain_split(
+          central.train_y, parts, list(data.straggler_classes), data.num_stragglers)
   except ValueError as error:  # an impossible partition is a settings error
     raise config_lib.ConfigError(f'data.partition={data.partition!r}: {error}') from None
-  return FederatedDataset.from_partition(central.name, central.train_x, central.train_y, parts,
-                                         central.test_x, central.test_y, central.num_classes)
+  federation = LazyFederation if data.lazy else FederatedDataset
+  return federation.from_partition(central.name, central.train_x, central.train_y, parts,
+                                   central.test_x, central.test_y, central.num_classes,
+                                   straggler_mask=straggler_mask)
 
 
 def build_model(config: ml_collections.ConfigDict, dataset: FederatedDataset) -> Model:
   kwargs = {'hidden_sizes': tuple(config.model.hidden_sizes)} if config.model.name == 'mlp' else {}
+  if config.model.norm is not None:
+    kwargs['norm'] = config.model.norm
   return get_model(config.model.name, dataset.input_shape, dataset.num_classes, **kwargs)
 
 
@@ -169,10 +192,14 @@ def build_simulation(config: ml_collections.ConfigDict, dataset: FederatedDatase
   optimizer = client_optimizer(client.optimizer, client.learning_rate, momentum=client.momentum,
                                weight_decay=client.weight_decay)
   client_update = algorithm.make_client_update(model, optimizer, client.batch_size)
-  executor = Executor(client_update, dataset.device_arrays(), streams.train_key,
-                      backend=config.executor.backend, sampling=client.sampling,
-                      unroll=config.executor.unroll, bucket_bits=config.executor.bucket_bits,
+  lazy = isinstance(dataset, LazyFederation)
+  executor = Executor(client_update, dataset.gather([0]).data if lazy else dataset.device_arrays(),
+                      streams.train_key, backend=config.executor.backend,
+                      sampling=client.sampling, unroll=config.executor.unroll,
+                      bucket_bits=config.executor.bucket_bits,
                       step_loop=config.executor.step_loop)
+  if lazy:  # gathers each batch's clients into a compact device block before running it
+    executor = LazyExecutor(executor, dataset)
   return Simulation(executor=executor, scheduler=algorithm.scheduler,
                     aggregator=algorithm.aggregator, latency=latency, availability=availability,
                     init_params=init_params, client_sizes=dataset.client_sizes,
@@ -216,7 +243,11 @@ def run_experiment(config: ml_collections.ConfigDict, workdir: str | os.PathLike
   model = build_model(config, dataset)
   config = resolve_settings(config, dataset, model)
   write_json(os.path.join(workdir, 'config.json'), config.to_dict())
-  evaluate = make_evaluator(model, dataset.test_x, dataset.test_y, config.run.eval_batch_size)
+  evaluate = make_evaluator(
+      model, dataset.test_x, dataset.test_y, config.run.eval_batch_size,
+      class_groups={name: tuple(classes)
+                    for name, classes in config.run.eval_class_groups.items()} or None,
+      balanced_accuracy=config.run.eval_balanced_accuracy, top_k=tuple(config.run.eval_top_k))
   writer = MetricsWriter(workdir)
   last_evaluated = [-1]
 
@@ -226,7 +257,9 @@ def run_experiment(config: ml_collections.ConfigDict, workdir: str | os.PathLike
     writer.write({
         'virtual_time': sim.now, 'version': sim.version, 'client_updates': sim.client_updates,
         'gradient_steps': sim.gradient_steps, 'test_accuracy': metrics['accuracy'],
-        'test_loss': metrics['loss']})
+        'test_loss': metrics['loss'],
+        **{f'test_{name}': value for name, value in metrics.items()
+           if name not in ('accuracy', 'loss', 'num_examples')}})
     logging.info('version %d  virtual time %.1fs  client updates %d  test accuracy %.4f  '
                  'loss %.4f  (host %.1fs)', sim.version, sim.now, sim.client_updates,
                  metrics['accuracy'], metrics['loss'], time.perf_counter() - host_start)

@@ -27,3 +27,20 @@ def toy_federation(num_clients: int = 6, num_classes: int = 4,
   parts = [np.arange(bounds[c], bounds[c + 1]) for c in range(num_clients)]
   return FederatedDataset.from_partition('toy', x[:total], y[:total], parts, x[total:],
                                          y[total:], num_classes)
+
+
+def toy_text_federation(num_clients: int = 6, vocabulary_size: int = 12, length: int = 8,
+                        min_size: int = 3, max_size: int = 20, num_test: int = 40,
+                        seed: int = 0) -> FederatedDataset:
+  """Random token sequences for next-token models: inputs `[N, length]` int32 in
+  [1, vocabulary_size) and targets the inputs shifted left by one (id 0 is padding, as in the
+  Shakespeare data), over clients of uneven sizes."""
+  rng = np.random.default_rng(seed)
+  sizes = rng.integers(min_size, max_size + 1, num_clients)
+  total = int(sizes.sum())
+  tokens = rng.integers(1, vocabulary_size, (total + num_test, length + 1)).astype(np.int32)
+  x, y = tokens[:, :-1], tokens[:, 1:]
+  bounds = np.concatenate([[0], np.cumsum(sizes)])
+  parts = [np.arange(bounds[c], bounds[c + 1]) for c in range(num_clients)]
+  return FederatedDataset.from_partition('toy_text', x[:total], y[:total], parts, x[total:],
+                                         y[total:], vocabulary_size)

@@ -1,0 +1,100 @@
+"""Config wiring of the data options: lazy federation, straggler split, budget-skewed and
+natural partitions, and the extra evaluation metrics."""
+
+import json
+import os
+
+import pytest
+
+from fedsim_jax.config import ConfigError, base_config, validate
+from fedsim_jax.data.lazy import LazyFederation
+from fedsim_jax.experiment import build_federated_dataset, run_experiment
+
+
+def _digits_config(data_dir, **overrides):
+  config = base_config()
+  config.data.name = 'digits'
+  config.data.data_dir = str(data_dir)
+  config.data.num_clients = 10
+  config.data.partition = 'dirichlet'
+  config.data.min_client_size = 5
+  config.model.hidden_sizes = (16,)
+  config.client.learning_rate = 0.1
+  config.client.local_steps = 3
+  config.scheduler.cohort_size = 4
+  config.run.num_rounds = 3
+  config.run.eval_every = 1
+  with config.unlocked():
+    for key, value in overrides.items():
+      node = config
+      *path, leaf = key.split('.')
+      for part in path:
+        node = node[part]
+      node[leaf] = value
+  return config
+
+
+def _metrics(workdir):
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    return [json.loads(line) for line in f]
+
+
+def test_lazy_federation_run_equals_eager_run(digits_data_dir, tmp_path):
+  eager = _digits_config(digits_data_dir)
+  lazy = _digits_config(digits_data_dir, **{'data.lazy': True})
+  assert isinstance(build_federated_dataset(lazy), LazyFederation)
+  run_experiment(eager, tmp_path / 'eager')
+  run_experiment(lazy, tmp_path / 'lazy')
+  for a, b in zip(_metrics(tmp_path / 'eager'), _metrics(tmp_path / 'lazy'), strict=True):
+    assert a['test_accuracy'] == pytest.approx(b['test_accuracy'], abs=1e-6)
+    assert a['test_loss'] == pytest.approx(b['test_loss'], rel=1e-5)
+
+
+def test_straggler_split_and_evaluation_groups_reach_the_metrics(digits_data_dir, tmp_path):
+  config = _digits_config(digits_data_dir, **{
+      'data.straggler_classes': (0, 1, 2, 3, 4), 'data.num_stragglers': 3,
+      'run.eval_balanced_accuracy': True, 'run.eval_top_k': (3,)})
+  config.run.eval_class_groups.straggler = (0, 1, 2, 3, 4)
+  dataset = build_federated_dataset(config)
+  assert int(dataset.straggler_mask.sum()) == 3
+  for client in range(dataset.num_clients):
+    _, labels = dataset.client_examples(client)
+    if not dataset.straggler_mask[client]:
+      assert labels.size == 0 or labels.min() >= 5  # straggler classes removed
+  run_experiment(config, tmp_path)
+  row = _metrics(tmp_path)[-1]
+  for key in ('test_accuracy/straggler', 'test_balanced_accuracy', 'test_top_3_accuracy'):
+    assert 0.0 <= row[key] <= 1.0
+  assert row['test_top_3_accuracy'] >= row['test_accuracy']
+
+
+def test_budget_skewed_partition_follows_the_algorithms_budgets(digits_data_dir):
+  config = _digits_config(digits_data_dir, **{
+      'algorithm': 'ccfedavg', 'data.partition': 'budget_skewed', 'data.num_clients': 8})
+  dataset = build_federated_dataset(config)
+  assert dataset.num_clients == 8 and dataset.client_sizes.sum() > 0
+
+
+def test_natural_partition_needs_client_ids(digits_data_dir):
+  config = _digits_config(digits_data_dir, **{'data.partition': 'natural'})
+  with pytest.raises(ConfigError, match='no natural client ids'):
+    build_federated_dataset(config)
+
+
+@pytest.mark.parametrize('key, value, message', [
+    ('data.budget_skew', 'extreme', 'data.budget_skew'),
+    ('data.skewed_fraction', 1.5, 'data.skewed_fraction'),
+    ('data.num_stragglers', 3, 'needs data.straggler_classes'),
+    ('run.eval_top_k', (0,), 'run.eval_top_k'),
+])
+def test_invalid_data_options_are_one_line_errors(key, value, message):
+  config = base_config()
+  config.client.local_steps = 1
+  with config.unlocked():
+    node = config
+    *path, leaf = key.split('.')
+    for part in path:
+      node = node[part]
+    node[leaf] = value
+  with pytest.raises(ConfigError, match=message):
+    validate(config)
