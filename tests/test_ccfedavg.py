@@ -75,11 +75,18 @@ def test_strategy_2_resends_the_last_local_model():
 
 
 def test_strategy_1_ignores_skipping_clients_and_keeps_the_model_when_nobody_trains():
-  trajectory, scheduler = _run_scripted('ignore', TABLE, rounds=3)
-  # Round 1: only client 0's +1 counts; round 2: nobody trains and the model stays (no new
-  # version); round 3 repeats round 0: + (1 + 2 + 3) / 3.
-  assert trajectory == [2.0, 3.0, 5.0]
+  trajectory, scheduler = _run_scripted('ignore', TABLE, rounds=4)
+  # Round 1: only client 0's +1 counts; round 2: nobody trains, the round passes as a version
+  # and the model stays; round 3 repeats round 0: + (1 + 2 + 3) / 3.
+  assert trajectory == [2.0, 3.0, 3.0, 5.0]
   assert scheduler.round_index == 4 and scheduler.estimated_updates == 0
+
+
+def test_rounds_where_nobody_ever_trains_again_still_end_the_run():
+  # Everybody is past their quota from round 1 on (FedAvg dropout's tail): the run must reach
+  # its round budget rather than start empty rounds forever.
+  trajectory, scheduler = _run_scripted('ignore', [{0, 1, 2}] + [set()] * 50, rounds=6)
+  assert trajectory == [2.0] * 6 and scheduler.round_index == 6
 
 
 def test_switch_uses_strategy_3_then_strategy_2():

@@ -306,6 +306,13 @@ class Simulation:
     if self.on_version is not None:
       self.on_version(self)
 
+  def advance_version(self) -> None:
+    """Ends a server round that has no update to apply: the version advances, the model and
+    the server optimizer state stay (e.g. CC-FedAvg's Strategy 1 when nobody trains)."""
+    self.version += 1
+    if self.on_version is not None:
+      self.on_version(self)
+
   def discard(self, handle: TaskHandle, reason: str) -> None:
     """Drops an arrived update for `reason` (recorded in the accounting)."""
     if handle.status != 'arrived':

@@ -183,7 +183,10 @@ class BudgetedScheduler:
     self.trained_updates += len(trained)
     self.estimated_updates += len(skipping)
     if not trained and not skipping:
-      self._start_round(sim)  # Strategy 1 with nobody training: the model stays
+      # Strategy 1 with nobody training: the round passes (it counts towards T, as in the
+      # paper's loop over t) and the model stays.
+      sim.advance_version()
+      self._start_round(sim)
       return
     zeros = jax.tree_util.tree_map(jnp.zeros_like, sim.params)
     estimates = []
