@@ -157,6 +157,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.executor.bucket_bits = 3
   c.executor.step_loop = 'scan'    # or 'host' (loop backend): one jitted step per local step
   c.executor.deferred = True
+  c.executor.devices = 1           # local devices the task axis is sharded over (vmap backend)
 
   c.run = ml_collections.ConfigDict()
   c.run.num_rounds = config_dict.FieldReference(100, field_type=int)  # server versions
@@ -355,6 +356,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if executor.step_loop == 'host' and executor.backend != 'loop':
     raise ConfigError("executor.step_loop='host' is invalid with executor.backend="
                       f"{executor.backend!r}; allowed: step_loop 'host' with backend 'loop'")
+  _positive('executor.devices', executor.devices, integer=True)
+  if executor.devices > 1 and executor.backend != 'vmap':
+    raise ConfigError(f'executor.devices={executor.devices} is invalid with executor.backend='
+                      f"{executor.backend!r}; allowed: devices > 1 with backend 'vmap'")
   run = config.run
   _positive('run.num_rounds', run.num_rounds, integer=True, optional=True)
   _positive('run.max_virtual_time', run.max_virtual_time, optional=True)

@@ -193,11 +193,15 @@ def build_simulation(config: ml_collections.ConfigDict, dataset: FederatedDatase
                                weight_decay=client.weight_decay)
   client_update = algorithm.make_client_update(model, optimizer, client.batch_size)
   lazy = isinstance(dataset, LazyFederation)
-  executor = Executor(client_update, dataset.gather([0]).data if lazy else dataset.device_arrays(),
-                      streams.train_key, backend=config.executor.backend,
-                      sampling=client.sampling, unroll=config.executor.unroll,
-                      bucket_bits=config.executor.bucket_bits,
-                      step_loop=config.executor.step_loop)
+  try:
+    executor = Executor(client_update,
+                        dataset.gather([0]).data if lazy else dataset.device_arrays(),
+                        streams.train_key, backend=config.executor.backend,
+                        sampling=client.sampling, unroll=config.executor.unroll,
+                        bucket_bits=config.executor.bucket_bits,
+                        step_loop=config.executor.step_loop, devices=config.executor.devices)
+  except ValueError as error:  # e.g. more devices than this host has
+    raise config_lib.ConfigError(str(error)) from None
   if lazy:  # gathers each batch's clients into a compact device block before running it
     executor = LazyExecutor(executor, dataset)
   return Simulation(executor=executor, scheduler=algorithm.scheduler,

@@ -243,7 +243,7 @@ class LazyExecutor:
       raise ValueError('LazyExecutor.run needs at least one task')
     data, local_tasks = self.federation.gather_tasks(tasks)
     self.block_shapes.add((tuple(data.x.shape), tuple(data.indices.shape)))
-    self.executor.data = data
+    self.executor.data = self.executor.replicate(data)  # onto the executor's devices
     return self.executor.run(local_tasks)
 
   def __getattr__(self, name: str) -> Any:

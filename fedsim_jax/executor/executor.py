@@ -12,6 +12,7 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from fedsim_jax.client.local_update import ClientUpdate
 from fedsim_jax.client.runner import local_step, run_local_training
@@ -76,17 +77,31 @@ class Executor:
     sampling: client batch sampling mode (`data.federated.SAMPLING_MODES`).
     unroll: `lax.scan` unroll factor over local steps.
     bucket_bits: significant bits kept when bucketing task counts and step counts.
+    devices: number of local devices the task axis is sharded over (vmap backend): a
+      `jax.sharding.Mesh` with one axis 'tasks'; the federation and start models are
+      replicated, task rows are padded to a multiple of `devices`, and each device trains its
+      share of the rows. Results do not depend on it (each task's key derives from its seed).
   """
 
   def __init__(self, client_update: ClientUpdate, data: ClientDataArrays, base_key: jax.Array,
                *, backend: str = 'vmap', sampling: str = 'shuffle', unroll: int | bool = 1,
-               bucket_bits: int = 3, step_loop: str = 'scan'):
+               bucket_bits: int = 3, step_loop: str = 'scan', devices: int = 1):
     if backend not in BACKENDS:
       raise ValueError(f'executor.backend={backend!r}; allowed: {BACKENDS}')
     if step_loop not in STEP_LOOPS:
       raise ValueError(f'executor.step_loop={step_loop!r}; allowed: {STEP_LOOPS}')
     if step_loop == 'host' and backend != 'loop':
       raise ValueError("executor.step_loop='host' needs executor.backend='loop'")
+    available = jax.local_device_count()
+    if not isinstance(devices, int) or not 1 <= devices <= available:
+      raise ValueError(f'executor.devices={devices!r}; allowed: 1..{available} (local devices)')
+    if devices > 1 and backend != 'vmap':
+      raise ValueError(f"executor.devices={devices} needs executor.backend='vmap'")
+    self.devices = devices
+    self._mesh = Mesh(np.array(jax.local_devices()[:devices]), ('tasks',)) if devices > 1 else None
+    if self._mesh is not None:  # replicate what every task reads
+      data = jax.device_put(data, NamedSharding(self._mesh, PartitionSpec()))
+      base_key = jax.device_put(base_key, NamedSharding(self._mesh, PartitionSpec()))
     self.step_loop = step_loop
     self.client_update = client_update
     self.data = data
@@ -137,8 +152,21 @@ class Executor:
       return self._run_vmap(tasks)
     return self._run_loop(tasks)
 
+  def _shard_rows(self, tree: Any) -> Any:
+    """Places per-row arrays with their leading axis split over the mesh."""
+    if self._mesh is None or tree is None:
+      return tree
+    return jax.device_put(tree, NamedSharding(self._mesh, PartitionSpec('tasks')))
+
+  def replicate(self, tree: Any) -> Any:
+    """Places `tree` on every device of the executor's mesh (unchanged with one device)."""
+    if self._mesh is None:
+      return tree
+    return jax.device_put(tree, NamedSharding(self._mesh, PartitionSpec()))
+
   def _run_vmap(self, tasks: Sequence[ClientTask]) -> TaskBatchResult:
     num_rows = round_up_to_bucket(len(tasks), self.bucket_bits)
+    num_rows = -(-num_rows // self.devices) * self.devices  # whole rows per device
     max_steps = round_up_to_bucket(max(t.num_steps for t in tasks), self.bucket_bits)
     padding = num_rows - len(tasks)
     # Padding rows run client 0 for zero steps; their results are never read.
@@ -169,6 +197,9 @@ class Executor:
                           None if shared else jax.tree_util.tree_leaves(params)[0].shape[0],
                           jax.tree_util.tree_structure(task_inputs)))
     self.steps_computed += num_rows * max_steps
+    params = self.replicate(params)
+    params_index, client_ids, num_steps, seeds, task_inputs = self._shard_rows(
+        (params_index, client_ids, num_steps, seeds, task_inputs))
     deltas, aux = self._many_tasks(params, params_index, client_ids, num_steps, seeds,
                                    task_inputs, self.data, self.base_key, max_steps=max_steps,
                                    shared_params=shared)
