@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import jax
 import ml_collections
@@ -217,6 +217,97 @@ def stop_condition(config: ml_collections.ConfigDict) -> StopCondition:
                        max_client_updates=config.run.max_client_updates)
 
 
+class PreparedRun:
+  """An experiment ready to run: data, model, simulation, evaluator and output files.
+
+  `run_experiment` is `PreparedRun(...)`, `.simulation.run(.stop)`, `.finish()`; lockstep
+  sweeps (`run_experiments_lockstep`) prepare several, run their simulations together and
+  finish each.
+  """
+
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str | os.PathLike,
+               dataset: FederatedDataset | None = None):
+    config_lib.validate(config)
+    os.makedirs(workdir, exist_ok=True)
+    self.workdir = workdir
+    self.host_start = time.perf_counter()
+    if dataset is None:
+      dataset = build_federated_dataset(config)
+    for name in ('cohort_size', 'concurrency', 'num_selected'):
+      value = config.scheduler[name]
+      if (config_lib.uses_setting(config.algorithm, name) and value is not None
+          and value > dataset.num_clients):
+        raise config_lib.ConfigError(f'scheduler.{name}={value} is invalid; allowed values: '
+                                     f'1..{dataset.num_clients} (the federation size)')
+    self.dataset = dataset
+    model = build_model(config, dataset)
+    config = resolve_settings(config, dataset, model)
+    self.config = config
+    write_json(os.path.join(workdir, 'config.json'), config.to_dict())
+    self._evaluate = make_evaluator(
+        model, dataset.test_x, dataset.test_y, config.run.eval_batch_size,
+        class_groups={name: tuple(classes)
+                      for name, classes in config.run.eval_class_groups.items()} or None,
+        balanced_accuracy=config.run.eval_balanced_accuracy, top_k=tuple(config.run.eval_top_k))
+    self.writer = MetricsWriter(workdir)
+    self._last_evaluated = -1
+    self.host_extra: dict[str, Any] = {}  # e.g. lockstep batching figures, for summary['host']
+
+    def on_version(sim: Simulation) -> None:
+      if sim.version % config.run.eval_every == 0:
+        self.record(sim)
+
+    self.simulation = build_simulation(config, dataset, model, on_version)
+    self.stop = stop_condition(config)
+    logging.info('%s on %s: %d clients, model %s (%d parameters), latency %s, backend %s',
+                 config.algorithm, dataset.name, dataset.num_clients, model.name,
+                 model.num_params(self.simulation.params), config.latency.model,
+                 config.executor.backend)
+    self.record(self.simulation)
+    self.simulation_start = time.perf_counter()
+
+  def record(self, sim: Simulation) -> None:
+    """Evaluates the server model and writes a metrics row."""
+    metrics = self._evaluate(sim.eval_params)
+    self._last_evaluated = sim.version
+    self.writer.write({
+        'virtual_time': sim.now, 'version': sim.version, 'client_updates': sim.client_updates,
+        'gradient_steps': sim.gradient_steps, 'test_accuracy': metrics['accuracy'],
+        'test_loss': metrics['loss'],
+        **{f'test_{name}': value for name, value in metrics.items()
+           if name not in ('accuracy', 'loss', 'num_examples')}})
+    logging.info('version %d  virtual time %.1fs  client updates %d  test accuracy %.4f  '
+                 'loss %.4f  (host %.1fs)', sim.version, sim.now, sim.client_updates,
+                 metrics['accuracy'], metrics['loss'], time.perf_counter() - self.host_start)
+
+  def finish(self) -> dict[str, Any]:
+    """Final evaluation, `summary.json` and `clients.json`; returns the summary."""
+    sim, config = self.simulation, self.config
+    simulation_seconds = time.perf_counter() - self.simulation_start
+    if self._last_evaluated != sim.version:
+      self.record(sim)
+    self.writer.close()
+    summary = summarize(self.writer.rows, config.run.target_accuracy)
+    summary.update(sim.report())
+    scheduler_report = getattr(sim.scheduler, 'report', None)
+    if scheduler_report is not None:
+      summary['scheduler'] = scheduler_report()
+    summary['host'] = {
+        'seconds': time.perf_counter() - self.host_start,
+        'simulation_seconds': simulation_seconds,
+        'compiled_client_programs': sim.executor.num_compiled_programs,
+        'client_examples_per_second': (sim.executor.steps_run * config.client.batch_size
+                                       / max(simulation_seconds, 1e-9)),
+        **self.host_extra,
+    }
+    write_json(os.path.join(self.workdir, 'clients.json'), {
+        'dispatched': sim.dispatch_counts.tolist(),
+        'aggregated': sim.aggregated_counts.tolist(),
+        'gradient_steps': sim.steps_per_client.tolist(), 'busy_time': sim.busy_time.tolist()})
+    write_json(os.path.join(self.workdir, 'summary.json'), summary)
+    return summary
+
+
 def run_experiment(config: ml_collections.ConfigDict, workdir: str | os.PathLike,
                    dataset: FederatedDataset | None = None) -> dict[str, Any]:
   """Runs the experiment described by `config`, writing its outputs into `workdir`.
@@ -233,70 +324,57 @@ def run_experiment(config: ml_collections.ConfigDict, workdir: str | os.PathLike
     ConfigError: an invalid setting (before any data is loaded).
     DatasetNotFoundError / CorruptDatasetError: the dataset is not prepared or unreadable.
   """
-  config_lib.validate(config)
-  os.makedirs(workdir, exist_ok=True)
-  host_start = time.perf_counter()
-  if dataset is None:
-    dataset = build_federated_dataset(config)
-  for name in ('cohort_size', 'concurrency', 'num_selected'):
-    value = config.scheduler[name]
-    if (config_lib.uses_setting(config.algorithm, name) and value is not None
-        and value > dataset.num_clients):
-      raise config_lib.ConfigError(f'scheduler.{name}={value} is invalid; allowed values: '
-                                   f'1..{dataset.num_clients} (the federation size)')
-  model = build_model(config, dataset)
-  config = resolve_settings(config, dataset, model)
-  write_json(os.path.join(workdir, 'config.json'), config.to_dict())
-  evaluate = make_evaluator(
-      model, dataset.test_x, dataset.test_y, config.run.eval_batch_size,
-      class_groups={name: tuple(classes)
-                    for name, classes in config.run.eval_class_groups.items()} or None,
-      balanced_accuracy=config.run.eval_balanced_accuracy, top_k=tuple(config.run.eval_top_k))
-  writer = MetricsWriter(workdir)
-  last_evaluated = [-1]
+  prepared = PreparedRun(config, workdir, dataset)
+  prepared.simulation.run(prepared.stop)
+  return prepared.finish()
 
-  def record(sim: Simulation) -> None:
-    metrics = evaluate(sim.eval_params)
-    last_evaluated[0] = sim.version
-    writer.write({
-        'virtual_time': sim.now, 'version': sim.version, 'client_updates': sim.client_updates,
-        'gradient_steps': sim.gradient_steps, 'test_accuracy': metrics['accuracy'],
-        'test_loss': metrics['loss'],
-        **{f'test_{name}': value for name, value in metrics.items()
-           if name not in ('accuracy', 'loss', 'num_examples')}})
-    logging.info('version %d  virtual time %.1fs  client updates %d  test accuracy %.4f  '
-                 'loss %.4f  (host %.1fs)', sim.version, sim.now, sim.client_updates,
-                 metrics['accuracy'], metrics['loss'], time.perf_counter() - host_start)
 
-  def on_version(sim: Simulation) -> None:
-    if sim.version % config.run.eval_every == 0:
-      record(sim)
+def _without_seeds(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  settings = config.to_dict()
+  settings.pop('seed')
+  settings['data'].pop('partition_seed')
+  settings['run'].pop('eval_every', None)
+  return settings
 
-  sim = build_simulation(config, dataset, model, on_version)
-  logging.info('%s on %s: %d clients, model %s (%d parameters), latency %s, backend %s',
-               config.algorithm, dataset.name, dataset.num_clients, model.name,
-               model.num_params(sim.params), config.latency.model, config.executor.backend)
-  record(sim)
-  simulation_start = time.perf_counter()
-  sim.run(stop_condition(config))
-  if last_evaluated[0] != sim.version:
-    record(sim)
-  writer.close()
-  simulation_seconds = time.perf_counter() - simulation_start
-  summary = summarize(writer.rows, config.run.target_accuracy)
-  summary.update(sim.report())
-  scheduler_report = getattr(sim.scheduler, 'report', None)
-  if scheduler_report is not None:
-    summary['scheduler'] = scheduler_report()
-  summary['host'] = {
-      'seconds': time.perf_counter() - host_start,
-      'simulation_seconds': simulation_seconds,
-      'compiled_client_programs': sim.executor.num_compiled_programs,
-      'client_examples_per_second': (sim.executor.steps_run * config.client.batch_size
-                                     / max(simulation_seconds, 1e-9)),
-  }
-  write_json(os.path.join(workdir, 'clients.json'), {
-      'dispatched': sim.dispatch_counts.tolist(), 'aggregated': sim.aggregated_counts.tolist(),
-      'gradient_steps': sim.steps_per_client.tolist(), 'busy_time': sim.busy_time.tolist()})
-  write_json(os.path.join(workdir, 'summary.json'), summary)
-  return summary
+
+def run_experiments_lockstep(configs: Sequence[ml_collections.ConfigDict],
+                             workdirs: Sequence[str | os.PathLike],
+                             datasets: Sequence[FederatedDataset | None] | None = None
+                             ) -> list[dict[str, Any]]:
+  """Runs several experiments that differ only in their seeds together, executing their client
+  tasks in shared batches (`fedsim_jax.runtime.lockstep`); each run directory gets exactly
+  what `run_experiment` would write (timings aside).
+
+  Raises:
+    ConfigError: the configs differ in more than `seed`, `data.partition_seed` and
+      `run.eval_every`, or ask for a lazy federation (not supported in lockstep).
+  """
+  from fedsim_jax.runtime.lockstep import lockstep_executors, run_lockstep
+
+  if len(configs) != len(workdirs):
+    raise ValueError('run_experiments_lockstep needs one workdir per config')
+  reference = _without_seeds(configs[0])
+  for config in configs[1:]:
+    if _without_seeds(config) != reference:
+      raise config_lib.ConfigError('lockstep sweeps need configs that differ only in seed, '
+                                   'data.partition_seed and run.eval_every')
+  if configs[0].data.lazy:
+    raise config_lib.ConfigError('data.lazy=True is invalid in a lockstep sweep; allowed: False')
+  datasets = list(datasets) if datasets is not None else [None] * len(configs)
+  runs = [PreparedRun(c, w, d) for c, w, d in zip(configs, workdirs, datasets)]
+  first = runs[0].simulation.executor
+  settings = dict(backend=first.backend, sampling=configs[0].client.sampling,
+                  unroll=configs[0].executor.unroll, bucket_bits=first.bucket_bits,
+                  step_loop=first.step_loop, devices=first.devices)
+  shared, executors = lockstep_executors(
+      lambda data, keys: Executor(first.client_update, data, keys, **settings),
+      [r.dataset for r in runs], [r.simulation.executor.base_key for r in runs])
+  for run, executor in zip(runs, executors):
+    run.simulation.executor = executor
+    run.simulation_start = time.perf_counter()
+  run_lockstep([r.simulation for r in runs], [r.stop for r in runs], shared)
+  for run in runs:
+    run.host_extra = {'lockstep': {
+        'simulations': len(runs), 'shared_batches': shared.batches,
+        'mean_shared_batch_size': shared.executor.tasks_run / max(shared.batches, 1)}}
+  return [r.finish() for r in runs]

@@ -36,6 +36,8 @@ class ClientTask:
     start_params: parameters the client starts from (the model it downloaded).
     task_inputs: optional per-task pytree for the client objective (e.g. a proximal anchor);
       all tasks of one batch must have the same structure.
+    stream: which base key the task key derives from when the executor holds several (one per
+      simulation of a lockstep sweep, `base_key` of shape `[S, 2]`); 0 otherwise.
   """
 
   client_id: int
@@ -43,6 +45,7 @@ class ClientTask:
   seed: int
   start_params: Params
   task_inputs: Any = None
+  stream: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,11 +56,21 @@ class TaskBatchResult:
     deltas: pytree with leaves `[num_rows, ...]` (rows past `num_tasks` are padding).
     aux: dict of `[num_rows]` arrays (`train_loss`, `steps_run`).
     num_tasks: number of real tasks.
+    row_offset: row of the first task; non-zero only in a view (below).
+    view: whether this is one simulation's share of a batch run for several (a lockstep
+      sweep): its tasks are rows `row_offset .. row_offset + num_tasks - 1`.
   """
 
   deltas: Params
   aux: dict[str, jax.Array]
   num_tasks: int
+  row_offset: int = 0
+  view: bool = False
+
+
+def _stream_key(base_key: jax.Array, stream: jax.Array) -> jax.Array:
+  """The base key of `stream`: `base_key` itself, or its row when it stacks several."""
+  return base_key[stream] if base_key.ndim == 2 else base_key
 
 
 def _stack(trees: Sequence[Any]) -> Any:
@@ -113,20 +126,21 @@ class Executor:
     self.steps_run = 0
     self.steps_computed = 0  # including masked padding steps: the cost actually paid
 
-    def one_task(params, client_id, num_steps, seed, task_inputs, data, base_key, max_steps):
-      key = jax.random.fold_in(base_key, seed)
+    def one_task(params, client_id, num_steps, seed, stream, task_inputs, data, base_key,
+                 max_steps):
+      key = jax.random.fold_in(_stream_key(base_key, stream), seed)
       return run_local_training(client_update, data, params, client_id, num_steps, key,
                                 task_inputs, max_steps=max_steps, sampling=sampling,
                                 unroll=unroll)
 
-    def many_tasks(params, params_index, client_ids, num_steps, seeds, task_inputs, data,
-                   base_key, max_steps, shared_params):
+    def many_tasks(params, params_index, client_ids, num_steps, seeds, streams, task_inputs,
+                   data, base_key, max_steps, shared_params):
       if not shared_params:
         # `params` holds each distinct start model once ([V, ...]); tasks pick theirs.
         params = jax.tree_util.tree_map(lambda p: p[params_index], params)
-      in_axes = (None if shared_params else 0, 0, 0, 0,
+      in_axes = (None if shared_params else 0, 0, 0, 0, 0,
                  None if task_inputs is None else 0, None, None, None)
-      return jax.vmap(one_task, in_axes=in_axes)(params, client_ids, num_steps, seeds,
+      return jax.vmap(one_task, in_axes=in_axes)(params, client_ids, num_steps, seeds, streams,
                                                  task_inputs, data, base_key, max_steps)
 
     self._one_task = jax.jit(one_task, static_argnames=('max_steps',))
@@ -134,7 +148,8 @@ class Executor:
     self._step = jax.jit(lambda state, data, client_id, step, key, task_inputs: local_step(
         client_update, data, state, client_id, step, key, task_inputs, sampling=sampling))
     self._final = jax.jit(client_update.final)
-    self._task_key = jax.jit(jax.random.fold_in)
+    self._task_key = jax.jit(
+        lambda base_key, stream, seed: jax.random.fold_in(_stream_key(base_key, stream), seed))
     self._many_tasks = jax.jit(many_tasks, static_argnames=('max_steps', 'shared_params'))
 
   @property
@@ -173,6 +188,7 @@ class Executor:
     client_ids = np.array([t.client_id for t in tasks] + [0] * padding, np.int32)
     num_steps = np.array([t.num_steps for t in tasks] + [0] * padding, np.int32)
     seeds = np.array([t.seed for t in tasks] + [0] * padding, np.uint32)
+    streams = np.array([t.stream for t in tasks] + [0] * padding, np.int32)
     # Tasks dispatched at the same server version share one start-params object: stack each
     # distinct one once (a few versions are in flight, not one per task).
     distinct: dict[int, int] = {}
@@ -198,15 +214,15 @@ class Executor:
                           jax.tree_util.tree_structure(task_inputs)))
     self.steps_computed += num_rows * max_steps
     params = self.replicate(params)
-    params_index, client_ids, num_steps, seeds, task_inputs = self._shard_rows(
-        (params_index, client_ids, num_steps, seeds, task_inputs))
-    deltas, aux = self._many_tasks(params, params_index, client_ids, num_steps, seeds,
+    params_index, client_ids, num_steps, seeds, streams, task_inputs = self._shard_rows(
+        (params_index, client_ids, num_steps, seeds, streams, task_inputs))
+    deltas, aux = self._many_tasks(params, params_index, client_ids, num_steps, seeds, streams,
                                    task_inputs, self.data, self.base_key, max_steps=max_steps,
                                    shared_params=shared)
     return TaskBatchResult(deltas=deltas, aux=aux, num_tasks=len(tasks))
 
   def _run_host_steps(self, task: ClientTask) -> tuple[Params, dict[str, jax.Array]]:
-    key = self._task_key(self.base_key, np.uint32(task.seed))
+    key = self._task_key(self.base_key, np.int32(task.stream), np.uint32(task.seed))
     client_id = np.int32(task.client_id)
     state = self._init(task.start_params, task.task_inputs)
     for step in range(task.num_steps):
@@ -229,8 +245,8 @@ class Executor:
       self.steps_computed += max_steps
       delta, aux = self._one_task(task.start_params, np.int32(task.client_id),
                                   np.int32(task.num_steps), np.uint32(task.seed),
-                                  task.task_inputs, self.data, self.base_key,
-                                  max_steps=max_steps)
+                                  np.int32(task.stream), task.task_inputs, self.data,
+                                  self.base_key, max_steps=max_steps)
       deltas.append(delta)
       auxes.append(aux)
     return TaskBatchResult(deltas=_stack(deltas), aux=_stack(auxes), num_tasks=len(tasks))

@@ -340,7 +340,7 @@ class Simulation:
     self.executor_batches += 1
     self.executed_tasks += len(pending)
     for row, handle in enumerate(pending):
-      handle.result_ref = ResultRef(batch, row)
+      handle.result_ref = ResultRef(batch, batch.row_offset + row)
 
   def _finish_task(self, handle: TaskHandle) -> None:
     self.accounting.in_flight -= 1

@@ -103,8 +103,8 @@ def stack_results(refs: Sequence[ResultRef], weights: Sequence[float],
   """
   count = len(refs)
   first = refs[0].batch
-  whole_batch = (all(r.batch is first for r in refs) and count == first.num_tasks
-                 and all(r.row == i for i, r in enumerate(refs)))
+  whole_batch = (not first.view and all(r.batch is first for r in refs)
+                 and count == first.num_tasks and all(r.row == i for i, r in enumerate(refs)))
   if whole_batch:
     deltas = first.deltas
     num_rows = jax.tree_util.tree_leaves(deltas)[0].shape[0]

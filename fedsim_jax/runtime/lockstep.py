@@ -1,0 +1,197 @@
+"""Several simulations advanced in lockstep, their client tasks executed in shared batches.
+
+A sweep over seeds (or over configs that share a model and client objective) runs many small
+simulations whose executor batches are each too small to keep the machine busy. `run_lockstep`
+runs every simulation's event loop in its own thread; whenever a simulation needs task results
+it submits its pending tasks and waits. Once every unfinished simulation is waiting, the tasks
+of all of them run as ONE executor batch over the union of their federations, and each
+simulation gets its rows back (a `TaskBatchResult` view).
+
+Results equal the sequential runs': a simulation submits exactly the batches it would have run
+alone (deferred execution groups tasks by the simulation's own dependencies, never by timing), a
+task's key is `fold_in(base_key of its simulation, task seed)`, and a client's batches depend
+only on its own rows of the index table (with JAX's default partitionable threefry, random
+draws are prefix-stable, so a wider union table samples the same examples). The scheduling
+(versions, virtual times, which updates aggregate) is identical; the arithmetic is identical
+for small shared batches, while large ones can take other XLA:CPU matrix-multiply paths whose
+float rounding differs in the last bits (measured: 8 seeds x 5 clients, MLP, losses equal to
+about 1e-5 relative after 20 versions).
+
+Host-side work stays sequential (Python threads share the GIL); the gain is in the executor:
+one batch of S x n tasks instead of S batches of n.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedsim_jax.data.federated import ClientDataArrays, FederatedDataset
+from fedsim_jax.executor import ClientTask, Executor, TaskBatchResult
+
+
+def union_client_arrays(datasets: Sequence[FederatedDataset]) -> tuple[ClientDataArrays,
+                                                                        list[int]]:
+  """One `ClientDataArrays` holding every federation's clients, and each one's client offset.
+
+  Federations that share their training arrays (the same loaded dataset, partitioned by
+  different seeds) share them in the union too; others are concatenated.
+  """
+  if not datasets:
+    raise ValueError('union_client_arrays needs at least one federation')
+  xs, ys, row_offsets = [], [], []
+  for dataset in datasets:
+    for i, x in enumerate(xs):
+      if dataset.train_x is x and dataset.train_y is ys[i]:
+        row_offsets.append(row_offsets[i])
+        break
+    else:
+      row_offsets.append(sum(len(x) for x in xs))
+      xs.append(dataset.train_x)
+      ys.append(dataset.train_y)
+  width = max(d.client_indices.shape[1] for d in datasets)
+  tables, client_offsets, total = [], [], 0
+  for dataset, offset in zip(datasets, row_offsets):
+    table = np.zeros((dataset.num_clients, width), np.int32)
+    table[:, :dataset.client_indices.shape[1]] = dataset.client_indices + offset
+    tables.append(table)
+    client_offsets.append(total)
+    total += dataset.num_clients
+  arrays = ClientDataArrays(
+      x=jnp.asarray(xs[0] if len(xs) == 1 else np.concatenate(xs)),
+      y=jnp.asarray(ys[0] if len(ys) == 1 else np.concatenate(ys)),
+      indices=jnp.asarray(np.concatenate(tables)),
+      sizes=jnp.asarray(np.concatenate([d.client_sizes for d in datasets])))
+  return arrays, client_offsets
+
+
+class SharedExecution:
+  """Collects the pending tasks of several simulations and runs them as one batch."""
+
+  def __init__(self, executor: Executor, num_simulations: int):
+    self.executor = executor
+    self.batches = 0
+    self._condition = threading.Condition()
+    self._pending: dict[int, list[ClientTask]] = {}
+    self._results: dict[int, TaskBatchResult] = {}
+    self._running = set(range(num_simulations))
+    self._error: BaseException | None = None
+
+  def submit(self, simulation: int, tasks: list[ClientTask]) -> TaskBatchResult:
+    """Blocks until every running simulation has submitted (or finished), then returns this
+    simulation's rows of the shared batch."""
+    with self._condition:
+      self._pending[simulation] = tasks
+      self._run_when_all_wait()
+      while simulation not in self._results and self._error is None:
+        self._condition.wait()
+      if self._error is not None:
+        raise RuntimeError('another simulation of the lockstep sweep failed') from self._error
+      return self._results.pop(simulation)
+
+  def finish(self, simulation: int, error: BaseException | None = None) -> None:
+    """Marks a simulation done (or failed: the others stop with an error too)."""
+    with self._condition:
+      self._running.discard(simulation)
+      if error is not None and self._error is None:
+        self._error = error
+        self._condition.notify_all()
+        return
+      self._run_when_all_wait()
+
+  def _run_when_all_wait(self) -> None:
+    if not self._pending or set(self._pending) != self._running:
+      return
+    order = sorted(self._pending)
+    tasks = [task for s in order for task in self._pending[s]]
+    try:
+      batch = self.executor.run(tasks)
+    except BaseException as error:  # surface it in every waiting simulation
+      self._error = error
+      self._condition.notify_all()
+      raise
+    self.batches += 1
+    offset = 0
+    for s in order:
+      count = len(self._pending[s])
+      self._results[s] = dataclasses.replace(batch, num_tasks=count, row_offset=offset,
+                                             view=True)
+      offset += count
+    self._pending.clear()
+    self._condition.notify_all()
+
+
+class LockstepClientExecutor:
+  """One simulation's executor in a lockstep sweep: renumbers its clients into the union and
+  tags its tasks with its key stream, then waits for the shared batch."""
+
+  def __init__(self, shared: SharedExecution, simulation: int, client_offset: int):
+    self.shared = shared
+    self.simulation = simulation
+    self.client_offset = client_offset
+    self.tasks_run = 0
+    self.steps_run = 0
+
+  @property
+  def steps_computed(self) -> int:
+    return self.shared.executor.steps_computed
+
+  @property
+  def num_compiled_programs(self) -> int:
+    return self.shared.executor.num_compiled_programs
+
+  def run(self, tasks: Sequence[ClientTask]) -> TaskBatchResult:
+    self.tasks_run += len(tasks)
+    self.steps_run += sum(t.num_steps for t in tasks)
+    mapped = [dataclasses.replace(t, client_id=t.client_id + self.client_offset,
+                                  stream=self.simulation) for t in tasks]
+    return self.shared.submit(self.simulation, mapped)
+
+
+def lockstep_executors(executor_factory: Any, datasets: Sequence[FederatedDataset],
+                       base_keys: Sequence[jax.Array]
+                       ) -> tuple[SharedExecution, list[LockstepClientExecutor]]:
+  """Builds the shared executor over the union of `datasets` and one client executor each.
+
+  Args:
+    executor_factory: `(data, base_key) -> Executor`, e.g. a partial of `Executor` with the
+      client update and backend settings shared by all simulations.
+    datasets: each simulation's federation.
+    base_keys: each simulation's training key (what its own `Executor` would get).
+  """
+  if not jax.config.jax_threefry_partitionable:
+    raise ValueError('lockstep sweeps need jax_threefry_partitionable=True (the default), so '
+                     'that union index tables sample the same examples')
+  data, offsets = union_client_arrays(datasets)
+  shared = SharedExecution(executor_factory(data, jnp.stack(list(base_keys))), len(datasets))
+  return shared, [LockstepClientExecutor(shared, i, offset) for i, offset in enumerate(offsets)]
+
+
+def run_lockstep(simulations: Sequence[Any], stops: Sequence[Any],
+                 shared: SharedExecution) -> None:
+  """Runs every `simulations[i].run(stops[i])` in lockstep; re-raises the first failure."""
+  errors: list[BaseException] = []
+
+  def drive(index: int) -> None:
+    try:
+      simulations[index].run(stops[index])
+    except BaseException as error:  # noqa: BLE001 - handed to the caller below
+      errors.append(error)
+      shared.finish(index, error)
+    else:
+      shared.finish(index)
+
+  threads = [threading.Thread(target=drive, args=(i,), name=f'lockstep-{i}', daemon=True)
+             for i in range(len(simulations))]
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join()
+  if errors:
+    first = next((e for e in errors if not isinstance(e, RuntimeError)), errors[0])
+    raise first
