@@ -66,6 +66,8 @@ _W = flags.DEFINE_string('w', ','.join(map(str, tables.FIGURE5_W)),
                          'figure5: comma list of integers W >= 1 (p = 1/W).')
 _EVAL_EVERY = flags.DEFINE_string('eval_every', str(tables.DEFAULT_EVAL_EVERY),
                                   'Rounds between test-set evaluations.')
+_ONLY_EXISTING = flags.DEFINE_bool('only_existing', False,
+                                    'Write the tables from the finished runs only; run nothing.')
 _OUTPUT = flags.DEFINE_string('output', None, 'Markdown tables (default: <workdir>/tables.md).')
 
 
@@ -174,7 +176,10 @@ def run_sweep(settings: dict[str, Any], workdir: str, data_dir: str | None,
     else:
       summary, status = sweep.load_or_run(run_dir, config, lambda: federations.get(
           (config.data.partition, config.data.gamma, seed),
-          lambda: build_federated_dataset(config)))
+          lambda: build_federated_dataset(config)), run_missing=not _ONLY_EXISTING.value)
+      if summary is None:
+        log(f'{label}: missing (skipped: --only_existing)')
+        continue
     done[run_dir] = summary
     log(f'{label}: {status}  best {summary.get("best_accuracy", float("nan")):.4f}  '
         f'final {summary.get("final_accuracy", float("nan")):.4f}  '

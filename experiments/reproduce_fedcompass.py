@@ -66,6 +66,8 @@ _Q_RATIO = flags.DEFINE_string('q_ratio', '',
 _LATEST_TIME_FACTOR = flags.DEFINE_string('latest_time_factor', '',
                                           'Comma list of lambda values >= 1 for the FedCompass '
                                           'family; empty: the paper\'s 1.2.')
+_ONLY_EXISTING = flags.DEFINE_bool('only_existing', False,
+                                    'Write the tables from the finished runs only; run nothing.')
 _OUTPUT = flags.DEFINE_string('output', None, 'Markdown tables (default: <workdir>/tables.md).')
 
 
@@ -162,7 +164,11 @@ def run_sweep(settings: dict[str, Any], workdir: str, data_dir: str | None,
       run_dir = os.path.join(workdir, partition, f'm{m}', speed, variant, f'seed{seed}')
       label = f'[{index}/{total}] {partition} m={m} {speed} {variant} seed={seed}'
       summary, status = sweep.load_or_run(run_dir, config, lambda: federations.get(
-          (partition, m, seed), lambda: build_federated_dataset(config)))
+          (partition, m, seed), lambda: build_federated_dataset(config)),
+          run_missing=not _ONLY_EXISTING.value)
+      if summary is None:
+        log(f'{label}: missing (skipped: --only_existing)')
+        continue
       note = ''
       if status == 'reused' and (stale := _stale_settings(run_dir, config)):
         note = f' (warning: run with {stale}; delete it to rerun)'

@@ -60,3 +60,9 @@ def test_load_or_run_reuses_a_finished_run_and_runs_a_missing_one(tmp_path, monk
   (done / 'summary.json').write_text(json.dumps({'best_accuracy': 0.9}))
   summary, status = sweep.load_or_run(str(done), 'cfg', lambda: pytest.fail('built a dataset'))
   assert (summary, status) == ({'best_accuracy': 0.9}, 'reused') and len(calls) == 1
+
+
+def test_load_or_run_can_skip_missing_runs(tmp_path):
+  summary, status = sweep.load_or_run(str(tmp_path / 'absent'), 'cfg',
+                                      lambda: pytest.fail('built a dataset'), run_missing=False)
+  assert (summary, status) == (None, 'missing')

@@ -52,9 +52,10 @@ def parse_one(name: str, text: str, convert: Callable[[str], Any],
   return values[0]
 
 
-def load_or_run(run_dir: str, config: Any,
-                dataset: Callable[[], Any]) -> tuple[dict[str, Any], str]:
-  """The run's summary and 'reused' when `run_dir/summary.json` exists, else runs it: 'ran'.
+def load_or_run(run_dir: str, config: Any, dataset: Callable[[], Any],
+                run_missing: bool = True) -> tuple[dict[str, Any] | None, str]:
+  """The run's summary and 'reused' when `run_dir/summary.json` exists, else runs it: 'ran'
+  (or, with `run_missing=False`, returns `(None, 'missing')`).
 
   Args:
     run_dir: the run's output directory.
@@ -66,6 +67,8 @@ def load_or_run(run_dir: str, config: Any,
   if os.path.exists(summary_path):
     with open(summary_path, encoding='utf-8') as f:
       return json.load(f), 'reused'
+  if not run_missing:
+    return None, 'missing'
   from fedsim_jax.experiment import run_experiment  # Deferred: JAX start-up after flag checks.
 
   return run_experiment(config, run_dir, dataset=dataset()), 'ran'
