@@ -8,6 +8,8 @@ its allowed values. Nothing is silently clamped.
 
 from __future__ import annotations
 
+from typing import Any
+
 import ml_collections
 from ml_collections import config_dict
 
@@ -198,6 +200,17 @@ _SETTING_USERS = {
                     'fedavg_dropout', 'fednova_budget'),
     'concurrency': ('fedasync', 'fedbuff'),
 }
+
+
+def set_by_path(config: ml_collections.ConfigDict, path: str, value: Any) -> None:
+  """Sets `config.<path>` (dotted, e.g. 'data.lazy') to `value`, even to a value of another
+  type than the default (None placeholders included), like `--config.<path>=...` does."""
+  *parents, leaf = path.split('.')
+  node = config
+  for part in parents:
+    node = node[part]
+  with node.unlocked():
+    node[leaf] = value
 
 
 def uses_setting(algorithm: str, setting: str) -> bool:

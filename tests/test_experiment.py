@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from fedsim_jax.config import ConfigError, base_config, validate
+from fedsim_jax.config import ConfigError, base_config, set_by_path, validate
 from fedsim_jax.experiment import run_experiment
 
 from fedsim_jax.data.synthetic import toy_federation as make_toy_federation
@@ -36,11 +36,7 @@ def _tiny_digits_config(data_dir, **overrides):
   config.run.eval_every = 2
   config.run.target_accuracy = 0.5
   for key, value in overrides.items():
-    node = config
-    *path, leaf = key.split('.')
-    for part in path:
-      node = node[part]
-    node[leaf] = value
+    set_by_path(config, key, value)
   return config
 
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from fedsim_jax.config import ConfigError, base_config, validate
+from fedsim_jax.config import ConfigError, base_config, set_by_path, validate
 from fedsim_jax.data.lazy import LazyFederation
 from fedsim_jax.experiment import build_federated_dataset, run_experiment
 
@@ -24,13 +24,8 @@ def _digits_config(data_dir, **overrides):
   config.scheduler.cohort_size = 4
   config.run.num_rounds = 3
   config.run.eval_every = 1
-  with config.unlocked():
-    for key, value in overrides.items():
-      node = config
-      *path, leaf = key.split('.')
-      for part in path:
-        node = node[part]
-      node[leaf] = value
+  for key, value in overrides.items():
+    set_by_path(config, key, value)
   return config
 
 
@@ -90,11 +85,6 @@ def test_natural_partition_needs_client_ids(digits_data_dir):
 def test_invalid_data_options_are_one_line_errors(key, value, message):
   config = base_config()
   config.client.local_steps = 1
-  with config.unlocked():
-    node = config
-    *path, leaf = key.split('.')
-    for part in path:
-      node = node[part]
-    node[leaf] = value
+  set_by_path(config, key, value)
   with pytest.raises(ConfigError, match=message):
     validate(config)
