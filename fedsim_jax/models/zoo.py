@@ -32,24 +32,32 @@ class MLP(nn.Module):
     return nn.Dense(self.num_classes)(x)
 
 
-class MnistCNN(nn.Module):
+class TwoConvCNN(nn.Module):
+  """Conv 5x5 (32) -> ReLU -> MaxPool 2 -> Conv 5x5 (64) -> ReLU -> MaxPool 2 -> FC 512 -> ReLU
+  -> FC, with 'VALID' or 'SAME' convolutions: the shared body of `MnistCNN` and `FedAvgCNN`."""
+
+  num_classes: int
+  padding: str = 'VALID'
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.relu(nn.Conv(32, (5, 5), padding=self.padding)(x))
+    x = nn.max_pool(x, (2, 2), strides=(2, 2))
+    x = nn.relu(nn.Conv(64, (5, 5), padding=self.padding)(x))
+    x = nn.max_pool(x, (2, 2), strides=(2, 2))
+    x = x.reshape((x.shape[0], -1))
+    x = nn.relu(nn.Dense(512)(x))
+    return nn.Dense(self.num_classes)(x)
+
+
+class MnistCNN(TwoConvCNN):
   """The MNIST CNN of FedCompass (Li et al. 2024, Table 8), about 582k parameters on 28x28x1.
 
   Conv 5x5 (32) -> ReLU -> MaxPool 2 -> Conv 5x5 (64) -> ReLU -> MaxPool 2 -> FC 512 -> ReLU -> FC.
   Convolutions are unpadded ('VALID'), as in the paper's output shapes (24x24, then 8x8).
   """
 
-  num_classes: int
-
-  @nn.compact
-  def __call__(self, x):
-    x = nn.relu(nn.Conv(32, (5, 5), padding='VALID')(x))
-    x = nn.max_pool(x, (2, 2), strides=(2, 2))
-    x = nn.relu(nn.Conv(64, (5, 5), padding='VALID')(x))
-    x = nn.max_pool(x, (2, 2), strides=(2, 2))
-    x = x.reshape((x.shape[0], -1))
-    x = nn.relu(nn.Dense(512)(x))
-    return nn.Dense(self.num_classes)(x)
+  padding: str = 'VALID'
 
 
 class LeNet5(nn.Module):
@@ -75,7 +83,7 @@ class LeNet5(nn.Module):
     return nn.Dense(self.num_classes)(x)
 
 
-class FedAvgCNN(nn.Module):
+class FedAvgCNN(TwoConvCNN):
   """The CNN of FedAvg (McMahan et al. 2017, Sec. 3; TFF's `create_original_fedavg_cnn_model`).
 
   Conv 5x5 (32, 'SAME') -> ReLU -> MaxPool 2 -> Conv 5x5 (64, 'SAME') -> ReLU -> MaxPool 2 ->
@@ -83,17 +91,7 @@ class FedAvgCNN(nn.Module):
   EMNIST's 62 classes (computed, the figure often quoted for FL EMNIST benchmarks).
   """
 
-  num_classes: int
-
-  @nn.compact
-  def __call__(self, x):
-    x = nn.relu(nn.Conv(32, (5, 5), padding='SAME')(x))
-    x = nn.max_pool(x, (2, 2), strides=(2, 2))
-    x = nn.relu(nn.Conv(64, (5, 5), padding='SAME')(x))
-    x = nn.max_pool(x, (2, 2), strides=(2, 2))
-    x = x.reshape((x.shape[0], -1))
-    x = nn.relu(nn.Dense(512)(x))
-    return nn.Dense(self.num_classes)(x)
+  padding: str = 'SAME'
 
 
 class FedASMUCNN(nn.Module):
