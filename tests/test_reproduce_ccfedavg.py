@@ -9,17 +9,10 @@ import pytest
 
 from fedsim_jax.config import ConfigError, validate
 from fedsim_jax.reproduce import ccfedavg_tables as tables
+from fedsim_jax.reproduce.fedcompass_tables import table_row as _row
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _BINARY = os.path.join(_REPO, 'experiments', 'reproduce_ccfedavg.py')
-
-
-def _row(markdown: str, name: str) -> list[str]:
-  for line in markdown.splitlines():
-    cells = [c.strip() for c in line.strip().strip('|').split('|')]
-    if cells[0] == name:
-      return cells[1:]
-  raise AssertionError(f'no row {name!r} in\n{markdown}')
 
 
 def test_paper_tables():

@@ -9,6 +9,7 @@ import pytest
 
 from fedsim_jax.config import ConfigError, validate
 from fedsim_jax.reproduce import fedcompass_tables as tables
+from fedsim_jax.reproduce.fedcompass_tables import table_row as _row
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -17,14 +18,6 @@ def _record(algorithm: str, seed: int, time_to_target: float | None, best: float
             m: int = 5, speed: str = 'normal', partition: str = 'class', **extra) -> dict:
   return dict(algorithm=algorithm, partition=partition, m=m, speed=speed, seed=seed,
               time_to_target=time_to_target, best_accuracy=best, **extra)
-
-
-def _row(markdown: str, name: str) -> list[str]:
-  for line in markdown.splitlines():
-    cells = [c.strip() for c in line.strip().strip('|').split('|')]
-    if cells[0] == name:
-      return cells[1:]
-  raise AssertionError(f'no row {name!r} in\n{markdown}')
 
 
 # ------------------------------------------------------------------------------------------------

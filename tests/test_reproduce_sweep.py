@@ -66,3 +66,11 @@ def test_load_or_run_can_skip_missing_runs(tmp_path):
   summary, status = sweep.load_or_run(str(tmp_path / 'absent'), 'cfg',
                                       lambda: pytest.fail('built a dataset'), run_missing=False)
   assert (summary, status) == (None, 'missing')
+
+
+def test_table_row_reads_a_written_table_back():
+  from fedsim_jax.reproduce.fedcompass_tables import table_row
+  markdown = '| Method | a | b |\n|---|---|---|\n| FedAvg | 1.00 | - |'
+  assert table_row(markdown, 'FedAvg') == ['1.00', '-']
+  with pytest.raises(ValueError, match="no row 'FedBuff'"):
+    table_row(markdown, 'FedBuff')

@@ -439,6 +439,16 @@ def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
   return '\n'.join(lines)
 
 
+def table_row(markdown: str, name: str) -> list[str]:
+  """The cells after the first of the markdown row whose first cell is `name` (the inverse of
+  the tables written here, e.g. to read a `tables.md` back)."""
+  for line in markdown.splitlines():
+    cells = [c.strip() for c in line.strip().strip('|').split('|')]
+    if cells[0] == name:
+      return cells[1:]
+  raise ValueError(f'no row {name!r} in the table')
+
+
 def _cell_order(cell: tuple[str, int, str]) -> tuple:
   partition, m, speed = cell
   return (PARTITIONS.index(partition) if partition in PARTITIONS else 99, partition, m,
