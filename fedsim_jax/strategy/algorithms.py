@@ -87,12 +87,19 @@ def _synchronous(config: ml_collections.ConfigDict, context: BuildContext,
                    fedopt(_server_optimizer(config, optimizer_name)))
 
 
+def asynchronous_scheduler(config: ml_collections.ConfigDict, buffer_size: int):
+  """The scheduler every asynchronous algorithm shares: `buffer_size` arrivals per server
+  update, at most `scheduler.concurrency` tasks in flight, arrivals staler than
+  `scheduler.max_staleness` discarded."""
+  s = config.scheduler
+  return AsynchronousScheduler(s.concurrency, buffer_size, local_work_from_config(config),
+                               s.weighting, s.max_staleness)
+
+
 def _fedasync(config: ml_collections.ConfigDict, context: BuildContext) -> Algorithm:
   """FedAsync: one update at a time, mixed in with rate alpha * s(staleness)."""
   del context
-  s = config.scheduler
-  scheduler = AsynchronousScheduler(s.concurrency, 1, local_work_from_config(config),
-                                    s.weighting, s.max_staleness)
+  scheduler = asynchronous_scheduler(config, 1)
   return Algorithm('fedasync', scheduler, fedasync(config.server.alpha, _staleness(config),
                                                    config.server.fedasync_form))
 
@@ -101,9 +108,7 @@ def _fedbuff(config: ml_collections.ConfigDict, context: BuildContext) -> Algori
   """FedBuff: buffers of K asynchronous updates, averaged over K (optionally staleness-scaled),
   applied by the server optimizer."""
   del context
-  s = config.scheduler
-  scheduler = AsynchronousScheduler(s.concurrency, s.buffer_size, local_work_from_config(config),
-                                    s.weighting, s.max_staleness)
+  scheduler = asynchronous_scheduler(config, config.scheduler.buffer_size)
   staleness = None if config.server.staleness == 'constant' else _staleness(config)
   aggregator = fedopt(_server_optimizer(config, config.server.optimizer),
                       normalization=config.server.normalization, staleness=staleness)
