@@ -15,7 +15,7 @@ from ml_collections import config_dict
 
 from fedsim_jax.client.local_update import CLIENT_OPTIMIZERS
 from fedsim_jax.data.federated import SAMPLING_MODES
-from fedsim_jax.executor import BACKENDS, STEP_LOOPS
+from fedsim_jax.executor.choice import BACKEND_SETTINGS, STEP_LOOP_SETTINGS
 from fedsim_jax.models import MODELS
 from fedsim_jax.runtime.latency.registry import AVAILABILITY_MODELS, LATENCY_MODELS
 from fedsim_jax.strategy import (ADAPTIVE_FORMS, ALGORITHMS, NORMALIZATIONS, SERVER_OPTIMIZERS,
@@ -154,10 +154,11 @@ def base_config() -> ml_collections.ConfigDict:
   c.availability.trace = ml_collections.ConfigDict({'trace': config_dict.placeholder(str)})
 
   c.executor = ml_collections.ConfigDict()
-  c.executor.backend = 'vmap'
+  c.executor.backend = 'auto'      # 'vmap', 'loop', or by the measured rule (executor/choice.py)
   c.executor.unroll = 1
   c.executor.bucket_bits = 3
-  c.executor.step_loop = 'scan'    # or 'host' (loop backend): one jitted step per local step
+  c.executor.step_loop = 'auto'    # 'scan', 'host' (loop backend: one jitted step per local
+                                   # step), or by the rule in executor/choice.py
   c.executor.deferred = True
   c.executor.devices = 1           # local devices the task axis is sharded over (vmap backend)
 
@@ -360,17 +361,17 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _choice('latency.model', config.latency.model, LATENCY_MODELS)
   _choice('availability.model', config.availability.model, AVAILABILITY_MODELS)
   executor = config.executor
-  _choice('executor.backend', executor.backend, BACKENDS)
+  _choice('executor.backend', executor.backend, BACKEND_SETTINGS)
   if not (executor.unroll is True or (isinstance(executor.unroll, int) and executor.unroll >= 1)):
     raise ConfigError(f'executor.unroll={executor.unroll!r} is invalid; allowed values: an '
                       'integer >= 1 or True')
   _positive('executor.bucket_bits', executor.bucket_bits, integer=True)
-  _choice('executor.step_loop', executor.step_loop, STEP_LOOPS)
-  if executor.step_loop == 'host' and executor.backend != 'loop':
+  _choice('executor.step_loop', executor.step_loop, STEP_LOOP_SETTINGS)
+  if executor.step_loop == 'host' and executor.backend == 'vmap':
     raise ConfigError("executor.step_loop='host' is invalid with executor.backend="
                       f"{executor.backend!r}; allowed: step_loop 'host' with backend 'loop'")
   _positive('executor.devices', executor.devices, integer=True)
-  if executor.devices > 1 and executor.backend != 'vmap':
+  if executor.devices > 1 and executor.backend == 'loop':
     raise ConfigError(f'executor.devices={executor.devices} is invalid with executor.backend='
                       f"{executor.backend!r}; allowed: devices > 1 with backend 'vmap'")
   run = config.run

@@ -24,6 +24,7 @@ from fedsim_jax.data.federated import FederatedDataset
 from fedsim_jax.data.lazy import LazyExecutor, LazyFederation
 from fedsim_jax.data.loading import load_dataset
 from fedsim_jax.executor import Executor
+from fedsim_jax.executor.choice import model_has_convolution, resolve_execution
 from fedsim_jax.metrics import MetricsWriter, make_evaluator, summarize, write_json
 from fedsim_jax.models import Model, get_model
 from fedsim_jax.runtime import Simulation, StopCondition
@@ -193,13 +194,16 @@ def build_simulation(config: ml_collections.ConfigDict, dataset: FederatedDatase
                                weight_decay=client.weight_decay)
   client_update = algorithm.make_client_update(model, optimizer, client.batch_size)
   lazy = isinstance(dataset, LazyFederation)
+  backend, step_loop = resolve_execution(
+      config.executor.backend, config.executor.step_loop, devices=config.executor.devices,
+      convolutional=lambda: model_has_convolution(model, init_params))
   try:
     executor = Executor(client_update,
                         dataset.gather([0]).data if lazy else dataset.device_arrays(),
-                        streams.train_key, backend=config.executor.backend,
+                        streams.train_key, backend=backend,
                         sampling=client.sampling, unroll=config.executor.unroll,
                         bucket_bits=config.executor.bucket_bits,
-                        step_loop=config.executor.step_loop, devices=config.executor.devices)
+                        step_loop=step_loop, devices=config.executor.devices)
   except ValueError as error:  # e.g. more devices than this host has
     raise config_lib.ConfigError(str(error)) from None
   if lazy:  # gathers each batch's clients into a compact device block before running it
@@ -259,10 +263,13 @@ class PreparedRun:
 
     self.simulation = build_simulation(config, dataset, model, on_version)
     self.stop = stop_condition(config)
-    logging.info('%s on %s: %d clients, model %s (%d parameters), latency %s, backend %s',
-                 config.algorithm, dataset.name, dataset.num_clients, model.name,
+    executor = self.simulation.executor
+    executor = getattr(executor, 'executor', executor)  # a LazyExecutor wraps the executor
+    self.host_extra.update(backend=executor.backend, step_loop=executor.step_loop)
+    logging.info('%s on %s: %d clients, model %s (%d parameters), latency %s, backend %s '
+                 '(steps: %s)', config.algorithm, dataset.name, dataset.num_clients, model.name,
                  model.num_params(self.simulation.params), config.latency.model,
-                 config.executor.backend)
+                 executor.backend, executor.step_loop)
     self.record(self.simulation)
     self.simulation_start = time.perf_counter()
 
@@ -374,7 +381,7 @@ def run_experiments_lockstep(configs: Sequence[ml_collections.ConfigDict],
     run.simulation_start = time.perf_counter()
   run_lockstep([r.simulation for r in runs], [r.stop for r in runs], shared)
   for run in runs:
-    run.host_extra = {'lockstep': {
+    run.host_extra['lockstep'] = {
         'simulations': len(runs), 'shared_batches': shared.batches,
-        'mean_shared_batch_size': shared.executor.tasks_run / max(shared.batches, 1)}}
+        'mean_shared_batch_size': shared.executor.tasks_run / max(shared.batches, 1)}
   return [r.finish() for r in runs]

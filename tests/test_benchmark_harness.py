@@ -19,7 +19,7 @@ EXPECTED = [
     ('sync_mlp', 'torch_client_loop'), ('sync_mlp', 'roofline'),
     ('sync_cnn', 'fedsim_vmap'), ('sync_cnn', 'fedsim_loop'), ('sync_cnn', 'fedsim_loop_host'),
     ('sync_cnn', 'jax_client_loop'), ('sync_cnn', 'torch_client_loop'), ('sync_cnn', 'roofline'),
-    ('fedbuff_mlp', 'fedsim_vmap'),
+    ('fedbuff_mlp', 'fedsim_vmap'), ('fedbuff_mlp', 'fedsim_loop'),
     ('compass_mlp', 'fedsim_vmap'), ('compass_mlp', 'fedsim_loop'),
     ('scheduling', 'fedsim_no_training'),
 ]
@@ -115,4 +115,4 @@ def test_report_prints_ratios_to_roofline_torch_and_sync():
   assert rows['sync_mlp', 'fedsim_vmap'].endswith('| 0.50x | 2.00x | - |')
   assert rows['fedbuff_mlp', 'fedsim_vmap'].endswith('| - | - | 1.50x |')
   assert 'meets the 100,000 events/s target' in table
-  assert 'FedBuff / sync FedAvg (MLP, vmap) examples/s: 1.50' in table
+  assert 'FedBuff / sync FedAvg (MLP), best fedsim strategy of each, examples/s: 1.50' in table
