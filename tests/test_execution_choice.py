@@ -39,6 +39,7 @@ def test_explicit_settings_are_kept():
       'vmap', 'scan')
   assert resolve_execution('loop', 'scan', platform='cpu', convolutional=convolutional) == (
       'loop', 'scan')
+  assert resolve_execution('auto', 'host', platform='gpu') == ('loop', 'host')
   assert not asked  # the model is only inspected when the answer depends on it
   assert resolve_execution('loop', 'auto', platform='cpu', convolutional=convolutional) == (
       'loop', 'host')

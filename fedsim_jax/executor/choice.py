@@ -71,8 +71,8 @@ def resolve_execution(backend: str, step_loop: str, *, platform: str | None = No
     raise ValueError(f'executor.step_loop={step_loop!r}; allowed: {STEP_LOOP_SETTINGS}')
   platform = platform or jax.default_backend()
   on_cpu = platform not in ACCELERATOR_PLATFORMS
-  if backend == 'auto':
-    backend = 'loop' if on_cpu and devices == 1 else 'vmap'
+  if backend == 'auto':  # host-driven steps exist only in the loop backend
+    backend = 'loop' if (on_cpu or step_loop == 'host') and devices == 1 else 'vmap'
   if step_loop == 'auto':
     step_loop = 'host' if backend == 'loop' and on_cpu and convolutional() else 'scan'
   return backend, step_loop
