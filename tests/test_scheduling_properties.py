@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 
 from fedsim_jax.executor import NoTrainingExecutor
 from fedsim_jax.runtime import PerStepLatency, Simulation, StopCondition
+from fedsim_jax.runtime.latency.base import jittered, positive_normal
 from fedsim_jax.runtime.latency.trace import PeriodicAvailability
+from fedsim_jax.runtime.sampling import choose_without_replacement
 from fedsim_jax.strategy import (AsynchronousScheduler, LocalWork, SynchronousScheduler, fedopt)
 
 PARAMS = {'w': jnp.zeros((3,))}
@@ -107,3 +109,21 @@ def test_runtime_invariants(scenario):
   assert report['waiting'] == statuses.count('arrived')
   assert sum(report['discarded'].values()) == (statuses.count('discarded')
                                                + statuses.count('dropped_out'))
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), pool_size=st.integers(1, 3000), k=st.integers(1, 4))
+def test_fast_client_choice_draws_what_generator_choice_draws(seed, pool_size, k):
+  k = min(k, pool_size)
+  pool = np.arange(pool_size) * 3 + 1
+  fast, reference = np.random.default_rng(seed), np.random.default_rng(seed)
+  for _ in range(3):  # the streams stay in step afterwards too
+    np.testing.assert_array_equal(choose_without_replacement(fast, pool, k),
+                                  reference.choice(pool, k, replace=False))
+    assert fast.normal() == reference.normal()
+
+
+def test_jittered_latency_draws_what_positive_normal_draws():
+  fast, reference = np.random.default_rng(3), np.random.default_rng(3)
+  for _ in range(1000):  # std 0.9: some draws are redrawn
+    assert jittered(fast, 1.0, 0.9) == float(positive_normal(reference, 1.0, 0.9))

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import heapq
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class EventKind(enum.Enum):
@@ -14,8 +13,7 @@ class EventKind(enum.Enum):
   TIMER = 'timer'      # a scheduler-set alarm (deadline, group timer, periodic trigger)
 
 
-@dataclasses.dataclass(frozen=True)
-class Event:
+class Event(NamedTuple):  # a tuple: built once per event, on the hot path
   time: float
   kind: EventKind
   payload: Any

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fedsim_jax.runtime.sampling import choose_without_replacement
 from fedsim_jax.runtime.simulation import Simulation, TaskHandle
 from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.strategy.synchronous import check_weighting, update_weights
@@ -71,7 +72,7 @@ class AsynchronousScheduler:
       if retry != float('inf'):
         self._schedule_refill(sim, retry)
       return
-    chosen = sim.rng.choice(idle, min(free, len(idle)), replace=False)
+    chosen = choose_without_replacement(sim.rng, idle, min(free, len(idle)))
     for client in sorted(chosen):
       latency = sim.sample_latency(client)
       steps = self.local_work.num_steps(int(sim.client_sizes[client]), latency)

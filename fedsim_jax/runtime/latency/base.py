@@ -105,4 +105,11 @@ def jittered(rng: np.random.Generator, value: float, jitter: float) -> float:
   values (no draw when `jitter` is 0). The per-task jitter of every latency model."""
   if not jitter:
     return float(value)
-  return float(positive_normal(rng, value, jitter * value))
+  # Scalar form of `positive_normal` (the same draws, without array overhead: this runs once
+  # per dispatched task).
+  std = jitter * value
+  for _ in range(1000):
+    draw = rng.normal(value, std)
+    if draw > 0:
+      return float(draw)
+  raise ValueError('latency draws stayed non-positive; std is far larger than mean')
