@@ -23,7 +23,7 @@ _SEEDS = flags.DEFINE_integer('seeds', 8, 'Number of seeds (simulations).')
 _VERSIONS = flags.DEFINE_integer('versions', 200, 'Server versions per simulation.')
 _MODEL = flags.DEFINE_string('model', 'mlp', "'mlp' or 'mnist_cnn'.")
 _EVAL_EVERY = flags.DEFINE_integer('eval_every', 50, 'Versions between evaluations.')
-_BACKEND = flags.DEFINE_string('backend', 'vmap', "Executor backend: 'vmap' or 'loop'.")
+_BACKEND = flags.DEFINE_enum('backend', 'auto', ['auto', 'vmap', 'loop'], 'Executor backend.')
 
 
 def _config(seed: int):
