@@ -27,7 +27,6 @@ Invalid flags, settings or a missing dataset exit with code 2 and one line on st
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Callable, Sequence
 
@@ -130,18 +129,9 @@ def _record(summary: dict[str, Any], **keys) -> dict[str, Any]:
               host_seconds=summary.get('host', {}).get('seconds'))
 
 
-def _stale_settings(run_dir: str, config) -> str | None:
-  """Why an existing run does not match `config` (budget or evaluation cadence), else None."""
-  try:
-    with open(os.path.join(run_dir, 'config.json'), encoding='utf-8') as f:
-      saved = json.load(f)
-  except (OSError, ValueError):
-    return None
-  for section, name in (('run', 'max_virtual_time'), ('run', 'eval_every'),
-                        ('scheduler', 'q_min'), ('scheduler', 'latest_time_factor')):
-    if saved.get(section, {}).get(name) != config[section][name]:
-      return f'{section}.{name}={saved.get(section, {}).get(name)!r}'
-  return None
+# Settings a reused run must share with the requested one (budget, evaluation cadence, ablation).
+_CHECKED_SETTINGS = ('run.max_virtual_time', 'run.eval_every', 'scheduler.q_min',
+                     'scheduler.latest_time_factor')
 
 
 def run_sweep(settings: dict[str, Any], workdir: str, data_dir: str | None,
@@ -170,7 +160,8 @@ def run_sweep(settings: dict[str, Any], workdir: str, data_dir: str | None,
         log(f'{label}: missing (skipped: --only_existing)')
         continue
       note = ''
-      if status == 'reused' and (stale := _stale_settings(run_dir, config)):
+      stale = status == 'reused' and sweep.stale_setting(run_dir, config, _CHECKED_SETTINGS)
+      if stale:
         note = f' (warning: run with {stale}; delete it to rerun)'
       hit = summary.get('time_to_target')
       log(f'{label}: {status}  best {summary.get("best_accuracy", float("nan")):.4f}  '

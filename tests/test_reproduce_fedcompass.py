@@ -9,7 +9,7 @@ import pytest
 
 from fedsim_jax.config import ConfigError, validate
 from fedsim_jax.reproduce import fedcompass_tables as tables
-from fedsim_jax.reproduce.fedcompass_tables import table_row as _row
+from fedsim_jax.reproduce.sweep import table_row as _row
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

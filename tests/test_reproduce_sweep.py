@@ -68,9 +68,58 @@ def test_load_or_run_can_skip_missing_runs(tmp_path):
   assert (summary, status) == (None, 'missing')
 
 
-def test_table_row_reads_a_written_table_back():
-  from fedsim_jax.reproduce.fedcompass_tables import table_row
-  markdown = '| Method | a | b |\n|---|---|---|\n| FedAvg | 1.00 | - |'
-  assert table_row(markdown, 'FedAvg') == ['1.00', '-']
+def test_markdown_table_and_table_row_read_it_back():
+  markdown = sweep.markdown_table(['Method', 'a', 'b'], [['FedAvg', '1.00', '-']])
+  assert markdown == '| Method | a | b |\n|---|---|---|\n| FedAvg | 1.00 | - |'
+  assert sweep.table_row(markdown, 'FedAvg') == ['1.00', '-']
   with pytest.raises(ValueError, match="no row 'FedBuff'"):
-    table_row(markdown, 'FedBuff')
+    sweep.table_row(markdown, 'FedBuff')
+
+
+def test_check_choice_raises_one_line_config_error():
+  from fedsim_jax.config import ConfigError
+  sweep.check_choice('latency', 'per_example', ('per_example',))
+  with pytest.raises(ConfigError, match=r"^latency='x' is not allowed; allowed values: "
+                                        r"\['per_example'\]$"):
+    sweep.check_choice('latency', 'x', ('per_example',))
+
+
+def test_write_results_and_write_text(tmp_path):
+  records = [{'algorithm': 'fedavg', 'seed': 0}, {'algorithm': 'fedbuff', 'seed': 1}]
+  path = sweep.write_results(records, str(tmp_path / 'w'))
+  with open(path, encoding='utf-8') as f:
+    assert [json.loads(line) for line in f] == records
+  sweep.write_text(str(tmp_path / 'a' / 'b.md'), 'text\n')
+  assert (tmp_path / 'a' / 'b.md').read_text(encoding='utf-8') == 'text\n'
+
+
+def test_stale_setting_names_the_first_differing_setting(tmp_path):
+  from fedsim_jax.config import base_config
+  config = base_config()
+  assert sweep.stale_setting(str(tmp_path), config, ['run.eval_every']) is None  # no config.json
+  saved = config.to_dict()
+  saved['run']['eval_every'] = 7
+  (tmp_path / 'config.json').write_text(json.dumps(saved))
+  assert sweep.stale_setting(str(tmp_path), config, ['data.num_clients']) is None
+  assert sweep.stale_setting(str(tmp_path), config,
+                             ['data.num_clients', 'run.eval_every']) == 'run.eval_every=7'
+
+
+def test_overrides_parse_and_apply_per_algorithm():
+  from fedsim_jax.config import ConfigError, base_config
+
+  overrides = sweep.parse_overrides(
+      'set', "feast_msg:server.learning_rate=0.1; run.eval_every=7;fedavg:data.name=mnist",
+      ('fedavg', 'feast_msg'))
+  assert overrides == [('feast_msg', 'server.learning_rate', 0.1), (None, 'run.eval_every', 7),
+                       ('fedavg', 'data.name', 'mnist')]
+  config = base_config()
+  sweep.apply_overrides(config, 'feast_msg', overrides)
+  assert config.server.learning_rate == 0.1 and config.run.eval_every == 7
+  assert config.data.name == 'fashion_mnist'  # the fedavg-only item is not applied
+  with pytest.raises(ConfigError, match='no_such'):
+    sweep.apply_overrides(config, 'fedavg', [(None, 'server.no_such', 1)])
+  for bad in ('server.learning_rate', 'bogus:run.eval_every=3', '=3'):
+    with pytest.raises(sweep.FlagError, match='--set'):
+      sweep.parse_overrides('set', bad, ('fedavg', 'feast_msg'))
+  assert sweep.parse_overrides('set', '', ('fedavg',)) == []

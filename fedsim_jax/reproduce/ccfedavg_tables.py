@@ -26,15 +26,14 @@ which reports the final accuracy.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from typing import Any, Iterable, Mapping, Sequence
 
 import ml_collections
 
 from fedsim_jax.config import ConfigError, base_config
-from fedsim_jax.reproduce.fedcompass_tables import _markdown, mean_std
+from fedsim_jax.reproduce.sweep import (check_choice, markdown_table, mean_std, write_results,
+                                        write_text)
 
 ALGORITHMS = ('fedavg', 'fedavg_dropout', 'ccfedavg_strategy1', 'ccfedavg_strategy2', 'ccfedavg',
               'ccfedavg_c', 'fednova_budget')
@@ -157,11 +156,6 @@ def cohort_size(participation: float, num_clients: int = CROSS_DEVICE_CLIENTS) -
   return max(int(math.floor(participation * num_clients + 1e-9)), 1)
 
 
-def _check_choice(name: str, value: Any, allowed: Sequence[Any]) -> None:
-  if value not in allowed:
-    raise ConfigError(f'{name}={value!r} is not allowed; allowed values: {list(allowed)}')
-
-
 def make_config(algorithm: str, setting: str, *, participation: float = FIGURE5_PARTICIPATION,
                 seed: int = 0, data_dir: str | None = None, rounds: int = PAPER_ROUNDS,
                 gamma: float = 0.0, schedule: str = 'ad_hoc', r: float | None = None,
@@ -191,9 +185,9 @@ def make_config(algorithm: str, setting: str, *, participation: float = FIGURE5_
   Raises:
     ConfigError: an unknown choice or an out-of-range value.
   """
-  _check_choice('algorithm', algorithm, ALGORITHMS)
-  _check_choice('setting', setting, SETTINGS)
-  _check_choice('schedule', schedule, SCHEDULES)
+  check_choice('algorithm', algorithm, ALGORITHMS)
+  check_choice('setting', setting, SETTINGS)
+  check_choice('schedule', schedule, SCHEDULES)
   if (r is None) != (w is None):
     raise ConfigError(f'r={r!r}, w={w!r}: give both (Figure 5 two-group budgets) or neither')
   if not 0 < participation <= 1:
@@ -287,7 +281,7 @@ def _table(grouped: Mapping[Any, Mapping[str, list[float]]], columns: Sequence[A
       cells.append('-' if not values else format_mean_std(values) + _format_paper(
           paper(column, row)))
     body.append(cells)
-  return _markdown(header, body)
+  return markdown_table(header, body)
 
 
 def _key(value: float) -> float:
@@ -347,17 +341,14 @@ def figure5_table(records: Iterable[Mapping[str, Any]]) -> str:
       body = [[f'r={r:g}'] + [format_mean_std(cells[(r, w)]) if (r, w) in cells else '-'
                               for w in ws] for r in rs]
       parts.append(f'### {setting}, {DISPLAY_NAMES[row]}\n\n'
-                   + _markdown(['r \\ W'] + [f'W={w}' for w in ws], body))
+                   + markdown_table(['r \\ W'] + [f'W={w}' for w in ws], body))
   return '\n\n'.join(parts)
 
 
 def write_outputs(records: Sequence[dict[str, Any]], settings: dict[str, Any], workdir: str,
                   output: str, wall_seconds: float) -> None:
-  """Writes `<workdir>/results.jsonl` and the markdown """
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, 'results.jsonl'), 'w', encoding='utf-8') as f:
-    for record in records:
-      f.write(json.dumps(record, sort_keys=True) + '\n')
+  """Writes `<workdir>/results.jsonl` and the markdown tables to `output`."""
+  write_results(records, workdir)
   experiment = settings['experiment']
   parts = [
       f'# CC-FedAvg reproduction: {experiment}',
@@ -377,8 +368,4 @@ def write_outputs(records: Sequence[dict[str, Any]], settings: dict[str, Any], w
   else:
     parts += ['## Figure 5 (two-group budgets r x W; the paper plots only)',
               figure5_table(records)]
-  directory = os.path.dirname(output)
-  if directory:
-    os.makedirs(directory, exist_ok=True)
-  with open(output, 'w', encoding='utf-8') as f:
-    f.write('\n\n'.join(parts) + '\n')
+  write_text(output, '\n\n'.join(parts) + '\n')

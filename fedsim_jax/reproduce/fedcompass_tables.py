@@ -17,14 +17,15 @@ when the target was missed) and best_accuracy (a fraction), optionally variant (
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from typing import Any, Iterable, Mapping, Sequence
 
 import ml_collections
 
 from fedsim_jax.config import ConfigError, base_config
+from fedsim_jax.reproduce.sweep import (check_choice, markdown_table, mean_std,
+                                        mean_time_to_target, spearman, write_results,
+                                        write_text)
 
 ALGORITHMS = ('fedavg', 'fedavgm', 'fedasync', 'fedbuff', 'fedat', 'fedcompass', 'fedcompass_m',
               'fedcompass_n')
@@ -202,11 +203,6 @@ PAPER_Q_RATIO_TOP_ACCURACY: dict[tuple[str, int, str, float], tuple[float, float
 # Configs.
 
 
-def _check_choice(name: str, value: Any, allowed: Sequence[Any]) -> None:
-  if value not in allowed:
-    raise ConfigError(f'{name}={value!r} is not allowed; allowed values: {list(allowed)}')
-
-
 def make_config(algorithm: str, partition: str, num_clients: int, speed: str, seed: int, *,
                 data_dir: str | None = None, sync_budget: float = DEFAULT_SYNC_BUDGET,
                 async_budget: float = DEFAULT_ASYNC_BUDGET,
@@ -232,10 +228,10 @@ def make_config(algorithm: str, partition: str, num_clients: int, speed: str, se
   Raises:
     ConfigError: an unknown choice, or an ablation setting for a non-FedCompass algorithm.
   """
-  _check_choice('algorithm', algorithm, ALGORITHMS)
-  _check_choice('partition', partition, PARTITIONS)
-  _check_choice('num_clients', num_clients, NUM_CLIENTS)
-  _check_choice('speed', speed, SPEEDS)
+  check_choice('algorithm', algorithm, ALGORITHMS)
+  check_choice('partition', partition, PARTITIONS)
+  check_choice('num_clients', num_clients, NUM_CLIENTS)
+  check_choice('speed', speed, SPEEDS)
   compass = algorithm in COMPASS
   if not compass and (q_ratio is not None or latest_time_factor is not None):
     raise ConfigError(f'q_ratio / latest_time_factor apply to {list(COMPASS)} only, not '
@@ -366,23 +362,6 @@ def _sorted_columns(columns: Iterable[tuple[int, str]]) -> list[tuple[int, str]]
   return sorted(columns, key=lambda c: (c[0], SPEEDS.index(c[1]) if c[1] in SPEEDS else 99))
 
 
-def mean_time_to_target(records: Sequence[Mapping[str, Any]]) -> float | None:
-  """Mean time to target over the seeds that reached it; None ("-") when the target was missed
-  in at least half of the seeds (the paper's rule)."""
-  times = [r['time_to_target'] for r in records if r.get('time_to_target') is not None]
-  if not records or 2 * (len(records) - len(times)) >= len(records):
-    return None
-  return sum(times) / len(times)
-
-
-def mean_std(values: Sequence[float]) -> tuple[float, float]:
-  """Mean and sample standard deviation (ddof=1; 0 for a single value)."""
-  mean = sum(values) / len(values)
-  if len(values) < 2:
-    return mean, 0.0
-  return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-
-
 def relative_times(results: Iterable[Mapping[str, Any]]
                    ) -> dict[tuple[str, int, str, str], float | None]:
   """{(partition, m, speed, variant): mean time to target / FedCompass's}; None for "-" (this
@@ -433,22 +412,6 @@ def _format_time(value: float | None) -> str:
   return '-' if value is None else f'{value:.2f}'
 
 
-def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-  lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
-  lines += ['| ' + ' | '.join(row) + ' |' for row in rows]
-  return '\n'.join(lines)
-
-
-def table_row(markdown: str, name: str) -> list[str]:
-  """The cells after the first of the markdown row whose first cell is `name` (the inverse of
-  the tables written here, e.g. to read a `tables.md` back)."""
-  for line in markdown.splitlines():
-    cells = [c.strip() for c in line.strip().strip('|').split('|')]
-    if cells[0] == name:
-      return cells[1:]
-  raise ValueError(f'no row {name!r} in the table')
-
-
 def _cell_order(cell: tuple[str, int, str]) -> tuple:
   partition, m, speed = cell
   return (PARTITIONS.index(partition) if partition in PARTITIONS else 99, partition, m,
@@ -488,7 +451,7 @@ def relative_time_table(results: Iterable[Mapping[str, Any]]) -> str:
                          for c in columns]
     title = PARTITION_NAMES.get(partition, partition)
     blocks.append(f'**{title} ({TARGET_ACCURACY:.0%}): relative time to target, ours (paper)**'
-                  '\n\n' + _markdown(['Method'] + [_column_name(*c) for c in columns],
+                  '\n\n' + markdown_table(['Method'] + [_column_name(*c) for c in columns],
                                      rows + [seeds]))
   return '\n\n'.join(blocks)
 
@@ -519,42 +482,12 @@ def top_accuracy_table(results: Iterable[Mapping[str, Any]]) -> str:
         rows.append(row)
     title = PARTITION_NAMES.get(partition, partition)
     blocks.append(f'**{title}: top accuracy (%), mean ± std over seeds, ours (paper)**\n\n'
-                  + _markdown(['Method'] + [_column_name(*c) for c in columns], rows))
+                  + markdown_table(['Method'] + [_column_name(*c) for c in columns], rows))
   return '\n\n'.join(blocks)
 
 
 # ------------------------------------------------------------------------------------------------
 # Agreement with the paper's ordering.
-
-
-def _ranks(values: Sequence[float]) -> list[float]:
-  """Ranks starting at 1, ties sharing their average rank."""
-  order = sorted(range(len(values)), key=lambda i: values[i])
-  ranks = [0.0] * len(values)
-  i = 0
-  while i < len(order):
-    j = i
-    while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-      j += 1
-    for k in range(i, j + 1):
-      ranks[order[k]] = (i + j) / 2 + 1
-    i = j + 1
-  return ranks
-
-
-def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
-  """Spearman's rank correlation (Pearson on average ranks); None for fewer than three pairs
-  or a constant side."""
-  if len(x) != len(y) or len(x) < 3:
-    return None
-  rx, ry = _ranks(x), _ranks(y)
-  mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
-  sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-  sxx = sum((a - mx) ** 2 for a in rx)
-  syy = sum((b - my) ** 2 for b in ry)
-  if sxx == 0 or syy == 0:
-    return None
-  return sxy / math.sqrt(sxx * syy)
 
 
 def _compass_fastest(relative: Mapping[str, float | None], baselines: Iterable[str]
@@ -607,7 +540,7 @@ def agreement_table(results: Iterable[Mapping[str, Any]]) -> str:
   def yes_no(value: bool | None) -> str:
     return 'n/a' if value is None else ('yes' if value else 'no')
 
-  table = _markdown(
+  table = markdown_table(
       ['Partition', 'Cell', 'FedCompass beats all baselines: ours', 'paper',
        'fastest baseline (ours)', 'Spearman ρ vs paper', 'pairs'],
       [[PARTITION_NAMES.get(r['partition'], r['partition']), _column_name(r['m'], r['speed']),
@@ -631,11 +564,8 @@ def agreement_table(results: Iterable[Mapping[str, Any]]) -> str:
 
 def write_outputs(records: Sequence[dict[str, Any]], settings: dict[str, Any], workdir: str,
                   output: str, wall_seconds: float) -> None:
-  """Writes `<workdir>/results.jsonl` and the markdown """
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, 'results.jsonl'), 'w', encoding='utf-8') as f:
-    for record in records:
-      f.write(json.dumps(record, sort_keys=True) + '\n')
+  """Writes `<workdir>/results.jsonl` and the markdown tables to `output`."""
+  write_results(records, workdir)
   seeds = ','.join(map(str, settings['seeds']))
   text = '\n\n'.join([
       '# FedCompass reproduction: MNIST',
@@ -655,8 +585,4 @@ def write_outputs(records: Sequence[dict[str, Any]], settings: dict[str, Any], w
       '## Agreement with the paper\'s ordering',
       agreement_table(records),
   ]) + '\n'
-  directory = os.path.dirname(output)
-  if directory:
-    os.makedirs(directory, exist_ok=True)
-  with open(output, 'w', encoding='utf-8') as f:
-    f.write(text)
+  write_text(output, text)

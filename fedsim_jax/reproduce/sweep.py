@@ -1,14 +1,17 @@
-"""What every reproduction binary shares: flag-list parsing, resumable runs and `main`.
+"""What every reproduction binary shares: flag-list parsing, resumable runs, output files and
+`main`.
 
 A reproduction binary defines its flags, a `parse_settings() -> dict` that raises `FlagError`,
 a `run_sweep(settings, workdir, data_dir) -> records` built on `load_or_run`, and a table
-writer; `sweep_main` wires them with the project's error conventions (one line on stderr,
-exit code 2, no traceback).
+writer (`markdown_table`, `write_results`, `write_text`, and the statistics `mean_std`,
+`mean_time_to_target`, `spearman`); `sweep_main` wires them with the project's error conventions
+(one line on stderr, exit code 2, no traceback).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from typing import Any, Callable, Sequence
@@ -18,6 +21,32 @@ from fedsim_jax import cli
 
 class FlagError(ValueError):
   """An invalid flag value; its message is one line."""
+
+
+def check_choice(name: str, value: Any, allowed: Sequence[Any]) -> None:
+  """Raises `ConfigError` (one line naming `name` and `allowed`) unless `value` is allowed."""
+  if value not in allowed:
+    from fedsim_jax.config import ConfigError  # Deferred: keeps this module free of JAX.
+
+    raise ConfigError(f'{name}={value!r} is not allowed; allowed values: {list(allowed)}')
+
+
+def set_existing(config: Any, path: str, value: Any) -> None:
+  """Sets the dotted setting `path` (e.g. 'client.learning_rate') of `config` to `value`, like
+  `fedsim_jax.config.set_by_path`, but only a setting `config` has: a misspelt name, or a
+  section this build lacks, raises `ConfigError` instead of adding a new setting."""
+  import ml_collections
+
+  from fedsim_jax.config import ConfigError, set_by_path  # Deferred: keeps this module JAX-free.
+
+  node = config
+  *parents, leaf = path.split('.')
+  for part in parents:
+    node = node.get(part) if isinstance(node, ml_collections.ConfigDict) else None
+  if not isinstance(node, ml_collections.ConfigDict) or leaf not in node:
+    raise ConfigError(f'{path}: no such setting in this build; allowed values: the settings of '
+                      'fedsim_jax.config.base_config')
+  set_by_path(config, path, value)
 
 
 def parse_list(name: str, text: str, convert: Callable[[str], Any],
@@ -41,6 +70,46 @@ def parse_list(name: str, text: str, convert: Callable[[str], Any],
     if value not in values:
       values.append(value)
   return values
+
+
+Override = tuple[str | None, str, Any]  # (algorithm or None for every run, setting, value)
+
+
+def parse_overrides(name: str, text: str, algorithms: Sequence[str]) -> list[Override]:
+  """Parses `--name='[algorithm:]path=value;...'`: settings changed after the paper's, for one
+  algorithm or (without the prefix) for every run, e.g.
+  `feast_msg:server.learning_rate=0.1;run.eval_every=10`. Values are Python literals (a bare
+  word is a string).
+
+  Raises:
+    FlagError: an item without '=' or with an unknown algorithm.
+  """
+  import ast
+
+  overrides = []
+  for item in filter(None, (part.strip() for part in text.split(';'))):
+    target, _, value_text = item.partition('=')
+    algorithm, _, path = target.strip().rpartition(':')
+    if not value_text or not path:
+      raise FlagError(f'--{name}: {item!r} is invalid; allowed values: [algorithm:]path=value '
+                      'items separated by ;')
+    if algorithm and algorithm not in algorithms:
+      raise FlagError(f'--{name}: algorithm {algorithm!r} is not allowed; allowed values: '
+                      f'{list(algorithms)}')
+    try:
+      value = ast.literal_eval(value_text.strip())
+    except (ValueError, SyntaxError):
+      value = value_text.strip()
+    overrides.append((algorithm or None, path.strip(), value))
+  return overrides
+
+
+def apply_overrides(config: Any, algorithm: str, overrides: Sequence[Override]) -> None:
+  """Applies the overrides that concern `algorithm` to its run's `config` (`set_existing`:
+  a setting this build lacks raises `ConfigError`)."""
+  for target, path, value in overrides:
+    if target is None or target == algorithm:
+      set_existing(config, path, value)
 
 
 def parse_one(name: str, text: str, convert: Callable[[str], Any],
@@ -74,6 +143,26 @@ def load_or_run(run_dir: str, config: Any, dataset: Callable[[], Any],
   return run_experiment(config, run_dir, dataset=dataset()), 'ran'
 
 
+def stale_setting(run_dir: str, config: Any, paths: Sequence[str]) -> str | None:
+  """Why the finished run in `run_dir` does not match `config`: 'path=saved value' for the first
+  dotted path (e.g. 'run.eval_every') whose value in its `config.json` differs, else None (also
+  when there is no readable `config.json`). Resumed sweeps warn with it instead of silently
+  reusing a run made with other settings."""
+  try:
+    with open(os.path.join(run_dir, 'config.json'), encoding='utf-8') as f:
+      saved = json.load(f)
+  except (OSError, ValueError):
+    return None
+  for path in paths:
+    value, expected = saved, config
+    for part in path.split('.'):
+      value = value.get(part) if isinstance(value, dict) else None
+      expected = expected[part]
+    if value != expected:
+      return f'{path}={value!r}'
+  return None
+
+
 class LastFederation:
   """Holds the most recently built federation (sweeps order runs that share one together)."""
 
@@ -87,6 +176,89 @@ class LastFederation:
       self._dataset = None  # Release the old arrays before building the next.
       self._dataset, self._key = build(), key
     return self._dataset
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+  """A markdown table: the header row, the separator and one line per row of cells."""
+  lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+  lines += ['| ' + ' | '.join(row) + ' |' for row in rows]
+  return '\n'.join(lines)
+
+
+def table_row(markdown: str, name: str) -> list[str]:
+  """The cells after the first of the markdown row whose first cell is `name` (the inverse of
+  `markdown_table`, e.g. to read a written `tables.md` back)."""
+  for line in markdown.splitlines():
+    cells = [c.strip() for c in line.strip().strip('|').split('|')]
+    if cells[0] == name:
+      return cells[1:]
+  raise ValueError(f'no row {name!r} in the table')
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+  """Mean and sample standard deviation (ddof=1; 0 for a single value)."""
+  mean = sum(values) / len(values)
+  if len(values) < 2:
+    return mean, 0.0
+  return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def mean_time_to_target(records: Sequence[Any]) -> float | None:
+  """Mean `time_to_target` over the seeds' records that reached the target; None (the target
+  counts as missed) when it was missed in at least half of them, or for no records."""
+  times = [r['time_to_target'] for r in records if r.get('time_to_target') is not None]
+  if not records or 2 * (len(records) - len(times)) >= len(records):
+    return None
+  return sum(times) / len(times)
+
+
+def average_ranks(values: Sequence[float]) -> list[float]:
+  """Ranks starting at 1 (smallest first), ties sharing their average rank."""
+  order = sorted(range(len(values)), key=lambda i: values[i])
+  ranks = [0.0] * len(values)
+  i = 0
+  while i < len(order):
+    j = i
+    while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+      j += 1
+    for k in range(i, j + 1):
+      ranks[order[k]] = (i + j) / 2 + 1
+    i = j + 1
+  return ranks
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
+  """Spearman's rank correlation (Pearson on average ranks); None for fewer than three pairs
+  or a constant side."""
+  if len(x) != len(y) or len(x) < 3:
+    return None
+  rx, ry = average_ranks(x), average_ranks(y)
+  mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+  sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+  sxx = sum((a - mx) ** 2 for a in rx)
+  syy = sum((b - my) ** 2 for b in ry)
+  if sxx == 0 or syy == 0:
+    return None
+  return sxy / math.sqrt(sxx * syy)
+
+
+def write_results(records: Sequence[dict[str, Any]], workdir: str) -> str:
+  """Writes `<workdir>/results.jsonl`, one JSON record per run; returns its path."""
+  os.makedirs(workdir, exist_ok=True)
+  path = os.path.join(workdir, 'results.jsonl')
+  with open(path, 'w', encoding='utf-8') as f:
+    for record in records:
+      f.write(json.dumps(record, sort_keys=True) + '\n')
+  return path
+
+
+def write_text(path: str, text: str) -> None:
+  """Writes `text` to `path`, creating its directory."""
+  directory = os.path.dirname(path)
+  if directory:
+    os.makedirs(directory, exist_ok=True)
+  with open(path, 'w', encoding='utf-8') as f:
+    f.write(text)
 
 
 def sweep_main(argv: Sequence[str], *, parse_settings: Callable[[], dict[str, Any]],
