@@ -63,20 +63,40 @@ def distillation_loss(student_logits: jax.Array, teacher_logits: jax.Array,
   return (per_example * weights).sum() / jnp.maximum(weights.sum(), 1.0)
 
 
+class TeacherInputs(NamedTuple):
+  """A task's own distillation teacher, passed as its `task_inputs` (FARe-DUST: every client
+  of every round gets a different stale teacher; Hard et al., Algorithm 1 lines 6-8).
+
+  Attributes:
+    params: the teacher model (same structure as the start params).
+    weight: scalar multiplying the distillation term of this task: 1 to distil, 0 for a task
+      that has no teacher (e.g. before any historical delta exists).
+  """
+
+  params: Params
+  weight: jax.Array
+
+
+TEACHER_SOURCES = ('downloaded', 'task_inputs')
+
+
 def sgd_client_update(model: Model, optimizer: optax.GradientTransformation, batch_size: int,
                       *, proximal_strength: float = 0.0, distillation_strength: float = 0.0,
-                      distillation_temperature: float = 1.0) -> ClientUpdate:
+                      distillation_temperature: float = 1.0,
+                      teacher: str = 'downloaded') -> ClientUpdate:
   """Local training with `optimizer` on the model's weighted cross-entropy, optionally
-  regularised towards the downloaded model w_0:
+  regularised towards the downloaded model w_0 and distilled from a teacher w_T:
 
-    loss = CE + (nu / 2) ||w - w_0||^2 + rho * T^2 KL(p_{w_0}^T || p_w^T)
+    loss = CE + (nu / 2) ||w - w_0||^2 + rho * T^2 KL(p_{w_T}^T || p_w^T)
 
   With `optax.sgd(lr)` and no regulariser this is FedAvg's ClientUpdate (McMahan et al. 2017,
   Algorithm 1). `nu = proximal_strength` is FedProx's proximal term (Li et al. 2020), the
-  straggler paper's `+ L2 reg.`; `rho = distillation_strength` distils from the latest global
-  model as teacher, its `+ KD reg.` (the paper states neither form; these are the standard ones,
-  added to the task loss). `task_inputs` is unused; objectives with other per-task inputs (a
-  stale teacher) receive them through it.
+  straggler paper's `+ L2 reg.`; `rho = distillation_strength` distils from a teacher (the
+  paper states neither form; these are the standard ones, added to the task loss). The teacher
+  is the downloaded model w_T = w_0 (`teacher='downloaded'`, the straggler paper's `+ KD reg.`)
+  or each task's own `TeacherInputs` given as its `task_inputs` (`teacher='task_inputs'`,
+  FARe-DUST's stale teachers, Algorithm 3), whose `weight` also multiplies rho. With the
+  downloaded teacher `task_inputs` is unused.
 
   Models with state (`model.has_state`, BatchNorm) follow `models.bundle`'s rule: the objective
   runs in train mode and each step replaces the running statistics by their updated values; the
@@ -87,15 +107,19 @@ def sgd_client_update(model: Model, optimizer: optax.GradientTransformation, bat
   if proximal_strength < 0 or distillation_strength < 0 or distillation_temperature <= 0:
     raise ValueError('client.proximal_strength and client.distillation_strength must be >= 0 '
                      'and client.distillation_temperature > 0')
-  needs_anchor = proximal_strength > 0 or distillation_strength > 0
+  if teacher not in TEACHER_SOURCES:
+    raise ValueError(f'teacher={teacher!r}; allowed: {TEACHER_SOURCES}')
+  own_teacher = teacher == 'task_inputs'
+  needs_anchor = proximal_strength > 0 or (distillation_strength > 0 and not own_teacher)
+  regularised_objective = proximal_strength > 0 or distillation_strength > 0
 
-  def objective(params, anchor, x, y, weights):
-    if not needs_anchor:
+  def objective(params, anchor, task_inputs, x, y, weights):
+    if not regularised_objective:
       return model.loss(params, x, y, weights)
     logits = model.apply(params, x)
-    return regularised(logits, params, anchor, x, y, weights)
+    return regularised(logits, params, anchor, task_inputs, x, y, weights)
 
-  def regularised(logits, trainable, anchor, x, y, weights):
+  def regularised(logits, trainable, anchor, task_inputs, x, y, weights):
     loss = model.cross_entropy(logits, y, weights)
     if proximal_strength:
       anchor_trainable = model.split(anchor)[0]
@@ -103,14 +127,18 @@ def sgd_client_update(model: Model, optimizer: optax.GradientTransformation, bat
           jax.tree_util.tree_leaves(trainable), jax.tree_util.tree_leaves(anchor_trainable)))
       loss = loss + 0.5 * proximal_strength * sq
     if distillation_strength:
-      teacher_logits = jax.lax.stop_gradient(model.apply(anchor, x))
-      loss = loss + distillation_strength * distillation_loss(
+      teacher_params, strength = anchor, distillation_strength
+      if own_teacher:
+        teacher_params = task_inputs.params
+        strength = distillation_strength * task_inputs.weight
+      teacher_logits = jax.lax.stop_gradient(model.apply(teacher_params, x))
+      loss = loss + strength * distillation_loss(
           logits, teacher_logits, model.label_weights(y, weights), distillation_temperature)
     return loss
 
-  def stateful_objective(trainable, model_state, anchor, x, y, weights):
+  def stateful_objective(trainable, model_state, anchor, task_inputs, x, y, weights):
     logits, new_state = model.apply_train(model.merge(trainable, model_state), x, weights)
-    return regularised(logits, trainable, anchor, x, y, weights), new_state
+    return regularised(logits, trainable, anchor, task_inputs, x, y, weights), new_state
 
   def init(start_params, task_inputs):
     del task_inputs
@@ -119,16 +147,16 @@ def sgd_client_update(model: Model, optimizer: optax.GradientTransformation, bat
                        anchor=start_params if needs_anchor else None)
 
   def step(state, batch, task_inputs):
-    del task_inputs
     x, y, weights = batch
     if model.has_state:
       trainable, model_state = model.split(state.params)
       (loss, new_state), grads = jax.value_and_grad(stateful_objective, has_aux=True)(
-          trainable, model_state, state.anchor, x, y, weights)
+          trainable, model_state, state.anchor, task_inputs, x, y, weights)
       updates, opt_state = optimizer.update(grads, state.opt_state, trainable)
       params = model.merge(optax.apply_updates(trainable, updates), new_state)
     else:
-      loss, grads = jax.value_and_grad(objective)(state.params, state.anchor, x, y, weights)
+      loss, grads = jax.value_and_grad(objective)(state.params, state.anchor, task_inputs, x, y,
+                                                  weights)
       updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
       params = optax.apply_updates(state.params, updates)
     return ClientState(params=params, opt_state=opt_state,

@@ -7,11 +7,14 @@ over-selection (Bonawitz et al. 2019). With a `deadline`, the round also closes 
 seconds after it started, with whoever has reported (at least `min_responses`, else the round
 is abandoned and restarted). Updates that arrive after their round closed are stragglers: they
 are discarded with reason 'straggler' unless a `late_update_handler` takes them (FARe-DUST and
-FeAST-on-MSG use them).
+FeAST-on-MSG use them). Two more hooks let such algorithms build on these rounds: `task_inputs`
+gives each dispatched task its own inputs (FARe-DUST's per-client teacher) and `round_closing`
+sees a round's updates just before they are aggregated, with the stragglers still training.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 import numpy as np
@@ -22,6 +25,29 @@ from fedsim_jax.strategy.local_work import LocalWork
 WEIGHTINGS = ('num_examples', 'uniform')
 
 LateUpdateHandler = Callable[[Simulation, TaskHandle], None]
+TaskInputs = Callable[[Simulation, int], Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class ClosingRound:
+  """A round at the moment its updates are about to be aggregated.
+
+  Attributes:
+    index: the round (`metadata['round']` of its tasks).
+    start_time: virtual time at which its tasks were dispatched.
+    aggregated: the arrived updates about to be aggregated, in dispatch order.
+    weights: their aggregation weights.
+    stragglers: its tasks still training (they will arrive late, or drop out).
+  """
+
+  index: int
+  start_time: float
+  aggregated: list[TaskHandle]
+  weights: list[float]
+  stragglers: list[TaskHandle]
+
+
+RoundClosing = Callable[[Simulation, ClosingRound], None]
 
 
 def update_weights(sim: Simulation, handles: list[TaskHandle], weighting: str) -> list[float]:
@@ -50,11 +76,14 @@ class SynchronousScheduler:
     deadline: seconds after a round's start at which it closes (None: no deadline).
     min_responses: fewest updates a deadline-closed round aggregates.
     late_update_handler: receives stragglers instead of discarding them.
+    task_inputs: `(sim, client) -> task_inputs` of each task dispatched (None: no inputs).
+    round_closing: called with a `ClosingRound` just before a round's updates are aggregated.
   """
 
   def __init__(self, cohort_size: int, local_work: LocalWork, weighting: str = 'num_examples',
                *, num_selected: int | None = None, deadline: float | None = None,
-               min_responses: int = 1, late_update_handler: LateUpdateHandler | None = None):
+               min_responses: int = 1, late_update_handler: LateUpdateHandler | None = None,
+               task_inputs: TaskInputs | None = None, round_closing: RoundClosing | None = None):
     check_weighting(weighting)
     if cohort_size < 1:
       raise ValueError(f'scheduler.cohort_size={cohort_size}; must be >= 1')
@@ -73,7 +102,10 @@ class SynchronousScheduler:
     self.deadline = deadline
     self.min_responses = min_responses
     self.late_update_handler = late_update_handler
+    self.task_inputs = task_inputs
+    self.round_closing = round_closing
     self.round_index = -1
+    self.round_start_time = 0.0
     self._outstanding: set[TaskHandle] = set()
     self._arrived: list[TaskHandle] = []
     self._round_open = False
@@ -101,10 +133,12 @@ class SynchronousScheduler:
     self._outstanding = set()
     self._arrived = []
     self._round_open = True
+    self.round_start_time = sim.now
     for client in cohort:
       latency = sim.sample_latency(client)
       steps = self.local_work.num_steps(int(sim.client_sizes[client]), latency)
-      self._outstanding.add(sim.dispatch(client, steps, latency=latency,
+      inputs = None if self.task_inputs is None else self.task_inputs(sim, int(client))
+      self._outstanding.add(sim.dispatch(client, steps, latency=latency, task_inputs=inputs,
                                          metadata={'round': self.round_index}))
     if self.deadline is not None:
       sim.set_timer(sim.now + self.deadline, ('deadline', self.round_index))
@@ -112,6 +146,7 @@ class SynchronousScheduler:
   def _close_round(self, sim: Simulation) -> None:
     # Aggregate in dispatch order, so that the result never depends on arrival order.
     arrived = sorted(self._arrived, key=lambda h: h.task_id)
+    stragglers = sorted(self._outstanding, key=lambda h: h.task_id)
     self._arrived = []
     self._outstanding = set()  # whoever is still training is now a straggler
     self._round_open = False
@@ -120,7 +155,11 @@ class SynchronousScheduler:
       if h.num_steps == 0:
         sim.discard(h, 'no_local_steps')
     if len(usable) >= self.min_responses:
-      sim.apply_updates(usable, update_weights(sim, usable, self.weighting))
+      weights = update_weights(sim, usable, self.weighting)
+      if self.round_closing is not None:
+        self.round_closing(sim, ClosingRound(self.round_index, self.round_start_time, usable,
+                                             weights, stragglers))
+      sim.apply_updates(usable, weights)
     else:
       for h in usable:
         sim.discard(h, 'too_few_responses')
@@ -157,3 +196,24 @@ class SynchronousScheduler:
       self._retry_if_waiting(sim)
     elif kind == 'deadline' and round_index == self.round_index and self._round_open:
       self._close_round(sim)
+
+
+class AroundRounds:
+  """Base of schedulers that keep their own state around synchronous rounds (FARe-DUST's
+  history, MOON's previous models, FedDyn's client gradients): the rounds themselves are
+  `self.rounds`, a `SynchronousScheduler` built with the subclass's hooks, and the scheduler
+  protocol is forwarded to it."""
+
+  rounds: SynchronousScheduler
+
+  def start(self, sim: Simulation) -> None:
+    self.rounds.start(sim)
+
+  def on_arrival(self, sim: Simulation, handle: TaskHandle) -> None:
+    self.rounds.on_arrival(sim, handle)
+
+  def on_timer(self, sim: Simulation, payload: Any) -> None:
+    self.rounds.on_timer(sim, payload)
+
+  def on_dropout(self, sim: Simulation, handle: TaskHandle) -> None:
+    self.rounds.on_dropout(sim, handle)
