@@ -141,6 +141,34 @@ class Model:
                                          new_state, old_state)
     return logits, new_state
 
+  def capture_features(self, forward: Callable[..., Any], *args,
+                       **kwargs) -> tuple[Any, jax.Array]:
+    """`(forward(*args, **kwargs), features)`: runs a forward pass of this model (`apply`,
+    `apply_train`, ...) and also returns the penultimate representation, i.e. the input of the
+    output layer: the last `nn.Dense` the module calls (`[B, F]`; `[B, T, F]` for per-position
+    models). Used by objectives on representations (MOON's contrastive loss); works under jit,
+    vmap and grad (a flax method interceptor, no change to the modules).
+
+    Raises:
+      ValueError: if the module calls no `nn.Dense`.
+    """
+    captured = []
+
+    def interceptor(next_fun, call_args, call_kwargs, context):
+      if isinstance(context.module, nn.Dense) and context.method_name == '__call__':
+        captured.append(call_args[0])
+      return next_fun(*call_args, **call_kwargs)
+
+    with nn.intercept_methods(interceptor):
+      output = forward(*args, **kwargs)
+    if not captured:
+      raise ValueError(f'model {self.name!r} has no nn.Dense output layer; features need one')
+    return output, captured[-1]
+
+  def features(self, params: Params, x: jax.Array) -> jax.Array:
+    """Penultimate representation of raw inputs `x` (eval mode), see `capture_features`."""
+    return self.capture_features(self.apply, params, x)[1]
+
   def label_weights(self, y: jax.Array, weights: jax.Array | None) -> jax.Array | None:
     """Weights with the shape of `y`: example weights broadcast over positions, `pad_id`
     labels zeroed. Image labels `[B]` without `pad_id` get `weights` back unchanged."""

@@ -1,11 +1,14 @@
 """The virtual-time runtime: an event loop that schedulers drive and that defers training.
 
 A scheduler reacts to events (`start`, `on_arrival`, `on_timer`, `on_dropout`) by calling the
-simulation: `dispatch` a client task, `set_timer`, `apply_updates`, `discard`. Dispatching draws
+simulation: `dispatch` a client task, `set_timer`, `apply_updates`, `discard` (and, for updates
+the server uses without a new version, `fold_in` and `update_server_state`). Dispatching draws
 the task's latency and queues its arrival (or, if the client goes offline first, its dropout);
 the training itself is deferred: a task is computed only when its result is first needed
 (typically at aggregation), together with every other pending task, in one executor batch
-(DESIGN.md, "deferred batched execution").
+(DESIGN.md, "deferred batched execution"). A task whose inputs change during training is split
+into segments at that event (`dispatch(..., intermediate=True)`, then `continues=`); schedulers
+read a result with `task_params` / `task_aux`.
 """
 
 from __future__ import annotations
@@ -39,7 +42,10 @@ class TaskHandle:
       task whose client goes offline first).
     latency: the task's drawn latency components.
     metadata: free-form scheduler bookkeeping (`group` is passed on to aggregators).
-    status: 'in_flight', 'arrived', 'dropped_out', 'aggregated' or 'discarded'.
+    status: 'in_flight', 'arrived', 'dropped_out', 'aggregated' or 'discarded'; an
+      intermediate segment (see `Simulation.dispatch`) ends as 'segment_done', then
+      'continued' once its next segment is dispatched.
+    intermediate: the task is a segment that ends mid-training (not a client update).
   """
 
   task_id: int
@@ -54,6 +60,7 @@ class TaskHandle:
   result_ref: ResultRef | None = None
   status: str = 'in_flight'
   discard_reason: str | None = None
+  intermediate: bool = False
 
   @property
   def computed(self) -> bool:
@@ -64,7 +71,8 @@ class Scheduler(Protocol):
   """Host-side policy: who trains, how much, and when to aggregate.
 
   Schedulers may also define `on_dropout(sim, handle)`, called when a client goes offline
-  before finishing (the runtime has already discarded the task with reason 'offline').
+  before finishing (the runtime has already discarded the task with reason 'offline'), and, if
+  they split tasks into segments, `on_segment_end(sim, handle)` (see `Simulation.dispatch`).
   """
 
   def start(self, sim: 'Simulation') -> None:
@@ -219,11 +227,27 @@ class Simulation:
 
   def dispatch(self, client_id: int, num_steps: int, *, latency: TaskLatency | None = None,
                start_params: Params | None = None, task_inputs: Any = None,
-               metadata: dict[str, Any] | None = None) -> TaskHandle:
-    """Sends the current (or given) model to an online client for `num_steps` local steps."""
+               metadata: dict[str, Any] | None = None, intermediate: bool = False,
+               continues: TaskHandle | None = None) -> TaskHandle:
+    """Sends the current (or given) model to an online client for `num_steps` local steps.
+
+    Segments: a task whose inputs change during training (FedASMU's mid-training fetch of a
+    fresh model) is split at that event. Its earlier segments are dispatched with
+    `intermediate=True`; when one ends, the runtime calls `scheduler.on_segment_end(sim,
+    handle)`, which must dispatch the next segment with `continues=handle` (its start params
+    are usually `sim.task_params(handle)`). The segments are one client task: it counts once
+    as dispatched (its first segment) and once as arrived (its last), its `version` (hence its
+    staleness) is the first segment's download version, and every segment's local steps and
+    busy time count.
+    """
     client_id, num_steps = int(client_id), int(num_steps)
     if num_steps < 0:
       raise ValueError(f'num_steps must be >= 0, got {num_steps}')
+    if continues is not None and (continues.status != 'segment_done'
+                                  or continues.client_id != client_id):
+      raise ValueError(f'continues=task {continues.task_id} ({continues.status}, client '
+                       f'{continues.client_id}); allowed: an ended intermediate segment of '
+                       f'client {client_id}')
     if self.availability.next_available(client_id, self.now) > self.now:
       raise ValueError(f'client {client_id} is offline at {self.now}')
     if latency is None:
@@ -236,21 +260,46 @@ class Simulation:
     arrival = self.now + latency.duration(num_steps)
     offline_at = self.availability.online_until(client_id, self.now)
     handle = TaskHandle(task_id=task_id, client_id=client_id, num_steps=num_steps,
-                        version=self.version, dispatch_time=self.now,
-                        arrival_time=min(arrival, offline_at), latency=latency, task=task,
-                        metadata=dict(metadata or {}))
-    if offline_at < arrival:
+                        version=self.version if continues is None else continues.version,
+                        dispatch_time=self.now, arrival_time=min(arrival, offline_at),
+                        latency=latency, task=task, metadata=dict(metadata or {}),
+                        intermediate=intermediate)
+    # A segment whose client goes offline as it ends cannot be continued: a dropout.
+    if offline_at < arrival or (intermediate and offline_at == arrival):
       self.queue.push(offline_at, EventKind.DROPOUT, handle)
     else:
       self.queue.push(arrival, EventKind.ARRIVAL, handle)
       self._pending.append(handle)
-    self.accounting.dispatched += 1
+    if continues is None:
+      self.accounting.dispatched += 1
+      self.dispatch_counts[client_id] += 1
+    else:
+      self._resolve(continues, 'continued')
     self.accounting.in_flight += 1
-    self.dispatch_counts[client_id] += 1
     self._busy[client_id] += 1
     if not self.deferred:
       self._compute_pending()
     return handle
+
+  def task_params(self, handle: TaskHandle) -> Params:
+    """The client's model at the end of `handle` (start params + delta) for an arrived task
+    or an ended intermediate segment, computing pending tasks first if needed."""
+    ref = self._result(handle)
+    return jax.tree_util.tree_map(lambda start, delta: start + delta[ref.row],
+                                  handle.task.start_params, ref.batch.deltas)
+
+  def task_aux(self, handle: TaskHandle) -> dict[str, np.ndarray]:
+    """The `aux` results of `handle` (as `task_params`), one host value per key."""
+    ref = self._result(handle)
+    return {name: np.asarray(values[ref.row]) for name, values in ref.batch.aux.items()}
+
+  def _result(self, handle: TaskHandle) -> ResultRef:
+    if handle.status not in ('arrived', 'segment_done'):
+      raise ValueError(f'task {handle.task_id} is {handle.status}; only arrived tasks and '
+                       'ended segments have readable results')
+    if not handle.computed:
+      self._compute_pending()
+    return handle.result_ref
 
   def set_timer(self, time: float, payload: Any = None) -> None:
     """Calls `scheduler.on_timer(sim, payload)` at virtual time `time` (>= now). Timers set
@@ -298,13 +347,32 @@ class Simulation:
         raise ValueError(f'task {h.task_id} is {h.status}; only arrived tasks aggregate')
     self.server_state = self._apply(self.server_state, batch)
     self.version += 1
+    self._mark_aggregated(handles)
+    if self.on_version is not None:
+      self.on_version(self)
+
+  def fold_in(self, handles: Sequence[TaskHandle]) -> None:
+    """Records arrived `handles` as used by the server outside a server version: stragglers
+    that FARe-DUST sums into its historical deltas or FeAST-on-MSG into a round's Delta^+
+    (the caller has read them with `updates` first). They count as aggregated; the version,
+    the model and `on_version` are untouched."""
+    for h in handles:
+      if h.status != 'arrived':
+        raise ValueError(f'task {h.task_id} is {h.status}; only arrived tasks fold in')
+    self._mark_aggregated(handles)
+
+  def update_server_state(self, update: Callable[[Any], Any]) -> None:
+    """Replaces the server state by `update(state)` without a new server version: a server-side
+    change that is not a round's model update (FeAST-on-MSG's auxiliary model, updated when a
+    round's straggler window closes)."""
+    self.server_state = update(self.server_state)
+
+  def _mark_aggregated(self, handles: Sequence[TaskHandle]) -> None:
     for h in handles:
       self._resolve(h, 'aggregated')
       self.accounting.aggregated += 1
       self.aggregated_counts[h.client_id] += 1
       self.update_wait_time += self.now - h.arrival_time
-    if self.on_version is not None:
-      self.on_version(self)
 
   def advance_version(self) -> None:
     """Ends a server round that has no update to apply: the version advances, the model and
@@ -332,7 +400,8 @@ class Simulation:
     handle.result_ref = None
 
   def _compute_pending(self) -> None:
-    pending = [h for h in self._pending if h.status in ('in_flight', 'arrived')]
+    pending = [h for h in self._pending
+               if h.status in ('in_flight', 'arrived', 'segment_done')]
     self._pending = []
     if not pending:
       return
@@ -346,6 +415,13 @@ class Simulation:
     self.accounting.in_flight -= 1
     self._busy[handle.client_id] -= 1
     self.busy_time[handle.client_id] += handle.arrival_time - handle.dispatch_time
+
+  def _end_segment(self, handle: TaskHandle) -> None:
+    handle.status = 'segment_done'
+    self.scheduler.on_segment_end(self, handle)
+    if handle.status != 'continued':
+      raise RuntimeError(f'task {handle.task_id}: on_segment_end did not dispatch the next '
+                         'segment (dispatch(..., continues=handle))')
 
   def run(self, stop: StopCondition) -> None:
     """Processes events until `stop` is reached or nothing is left to happen."""
@@ -361,11 +437,14 @@ class Simulation:
       if event.kind is EventKind.ARRIVAL:
         handle = event.payload
         self._finish_task(handle)
+        self.gradient_steps += handle.num_steps
+        self.steps_per_client[handle.client_id] += handle.num_steps
+        if handle.intermediate:
+          self._end_segment(handle)
+          continue
         handle.status = 'arrived'
         self.accounting.arrived += 1
         self.accounting.waiting += 1
-        self.gradient_steps += handle.num_steps
-        self.steps_per_client[handle.client_id] += handle.num_steps
         self.scheduler.on_arrival(self, handle)
       elif event.kind is EventKind.DROPOUT:
         handle = event.payload

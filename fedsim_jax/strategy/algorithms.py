@@ -16,18 +16,28 @@ import ml_collections
 import numpy as np
 import optax
 
-from fedsim_jax.client import sgd_client_update
+from fedsim_jax.client import ClientUpdate, sgd_client_update
+from fedsim_jax.models import Model
 from fedsim_jax.runtime.latency import LatencyModel
 from fedsim_jax.runtime.updates import Aggregator
 from fedsim_jax.strategy import budgets
+from fedsim_jax.strategy.asofed import AsoFedClients, asofed_aggregator, asofed_client_update
 from fedsim_jax.strategy.asynchronous import AsynchronousScheduler
 from fedsim_jax.strategy.ccfedavg import BudgetedScheduler, ccfedavg_server_aggregator
 from fedsim_jax.strategy.ema import with_ema
+from fedsim_jax.strategy.fare_dust import FareDustScheduler, fare_dust_client_update
+from fedsim_jax.strategy.feast_msg import FeastScheduler, auxiliary_update, feast_aggregator
+from fedsim_jax.strategy.fedasmu import FEDASMU_VARIANTS, build_fedasmu
 from fedsim_jax.strategy.fedasync import fedasync
 from fedsim_jax.strategy.fedcompass import CompassScheduler, compass_aggregator
 from fedsim_jax.strategy.fedat import TieredScheduler, fedat_aggregator, speed_tiers
+from fedsim_jax.strategy.feddyn import FedDynScheduler, feddyn_aggregator, feddyn_client_update
 from fedsim_jax.strategy.fedopt import fedopt
+from fedsim_jax.strategy.fedsa import fedsa_aggregator
 from fedsim_jax.strategy.local_work import LocalWork
+from fedsim_jax.strategy.moon import MoonScheduler, moon_client_update
+from fedsim_jax.strategy.periodic_trigger import PeriodicTriggerScheduler
+from fedsim_jax.strategy.port import port_aggregator
 from fedsim_jax.strategy.server_optimizers import server_optimizer
 from fedsim_jax.strategy.staleness import make_staleness
 from fedsim_jax.strategy.synchronous import SynchronousScheduler
@@ -90,8 +100,13 @@ def _synchronous(config: ml_collections.ConfigDict, context: BuildContext,
 def asynchronous_scheduler(config: ml_collections.ConfigDict, buffer_size: int):
   """The scheduler every asynchronous algorithm shares: `buffer_size` arrivals per server
   update, at most `scheduler.concurrency` tasks in flight, arrivals staler than
-  `scheduler.max_staleness` discarded."""
+  `scheduler.max_staleness` discarded. Slots are refilled at once, or, with
+  `scheduler.trigger_period` set, by FedASMU's periodic trigger (strategy/periodic_trigger.py)."""
   s = config.scheduler
+  if s.get('trigger_period') is not None:
+    return PeriodicTriggerScheduler(s.trigger_period, s.trigger_count, s.concurrency,
+                                    buffer_size, local_work_from_config(config), s.weighting,
+                                    s.max_staleness, s.trigger_timing)
   return AsynchronousScheduler(s.concurrency, buffer_size, local_work_from_config(config),
                                s.weighting, s.max_staleness)
 
@@ -200,6 +215,127 @@ def _fednova_budgeted(config: ml_collections.ConfigDict, context: BuildContext) 
                    fedopt(optax.sgd(1.0), normalization='steps'))
 
 
+def _fare_dust_client(model: Model, optimizer: optax.GradientTransformation, batch_size: int,
+                      *, rho: float, temperature: float, proximal_strength: float = 0.0,
+                      distillation_strength: float = 0.0,
+                      distillation_temperature: float = 1.0) -> ClientUpdate:
+  """FARe-DUST's client (Algorithm 3): rho and T come from `fare_dust`, not `client`."""
+  del distillation_temperature
+  if distillation_strength:
+    raise ValueError(f'client.distillation_strength={distillation_strength}: fare_dust distils '
+                     'from stale teachers with fare_dust.rho; allowed: 0')
+  return fare_dust_client_update(model, optimizer, batch_size, distillation_strength=rho,
+                                 distillation_temperature=temperature,
+                                 proximal_strength=proximal_strength)
+
+
+def _fare_dust(config: ml_collections.ConfigDict, context: BuildContext) -> Algorithm:
+  """FARe-DUST (Hard et al., Algorithms 1 and 3): FedAdam on the fastest B of B_t, a history of
+  the last k rounds' deltas (stragglers folded in) and per-client stale teachers."""
+  del context
+  s, f = config.scheduler, config.fare_dust
+  teacher_learning_rate = (config.server.learning_rate if f.teacher_learning_rate is None
+                           else f.teacher_learning_rate)
+  scheduler = FareDustScheduler(
+      s.cohort_size, local_work_from_config(config), s.weighting, num_selected=s.num_selected,
+      history_length=f.history_length, teacher_learning_rate=teacher_learning_rate,
+      distill=f.rho > 0, empty_history=f.empty_history,
+      rng=np.random.default_rng([config.seed, 0xFA2ED5]))  # its own stream, from the run seed
+  aggregator = fedopt(_server_optimizer(config, f.server_optimizer))
+  if f.ema_decay > 0:
+    aggregator = with_ema(aggregator, f.ema_decay)
+  return Algorithm('fare_dust', scheduler, aggregator,
+                   functools.partial(_fare_dust_client, rho=f.rho, temperature=f.temperature))
+
+
+def _feast_msg(config: ml_collections.ConfigDict, context: BuildContext) -> Algorithm:
+  """FeAST-on-MSG (Hard et al., Algorithm 2): FedAvg on the fastest B of B_t; stragglers within
+  tau_max update the evaluated auxiliary model."""
+  del context
+  s, f = config.scheduler, config.feast
+  learning_rate = config.server.learning_rate
+  scheduler = FeastScheduler(
+      s.cohort_size, local_work_from_config(config), s.weighting, num_selected=s.num_selected,
+      tau_max=f.tau_max, update_auxiliary=auxiliary_update(learning_rate, f.kappa, f.ema_decay),
+      window_close=f.window_close)
+  return Algorithm('feast_msg', scheduler, feast_aggregator(learning_rate))
+
+
+# ---- FedASMU's baselines (Liu et al. 2024, Sec. 5): FedProx, MOON, FedDyn (synchronous) and
+# PORT, ASO-Fed, FedSA (asynchronous, on the shared `asynchronous_scheduler`). Each module's
+# docstring names its source and the choices made where that source is silent.
+
+
+def _fedprox(config: ml_collections.ConfigDict, context: BuildContext) -> Algorithm:
+  """FedProx (Li et al. 2020, Algorithm 2): FedAvg's rounds and server average, every client
+  minimising F_k(w) + (mu / 2)||w - w^t||^2 with mu = `client.proximal_strength` (the proximal
+  term `get_algorithm` adds to every client objective). mu = 0 is FedAvg. FedProx's variable
+  local work for stragglers (gamma-inexact solutions) is `scheduler.time_limit`."""
+  return _synchronous(config, context, 'sgd')
+
+
+def _moon(config: ml_collections.ConfigDict, context: BuildContext) -> Algorithm:
+  """MOON (Li, He and Song 2021, Algorithm 1): FedAvg's rounds and server average; clients add
+  mu * the model-contrastive loss (strategy/moon.py)."""
+  del context
+  s, m = config.scheduler, config.moon
+  scheduler = MoonScheduler(s.cohort_size, local_work_from_config(config), s.weighting,
+                            num_selected=s.num_selected, deadline=s.deadline,
+                            min_responses=s.min_responses, contrast=m.mu > 0)
+  return Algorithm('moon', scheduler, fedopt(_server_optimizer(config, 'sgd')),
+                   functools.partial(moon_client_update, mu=m.mu, temperature=m.temperature))
+
+
+def _feddyn(config: ml_collections.ConfigDict, context: BuildContext) -> Algorithm:
+  """FedDyn (Acar et al. 2021, Algorithm 1): synchronous rounds, dynamic regulariser on the
+  clients, server state h (strategy/feddyn.py)."""
+  s, alpha = config.scheduler, config.feddyn.alpha
+  scheduler = FedDynScheduler(alpha, s.cohort_size, local_work_from_config(config), s.weighting,
+                              num_selected=s.num_selected, deadline=s.deadline,
+                              min_responses=s.min_responses)
+  return Algorithm('feddyn', scheduler, feddyn_aggregator(alpha, context.num_clients),
+                   functools.partial(feddyn_client_update, alpha=alpha))
+
+
+def _port(config: ml_collections.ConfigDict, context: BuildContext) -> Algorithm:
+  """PORT (Su and Li 2022): buffers of `scheduler.buffer_size` asynchronous updates weighted by
+  staleness and similarity to the global progress (strategy/port.py)."""
+  p = config.port
+  aggregator = port_aggregator(
+      context.client_sizes, similarity_weight=p.similarity_weight,
+      staleness_weight=p.staleness_weight, staleness_bound=p.staleness_bound,
+      similarity_reference=p.similarity_reference,
+      similarity_min_staleness=p.similarity_min_staleness)
+  return Algorithm('port', asynchronous_scheduler(config, config.scheduler.buffer_size),
+                   aggregator)
+
+
+def _asofed(config: ml_collections.ConfigDict, context: BuildContext) -> Algorithm:
+  """ASO-Fed (Chen et al. 2020): one update at a time, w <- w + (n_k / n) Delta_k; clients with
+  a decayed gradient, a local constraint and a delay-dependent step size (strategy/asofed.py)."""
+  a = config.asofed
+  clients = AsoFedClients(dynamic_step_size=a.dynamic_step_size, delay_measure=a.delay_measure)
+  return Algorithm('asofed', clients.scheduler(asynchronous_scheduler(config, 1)),
+                   asofed_aggregator(context.client_sizes),
+                   functools.partial(asofed_client_update, proximal=a.proximal, decay=a.decay,
+                                     decay_gradient=a.decay_gradient))
+
+
+def _fedsa(config: ml_collections.ConfigDict, context: BuildContext) -> Algorithm:
+  """FedSA (Chen, Mao and Ma 2021): buffers of M = `scheduler.buffer_size` updates, each
+  weighted by its examples and s(staleness) (strategy/fedsa.py)."""
+  return Algorithm('fedsa', asynchronous_scheduler(config, config.scheduler.buffer_size),
+                   fedsa_aggregator(context.client_sizes, _staleness(config)))
+
+
+def _fedasmu(config: ml_collections.ConfigDict, context: BuildContext) -> Algorithm:
+  """FedASMU (Liu et al. 2024) and its ablations (`FEDASMU_VARIANTS`): the periodic trigger,
+  Formulas 1-3 on the server and the mid-training fetch of Formulas 7-9 (strategy/fedasmu.py)."""
+  scheduler, aggregator, make_client_update = build_fedasmu(
+      config, context.num_clients, local_work_from_config(config), _staleness(config))
+  return Algorithm(config.algorithm, scheduler, aggregator, make_client_update)
+
+
 ALGORITHMS: dict[str, Callable[[ml_collections.ConfigDict, BuildContext], Algorithm]] = {
     'fedavg': functools.partial(_synchronous, optimizer_name='sgd'),
     'fedavgm': functools.partial(_synchronous, optimizer_name='momentum'),
@@ -218,6 +354,15 @@ ALGORITHMS: dict[str, Callable[[ml_collections.ConfigDict, BuildContext], Algori
     'ccfedavg_strategy2': functools.partial(_budgeted, estimator='last_model'),
     'fedavg_dropout': functools.partial(_budgeted, estimator='dropout'),
     'fednova_budget': _fednova_budgeted,
+    'fare_dust': _fare_dust,
+    'feast_msg': _feast_msg,
+    'fedprox': _fedprox,
+    'moon': _moon,
+    'feddyn': _feddyn,
+    'port': _port,
+    'asofed': _asofed,
+    'fedsa': _fedsa,
+    **{name: _fedasmu for name in FEDASMU_VARIANTS},
 }
 
 

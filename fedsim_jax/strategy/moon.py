@@ -1,0 +1,197 @@
+"""MOON: model-contrastive federated learning (Li, He and Song, CVPR 2021).
+
+Source: the paper's method section (local objective and model-contrastive loss) and its
+Algorithm 1 (server loop and PartyLocalTraining), as recalled (the text was not available in
+this environment); a FedASMU baseline (shared/specs/fedasmu.md section 3: "contrastive
+learning"; FedASMU states no rule or value for it).
+
+Server: FedAvg (synchronous rounds, the weighted average of the local models with weights
+|D_i| / |D|). Client i in round t starts from the global model w^t and minimises, on each
+mini-batch,
+
+  l = l_sup(w; (x, y)) + mu * l_con(w; x)
+  l_con = -log( exp(sim(z, z_glob) / tau)
+                / (exp(sim(z, z_glob) / tau) + exp(sim(z, z_prev) / tau)) )
+
+where z, z_glob and z_prev are the representations of x by the local model being trained, the
+global model w^t (the positive pair) and the client's own previous local model w_i^{t-1} (the
+negative pair), and sim is the cosine similarity. After training, w_i^{t-1} <- w_i^t.
+
+Choices where the paper is silent, or where this code base differs (settings in `config.moon`):
+  * Representation (`moon.representation`, only 'penultimate'): z is the input of the model's
+    output layer (`Model.capture_features`). The paper puts a 2-layer projection head (output
+    dimension 256) between the base encoder and the output layer and contrasts its output; the
+    zoo models have no such head, so z is the encoder's output (for `lenet5`: the 84-dim ReLU
+    features, the base encoder of the paper's simple CNN).
+  * First participation: a client that has not trained before uses the global model as its
+    previous model. Then z_prev = z_glob and l_con is the
+    constant log 2 with zero gradient: the first task of a client is exactly FedAvg's.
+  * Partial participation: w_i^{t-1} is the client's latest local model, from the last round
+    it trained in (the paper's experiments sample every client each round by default). Its
+    model is recorded when its update is aggregated, and also when it arrives after a deadline
+    closed its round (it trained; the update is then discarded as a straggler).
+  * Frozen models: z_glob and z_prev are computed in eval mode (BatchNorm running statistics)
+    with no gradient; the local model runs in train mode. One negative (the paper's default
+    buffer of previous models has size 1).
+  * Padding: l_con is averaged over the batch's counted examples (example weights), like l_sup.
+  * mu = 0 skips the representations: the client is then FedAvg's.
+Defaults: tau = 0.5 and mu = 1 (the paper's experimental settings: tau 0.5; mu tuned from
+{0.1, 1, 5, 10}, best 5 on CIFAR-10 and 1 on CIFAR-100 and Tiny-ImageNet; FedASMU tunes without
+reporting values).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from fedsim_jax.client.local_update import ClientState, ClientUpdate
+from fedsim_jax.models import Model, Params
+from fedsim_jax.runtime.simulation import Simulation, TaskHandle
+from fedsim_jax.strategy.local_work import LocalWork
+from fedsim_jax.strategy.synchronous import AroundRounds, ClosingRound, SynchronousScheduler
+
+REPRESENTATIONS = ('penultimate',)
+
+
+class MoonInputs(NamedTuple):
+  """A MOON task's `task_inputs`: the client's previous local model w_i^{t-1} (the global
+  model on its first participation). Same structure as the start params."""
+
+  previous: Params
+
+
+def cosine_similarity(a: jax.Array, b: jax.Array, eps: float = 1e-8) -> jax.Array:
+  """Cosine similarity along the last axis: a.b / max(|a| |b|, eps) (PyTorch's form)."""
+  norms = jnp.linalg.norm(a, axis=-1) * jnp.linalg.norm(b, axis=-1)
+  return (a * b).sum(-1) / jnp.maximum(norms, eps)
+
+
+def contrastive_loss(z: jax.Array, z_global: jax.Array, z_previous: jax.Array,
+                     temperature: float, weights: jax.Array | None = None) -> jax.Array:
+  """MOON's model-contrastive loss l_con, averaged over examples.
+
+  Args:
+    z, z_global, z_previous: `[B, F]` (or `[B, T, F]`) representations by the local, the global
+      and the previous local model.
+    temperature: tau.
+    weights: `[B]` example weights (0 for padding); None counts every example once.
+  """
+  positive = cosine_similarity(z, z_global) / temperature
+  negative = cosine_similarity(z, z_previous) / temperature
+  # -log(e^p / (e^p + e^n)) = logsumexp(p, n) - p
+  per_example = jnp.logaddexp(positive, negative) - positive
+  if weights is None:
+    return per_example.mean()
+  w = jnp.broadcast_to(weights.reshape(weights.shape + (1,) * (per_example.ndim - 1)),
+                       per_example.shape)
+  return (per_example * w).sum() / jnp.maximum(w.sum(), 1.0)
+
+
+def moon_client_update(model: Model, optimizer: optax.GradientTransformation, batch_size: int,
+                       *, mu: float, temperature: float, proximal_strength: float = 0.0,
+                       distillation_strength: float = 0.0,
+                       distillation_temperature: float = 1.0) -> ClientUpdate:
+  """MOON's local training (Algorithm 1, PartyLocalTraining): `optimizer` steps on
+  l_sup + mu * l_con, with the downloaded global model as the positive and `MoonInputs.previous`
+  (the task's `task_inputs`) as the negative. The FedProx / distillation terms of
+  `sgd_client_update` are not part of MOON's objective and must be 0."""
+  del distillation_temperature
+  if mu < 0 or temperature <= 0:
+    raise ValueError(f'moon.mu={mu}, moon.temperature={temperature}; allowed: mu >= 0, '
+                     'temperature > 0')
+  if proximal_strength or distillation_strength:
+    raise ValueError(f'client.proximal_strength={proximal_strength}, client.distillation_strength='
+                     f'{distillation_strength}: not part of MOON\'s objective; allowed: 0')
+  contrast = mu > 0
+
+  def objective(trainable, model_state, anchor, previous, x, y, weights):
+    params = model.merge(trainable, model_state)
+    if model.has_state:
+      forward, args = model.apply_train, (params, x, weights)
+    else:
+      forward, args = (lambda p, inputs: (model.apply(p, inputs), {})), (params, x)
+    if not contrast:
+      logits, new_state = forward(*args)
+      return model.cross_entropy(logits, y, weights), new_state
+    (logits, new_state), z = model.capture_features(forward, *args)
+    z_global = jax.lax.stop_gradient(model.features(anchor, x))
+    z_previous = jax.lax.stop_gradient(model.features(previous, x))
+    loss = model.cross_entropy(logits, y, weights) + mu * contrastive_loss(
+        z, z_global, z_previous, temperature, weights)
+    return loss, new_state
+
+  def init(start_params, task_inputs):
+    del task_inputs
+    return ClientState(params=start_params,
+                       opt_state=optimizer.init(model.split(start_params)[0]),
+                       loss_sum=jnp.zeros((), jnp.float32), steps_run=jnp.zeros((), jnp.int32),
+                       anchor=start_params if contrast else None)
+
+  def step(state, batch, task_inputs: MoonInputs):
+    x, y, weights = batch
+    trainable, model_state = model.split(state.params)
+    previous = task_inputs.previous if contrast else None
+    (loss, new_state), grads = jax.value_and_grad(objective, has_aux=True)(
+        trainable, model_state, state.anchor, previous, x, y, weights)
+    updates, opt_state = optimizer.update(grads, state.opt_state, trainable)
+    trainable = optax.apply_updates(trainable, updates)
+    params = model.merge(trainable, new_state if model.has_state else model_state)
+    return ClientState(params=params, opt_state=opt_state, loss_sum=state.loss_sum + loss,
+                       steps_run=state.steps_run + 1, anchor=state.anchor)
+
+  def final(state, start_params):
+    delta = jax.tree_util.tree_map(jnp.subtract, state.params, start_params)
+    return delta, {'train_loss': state.loss_sum / jnp.maximum(state.steps_run, 1),
+                   'steps_run': state.steps_run}
+
+  return ClientUpdate(init=init, step=step, final=final, batch_size=batch_size)
+
+
+@jax.jit
+def _row(tree: Params, row: jax.Array) -> Params:
+  return jax.tree_util.tree_map(lambda leaf: leaf[row], tree)
+
+
+class MoonScheduler(AroundRounds):
+  """FedAvg's synchronous rounds plus each client's previous local model (host side).
+
+  Args:
+    cohort_size, local_work, weighting, num_selected, deadline, min_responses: as in
+      `SynchronousScheduler`.
+    contrast: whether clients contrast (mu > 0); without it no previous models are kept or sent.
+
+  Attributes:
+    previous_models: client id -> its latest local model w_i (after its last training).
+  """
+
+  def __init__(self, cohort_size: int, local_work: LocalWork, weighting: str = 'num_examples',
+               *, num_selected: int | None = None, deadline: float | None = None,
+               min_responses: int = 1, contrast: bool = True):
+    self.previous_models: dict[int, Params] = {}
+    self.rounds = SynchronousScheduler(
+        cohort_size, local_work, weighting, num_selected=num_selected, deadline=deadline,
+        min_responses=min_responses, late_update_handler=self._late_update if contrast else None,
+        task_inputs=self._task_inputs if contrast else None,
+        round_closing=self._round_closing if contrast else None)
+
+  def _task_inputs(self, sim: Simulation, client: int) -> MoonInputs:
+    # First participation: the global model being sent (z_prev = z_glob, l_con constant).
+    return MoonInputs(previous=self.previous_models.get(client, sim.params))
+
+  def _record(self, sim: Simulation, handles: list[TaskHandle]) -> None:
+    """w_i^{t-1} <- w_i^t for the clients of `handles` (arrived tasks)."""
+    batch = sim.updates(handles, [1.0] * len(handles), with_client_params=True)
+    for row, handle in enumerate(handles):
+      self.previous_models[handle.client_id] = _row(batch.client_params, row)
+
+  def _round_closing(self, sim: Simulation, closing: ClosingRound) -> None:
+    self._record(sim, closing.aggregated)
+
+  def _late_update(self, sim: Simulation, handle: TaskHandle) -> None:
+    if handle.num_steps > 0:
+      self._record(sim, [handle])
+    sim.discard(handle, 'straggler')
