@@ -301,7 +301,7 @@ def _run(*flags, timeout=120):
 
 @pytest.mark.parametrize('flag', ['--algorithms=fedavg,fedprox', '--latency=per_step',
                                   '--seeds=', '--num_stragglers=20', '--client_updates=10',
-                                  '--dataset=emnist', '--no_such_flag=1'])
+                                  '--dataset=cifar100', '--no_such_flag=1'])
 def test_binary_rejects_bad_flags_with_one_line(flag, tmp_path):
   result = _run(flag, '--num_clients=20', f'--workdir={tmp_path}')
   assert result.returncode == 2, result.stderr
@@ -355,3 +355,56 @@ def test_binary_end_to_end_on_a_tiny_federation(digits_data_dir, tmp_path):
   again = _run(*flags, '--only_existing', timeout=120)
   assert again.returncode == 0, again.stderr
   assert again.stdout.count(': reused') == 2
+
+
+def _writer_emnist_dir(root, writers=24, per_writer=12):
+  """A federated-EMNIST-shaped data dir: 28x28 digits and letters (62 classes) with writer ids;
+  every writer holds a few examples of the straggler digits 0-4 and of other classes."""
+  import tensorflow_datasets as tfds
+
+  from fedsim_jax.data.prepare import write_data_dir
+
+  features = tfds.features.FeaturesDict({
+      'image': tfds.features.Tensor(shape=(28, 28, 1), dtype=np.uint8),
+      'label': tfds.features.ClassLabel(num_classes=62),
+      'client_id': tfds.features.Scalar(np.int64),
+  })
+  rng = np.random.default_rng(0)
+
+  def examples(count):
+    return [{'image': rng.integers(0, 256, (28, 28, 1), dtype=np.uint8),
+             'label': int(rng.integers(0, 62)) if i % 3 else int(rng.integers(0, 5)),
+             'client_id': writer}
+            for writer in range(writers) for i in range(count)]
+
+  write_data_dir(root, 'emnist/byclass', '3.1.0', features,
+                 {'train': examples(per_writer), 'test': examples(2)})
+  return root
+
+
+def test_emnist_configs_use_the_writer_partition():
+  config = tables.make_config('fare_dust', 'per_domain_per_example', dataset='emnist',
+                              num_clients=tables.PAPER_NUM_CLIENTS)
+  assert config.data.partition == 'natural' and config.data.min_client_size == 1
+  assert config.data.num_stragglers == 800 and config.data.straggler_classes == (0, 1, 2, 3, 4)
+  assert config.model.name == 'emnist_cnn'
+  validate(config)
+
+
+def test_binary_runs_the_writer_partitioned_emnist_task(tmp_path):
+  data_dir = _writer_emnist_dir(tmp_path / 'data')
+  workdir = tmp_path / 'runs'
+  result = _run(f'--data_dir={data_dir}', '--dataset=emnist', '--model=mlp',
+                '--algorithms=fedavg', '--latency=per_example', '--seeds=0',
+                '--num_clients=24', '--num_stragglers=6', '--client_updates=8',
+                '--cohort_size=4', '--eval_every_updates=4', '--round_time_rounds=10',
+                f'--workdir={workdir}', timeout=300)
+  assert result.returncode == 0, result.stderr
+  config = json.loads((workdir / 'per_example' / 'fedavg' / 'seed0' / 'config.json')
+                      .read_text(encoding='utf-8'))
+  assert config['data']['partition'] == 'natural' and config['data']['name'] == 'emnist'
+  with open(workdir / 'results.jsonl', encoding='utf-8') as f:
+    (record,) = [json.loads(line) for line in f]
+  assert record['server_versions'] == 2 and 0 <= record['straggler_accuracy'] <= 1
+  text = (workdir / 'tables.md').read_text(encoding='utf-8')
+  assert 'split by its writers' in text and 'offline stand-in' not in text
