@@ -108,7 +108,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.server.staleness = 'polynomial'  # fedasync, fedbuff: s(u); 'constant' for none
   c.server.staleness_a = 0.5
   c.server.staleness_b = 4.0       # hinge only
-  c.server.normalization = 'count'  # fedbuff: divide the buffer's sum by K ('count'), ...
+  # fedbuff: divide the buffer's sum_k p_k s_k delta_k by sum_k p_k ('weights': the weighted
+  # mean; K under uniform weighting), by K ('count': needs uniform weighting) or by 1 ('sum',
+  # FedCompass's FedBuff with example shares p_k = n_k / n); 'steps' is FedNova-style.
+  c.server.normalization = 'weights'
   c.server.ema_decay = config_dict.placeholder(float)  # evaluate an EMA of server weights
 
   c.scheduler = ml_collections.ConfigDict()
@@ -497,6 +500,13 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f'scheduler.cohort_size={scheduler.cohort_size} is invalid; allowed '
                       f'values: 1..data.num_clients ({data.num_clients})')
   _choice('scheduler.weighting', scheduler.weighting, WEIGHTINGS)
+  if (config.algorithm == 'fedbuff' and server.normalization == 'count'
+      and scheduler.weighting == 'num_examples'):
+    # 'count' divides sum_k p_k delta_k by K; with example shares p_k = n_k / n that shrinks
+    # every server step by about 1 / num_clients.
+    raise ConfigError("server.normalization='count' (FedBuff's mean over K) needs "
+                      "scheduler.weighting='uniform'; allowed with weighting='num_examples': "
+                      "server.normalization='weights' (example-weighted mean) or 'sum'")
   _positive('scheduler.num_selected', scheduler.num_selected, integer=True, optional=True)
   if scheduler.num_selected is not None and not (
       scheduler.cohort_size <= scheduler.num_selected <= data.num_clients):

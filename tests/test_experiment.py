@@ -128,6 +128,19 @@ def test_invalid_settings_name_the_setting(key, value, match):
   assert '\n' not in str(error.value) and 'allowed' in str(error.value)
 
 
+def test_fedbuff_count_normalization_needs_uniform_weights():
+  """'count' divides sum_k p_k delta_k by K: with example shares p_k = n_k / n every server
+  step would shrink by about 1 / num_clients, so the pair is refused, not run."""
+  config = base_config()
+  config.algorithm = 'fedbuff'
+  validate(config)                                   # the default: weighted mean
+  config.server.normalization = 'count'
+  with pytest.raises(ConfigError, match=r"server.normalization='count'.*weighting='uniform'"):
+    validate(config)
+  config.scheduler.weighting = 'uniform'
+  validate(config)
+
+
 def _run_binary(*args, timeout=120):
   start = time.perf_counter()
   result = subprocess.run([sys.executable, os.path.join(ROOT, 'experiments', 'run.py'),

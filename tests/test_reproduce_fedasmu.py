@@ -45,7 +45,10 @@ def test_method_settings_name_each_section_once():
   assert tables.method_settings('fedprox', _FMNIST)['client.proximal_strength'] == 0.01
   assert tables.method_settings('moon', ('fedasmu_cnn', 'cifar10'))['moon.mu'] == 5.0
   assert tables.method_settings('moon', _FMNIST)['moon.mu'] == 1.0
-  assert tables.method_settings('fedbuff', _FMNIST)['scheduler.buffer_size'] == 5
+  fedbuff = tables.method_settings('fedbuff', _FMNIST)
+  assert fedbuff['scheduler.buffer_size'] == 5
+  # FedBuff's unweighted mean over K (the shared system model weights by examples).
+  assert (fedbuff['scheduler.weighting'], fedbuff['server.normalization']) == ('uniform', 'count')
   assert tables.method_settings('fedsa', _FMNIST, num_clients=40)['scheduler.buffer_size'] == 2
   assert tables.method_settings('port', _FMNIST, num_clients=10)['scheduler.buffer_size'] == 1
   for method in tables.METHODS:   # every method has a settings function

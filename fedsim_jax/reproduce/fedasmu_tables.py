@@ -256,10 +256,12 @@ def fedasync_settings() -> dict[str, Any]:
 
 
 def fedbuff_settings(num_clients: int) -> dict[str, Any]:
-  """FedBuff: buffers of K staleness-scaled deltas, averaged, server SGD at learning rate 1."""
-  return {'scheduler.buffer_size': buffer_size(num_clients), 'server.optimizer': 'sgd',
-          'server.learning_rate': 1.0, 'server.staleness': 'polynomial',
-          'server.staleness_a': 0.5, 'server.normalization': 'count'}
+  """FedBuff: buffers of K staleness-scaled deltas, averaged unweighted over K (Nguyen et al.
+  2022, Algorithm 1), server SGD at learning rate 1."""
+  return {'scheduler.buffer_size': buffer_size(num_clients), 'scheduler.weighting': 'uniform',
+          'server.optimizer': 'sgd', 'server.learning_rate': 1.0,
+          'server.staleness': 'polynomial', 'server.staleness_a': 0.5,
+          'server.normalization': 'count'}
 
 
 def port_settings(num_clients: int) -> dict[str, Any]:
