@@ -21,7 +21,7 @@ EXPECTED = [
     ('sync_cnn', 'jax_client_loop'), ('sync_cnn', 'torch_client_loop'), ('sync_cnn', 'roofline'),
     ('fedbuff_mlp', 'fedsim_vmap'), ('fedbuff_mlp', 'fedsim_loop'),
     ('compass_mlp', 'fedsim_vmap'), ('compass_mlp', 'fedsim_loop'),
-    ('scheduling', 'fedsim_no_training'),
+    ('scheduling', 'fedsim_no_training'), ('scheduling', 'fedsim_timeline'),
 ]
 
 

@@ -4,9 +4,12 @@ Training is switched off (`NoTrainingExecutor`), so every example exercises only
 loop, the schedulers and the accounting.
 """
 
+import copy
+
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -109,6 +112,49 @@ def test_runtime_invariants(scenario):
   assert report['waiting'] == statuses.count('arrived')
   assert sum(report['discarded'].values()) == (statuses.count('discarded')
                                                + statuses.count('dropped_out'))
+
+
+def _timeline(sim):
+  """What a run's schedule produced: versions, clock, accounting and per-client figures."""
+  return (sim.version, sim.now, sim.client_updates, sim.gradient_steps,
+          sim.report()['tasks'], sim.dispatch_counts.tolist(), sim.aggregated_counts.tolist(),
+          sim.busy_time.tolist())
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_timeline_only_runs_the_same_schedule(scenario):
+  """`aggregate=False` skips computing, stacking and applying updates; the schedule (which
+  never depends on the weights) is that of the aggregating run, and the model stays."""
+  num_clients, scheduler, _, latency, availability, seed = scenario
+  runs = []
+  for aggregate in (True, False):   # fresh copies: a run advances its scheduler and streams
+    sim = Simulation(executor=NoTrainingExecutor(PARAMS), scheduler=copy.deepcopy(scheduler),
+                     aggregator=AGGREGATOR, latency=copy.deepcopy(latency),
+                     availability=copy.deepcopy(availability), init_params=PARAMS,
+                     client_sizes=np.full(num_clients, 10), rng=np.random.default_rng(seed),
+                     aggregate=aggregate)
+    sim.run(StopCondition(max_client_updates=40, max_virtual_time=500.0))
+    runs.append(sim)
+  aggregating, timeline = runs
+  assert _timeline(aggregating) == _timeline(timeline)
+  assert timeline.executor.tasks_run == 0 and timeline.params is PARAMS
+
+
+def test_timeline_only_refuses_to_read_results():
+  sim = Simulation(executor=NoTrainingExecutor(PARAMS),
+                   scheduler=AsynchronousScheduler(2, 1, LocalWork(steps=1)),
+                   aggregator=AGGREGATOR, latency=PerStepLatency(3, np.random.default_rng(0)),
+                   init_params=PARAMS, client_sizes=np.full(3, 10),
+                   rng=np.random.default_rng(0), aggregate=False)
+  handles = []
+  dispatch = sim.dispatch
+  sim.dispatch = lambda *a, **k: handles.append(dispatch(*a, **k)) or handles[-1]
+  sim.run(StopCondition(max_versions=3))
+  assert sim.version == 3
+  arrived = [h for h in handles if h.status == 'aggregated']
+  with pytest.raises(ValueError, match='aggregate=False'):
+    sim.updates(arrived[:1], [1.0])
 
 
 @settings(max_examples=200, deadline=None)

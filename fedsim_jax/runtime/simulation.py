@@ -142,13 +142,19 @@ class Simulation:
       both give the same results.
     on_version: called after every server update (evaluation, logging).
     bucket_bits: bucketing of aggregation batch sizes.
+    aggregate: apply updates to the model (True), or simulate the timeline only (False):
+      versions advance and updates count as aggregated when the scheduler aggregates them
+      (`apply_updates`), but no task is computed and nothing is stacked or applied, so the
+      model stays `init_params`. For latency and schedule studies (rounds, staleness, idle
+      time) at event-loop speed; schedulers that read task results themselves (`updates`,
+      `task_params`) raise.
   """
 
   def __init__(self, *, executor: Any, scheduler: Scheduler, aggregator: Aggregator,
                latency: LatencyModel, init_params: Params, client_sizes: np.ndarray,
                rng: np.random.Generator, availability: Availability | None = None,
                deferred: bool = True, on_version: VersionCallback | None = None,
-               bucket_bits: int = 3):
+               bucket_bits: int = 3, aggregate: bool = True):
     self.executor = executor
     self.scheduler = scheduler
     self.aggregator = aggregator
@@ -159,6 +165,7 @@ class Simulation:
     self.deferred = deferred
     self.on_version = on_version
     self.bucket_bits = bucket_bits
+    self.aggregate = aggregate
     self._apply = jax.jit(aggregator.apply)
     self.server_state = aggregator.init(init_params)
     self.queue = EventQueue()
@@ -208,7 +215,7 @@ class Simulation:
     """Ids of the clients online now and not training, ascending."""
     idle = self._busy == 0
     if isinstance(self.availability, AlwaysAvailable):
-      return np.flatnonzero(idle)
+      return idle.nonzero()[0]  # what np.flatnonzero returns, without its wrappers (hot path)
     online = np.zeros(self.num_clients, bool)
     online[available_clients(self.availability, self.num_clients, self.now)] = True
     return np.flatnonzero(idle & online)
@@ -269,7 +276,8 @@ class Simulation:
       self.queue.push(offline_at, EventKind.DROPOUT, handle)
     else:
       self.queue.push(arrival, EventKind.ARRIVAL, handle)
-      self._pending.append(handle)
+      if self.aggregate:  # a timeline-only run never computes results
+        self._pending.append(handle)
     if continues is None:
       self.accounting.dispatched += 1
       self.dispatch_counts[client_id] += 1
@@ -277,7 +285,7 @@ class Simulation:
       self._resolve(continues, 'continued')
     self.accounting.in_flight += 1
     self._busy[client_id] += 1
-    if not self.deferred:
+    if not self.deferred and self.aggregate:
       self._compute_pending()
     return handle
 
@@ -293,7 +301,13 @@ class Simulation:
     ref = self._result(handle)
     return {name: np.asarray(values[ref.row]) for name, values in ref.batch.aux.items()}
 
+  def _check_results_exist(self) -> None:
+    if not self.aggregate:
+      raise ValueError('this simulation runs the timeline only (aggregate=False): task results '
+                       'are never computed; allowed: aggregate=True')
+
   def _result(self, handle: TaskHandle) -> ResultRef:
+    self._check_results_exist()
     if handle.status not in ('arrived', 'segment_done'):
       raise ValueError(f'task {handle.task_id} is {handle.status}; only arrived tasks and '
                        'ended segments have readable results')
@@ -316,6 +330,7 @@ class Simulation:
     Staleness defaults to the versions since each client's download, counted now; a scheduler
     that fixes it earlier (FedCompass scales an update when it is buffered) passes its own.
     """
+    self._check_results_exist()
     if any(not h.computed for h in handles):
       self._compute_pending()
     start = None
@@ -335,6 +350,10 @@ class Simulation:
     (`staleness` as in `updates`)."""
     if not handles:
       raise ValueError('apply_updates needs at least one update')
+    if not self.aggregate:  # timeline only: the updates count, the model stays
+      self._check_arrived(handles, 'aggregate')
+      self._new_version(handles)
+      return
     self.apply_update_batch(
         self.updates(handles, weights, self.aggregator.needs_client_params, staleness), handles)
 
@@ -342,10 +361,17 @@ class Simulation:
     """Applies a prepared `UpdateBatch` (which may hold rows that are not task results, e.g.
     CC-FedAvg's estimates for skipping clients) as a new server version; `handles` are the
     arrived tasks whose results it contains."""
+    self._check_arrived(handles, 'aggregate')
+    self.server_state = self._apply(self.server_state, batch)
+    self._new_version(handles)
+
+  @staticmethod
+  def _check_arrived(handles: Sequence[TaskHandle], action: str) -> None:
     for h in handles:
       if h.status != 'arrived':
-        raise ValueError(f'task {h.task_id} is {h.status}; only arrived tasks aggregate')
-    self.server_state = self._apply(self.server_state, batch)
+        raise ValueError(f'task {h.task_id} is {h.status}; only arrived tasks {action}')
+
+  def _new_version(self, handles: Sequence[TaskHandle]) -> None:
     self.version += 1
     self._mark_aggregated(handles)
     if self.on_version is not None:
@@ -356,9 +382,7 @@ class Simulation:
     that FARe-DUST sums into its historical deltas or FeAST-on-MSG into a round's Delta^+
     (the caller has read them with `updates` first). They count as aggregated; the version,
     the model and `on_version` are untouched."""
-    for h in handles:
-      if h.status != 'arrived':
-        raise ValueError(f'task {h.task_id} is {h.status}; only arrived tasks fold in')
+    self._check_arrived(handles, 'fold in')
     self._mark_aggregated(handles)
 
   def update_server_state(self, update: Callable[[Any], Any]) -> None:
@@ -377,9 +401,7 @@ class Simulation:
   def advance_version(self) -> None:
     """Ends a server round that has no update to apply: the version advances, the model and
     the server optimizer state stay (e.g. CC-FedAvg's Strategy 1 when nobody trains)."""
-    self.version += 1
-    if self.on_version is not None:
-      self.on_version(self)
+    self._new_version(())
 
   def discard(self, handle: TaskHandle, reason: str) -> None:
     """Drops an arrived update for `reason` (recorded in the accounting)."""

@@ -73,7 +73,7 @@ class AsynchronousScheduler:
         self._schedule_refill(sim, retry)
       return
     chosen = choose_without_replacement(sim.rng, idle, min(free, len(idle)))
-    for client in sorted(chosen):
+    for client in (chosen if len(chosen) == 1 else sorted(chosen)):
       latency = sim.sample_latency(client)
       steps = self.local_work.num_steps(int(sim.client_sizes[client]), latency)
       sim.dispatch(client, steps, latency=latency)
