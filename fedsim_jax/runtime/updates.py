@@ -109,17 +109,14 @@ def stack_results(refs: Sequence[ResultRef], weights: Sequence[float],
     deltas = first.deltas
     num_rows = jax.tree_util.tree_leaves(deltas)[0].shape[0]
   else:
-    # Gather the rows from each source array with index arrays padded to the bucketed output
-    # size, so the gathers compile once per (source size, output size) pair. Sources are keyed
-    # by their stacked deltas, not by the result object: views of one batch (lockstep sweeps)
-    # and results that share arrays gather in one call.
+    # Gather the rows from each source batch with index arrays padded to the bucketed output
+    # size, so the gathers compile once per (source size, output size) pair.
     num_rows = round_up_to_bucket(count, bucket_bits)
     sources: dict[int, tuple[TaskBatchResult, np.ndarray, np.ndarray]] = {}
     for position, r in enumerate(refs):
-      source = id(r.batch.deltas)
-      if source not in sources:
-        sources[source] = (r.batch, np.zeros(num_rows, np.int32), np.zeros(num_rows, bool))
-      _, rows, mask = sources[source]
+      if id(r.batch) not in sources:
+        sources[id(r.batch)] = (r.batch, np.zeros(num_rows, np.int32), np.zeros(num_rows, bool))
+      _, rows, mask = sources[id(r.batch)]
       rows[position] = r.row
       mask[position] = True
     deltas = None
