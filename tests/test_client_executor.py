@@ -7,7 +7,7 @@ import optax
 import pytest
 
 from fedsim_jax.client import run_local_training, sgd_client_update
-from fedsim_jax.data.federated import client_batch
+from fedsim_jax.data.federated import BatchCursor, ClientDataArrays, client_batch
 from fedsim_jax.executor import ClientTask, Executor, round_up_to_bucket
 from fedsim_jax.models import get_model
 
@@ -66,6 +66,54 @@ class TestClientBatch:
       _, y, w = client_batch(data, 1, step, jax.random.PRNGKey(0), 6, 'with_replacement')
       assert set(np.asarray(y).tolist()) <= own
       assert float(w.sum()) == min(6, int(toy_federation.client_sizes[1]))
+
+  @pytest.mark.parametrize('sizes,batch_size', [((0, 1, 5, 7), 4), ((3, 32, 33, 64), 32),
+                                                ((9, 10, 11, 1), 10)])
+  @pytest.mark.parametrize('use_vmap', [False, True])
+  def test_cursor_gives_the_two_sort_formula_batches(self, sizes, batch_size, use_vmap):
+    # Reference: the sampling rule written out directly, both epoch orders sorted every step.
+    length = max(sizes)
+    rng = np.random.default_rng(0)
+    data = ClientDataArrays(
+        x=jnp.asarray(rng.integers(0, 255, (4 * length, 2, 2, 1)).astype(np.uint8)),
+        y=jnp.arange(4 * length, dtype=jnp.int32),
+        indices=jnp.asarray(np.arange(4 * length).reshape(4, length), jnp.int32),
+        sizes=jnp.asarray(sizes, jnp.int32))
+    key = jax.random.PRNGKey(11)
+
+    def order(epoch, size):
+      u = jax.random.uniform(jax.random.fold_in(key, epoch), (length,))
+      return jnp.argsort(jnp.where(jnp.arange(length) < size, u, 2.0))
+
+    def reference(client, step):
+      size = max(sizes[client], 1)
+      effective = min(batch_size, size)
+      position = step * effective + np.arange(batch_size)
+      first = (step * effective) // size
+      slot = np.where(position // size == first, np.asarray(order(first, size))[position % size],
+                      np.asarray(order(first + 1, size))[position % size])
+      return np.asarray(data.y)[np.asarray(data.indices)[client, slot]]
+
+    num_steps = 3 * length // batch_size + 3
+
+    def walk(client):
+      cursor = BatchCursor.start(data, client, key, batch_size)
+
+      def body(cursor, step):
+        (_, y, _), cursor = cursor.batch(data, step)
+        return cursor, y
+
+      return jax.lax.scan(body, cursor, jnp.arange(num_steps))[1]
+
+    clients = jnp.arange(4)
+    labels = (jax.jit(jax.vmap(walk))(clients) if use_vmap
+              else [jax.jit(walk)(c) for c in clients])
+    for client in range(4):
+      expected = np.stack([reference(client, s) for s in range(num_steps)])
+      np.testing.assert_array_equal(np.asarray(labels[client]), expected)
+      for step in (0, num_steps - 1):  # the stateless form agrees too
+        _, y, _ = client_batch(data, client, step, key, batch_size)
+        np.testing.assert_array_equal(np.asarray(y), expected[step])
 
   def test_unknown_sampling_mode_raises(self, toy_federation):
     with pytest.raises(ValueError, match='client.sampling'):
@@ -185,3 +233,27 @@ def test_host_step_loop_matches_the_scanned_task():
   with pytest.raises(ValueError, match='step_loop'):
     Executor(update, fed.device_arrays(), jax.random.PRNGKey(1), backend='vmap',
              step_loop='host')
+
+
+@pytest.mark.parametrize('step_loop', ['scan', 'host'])
+def test_threaded_loop_gives_the_one_thread_results_in_task_order(step_loop):
+  fed = make_toy_federation()
+  _, params, update = _setup(fed)
+  # Different step counts, so tasks finish out of order under two threads.
+  tasks = [ClientTask(client_id=c % 6, num_steps=1 + (7 * c) % 9, seed=c,
+                      start_params=jax.tree_util.tree_map(lambda p, c=c: p + 0.01 * c, params))
+           for c in range(9)]
+  results = [Executor(update, fed.device_arrays(), jax.random.PRNGKey(1), backend='loop',
+                      step_loop=step_loop, threads=threads).run(tasks) for threads in (1, 3)]
+  _assert_trees_equal(results[0].deltas, results[1].deltas)
+  _assert_trees_equal(results[0].aux, results[1].aux)
+  np.testing.assert_array_equal(results[1].aux['steps_run'], [t.num_steps for t in tasks])
+
+
+def test_threads_need_the_loop_backend_and_a_positive_count():
+  fed = make_toy_federation()
+  _, _, update = _setup(fed)
+  for backend, threads in (('vmap', 2), ('loop', 0), ('loop', 1.5)):
+    with pytest.raises(ValueError, match='executor.threads'):
+      Executor(update, fed.device_arrays(), jax.random.PRNGKey(1), backend=backend,
+               threads=threads)

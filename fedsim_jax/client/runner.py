@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from fedsim_jax.client.local_update import ClientUpdate
-from fedsim_jax.data.federated import ClientDataArrays, client_batch
+from fedsim_jax.data.federated import BatchCursor, ClientDataArrays
 from fedsim_jax.models import Params
 
 
@@ -32,23 +32,25 @@ def run_local_training(client_update: ClientUpdate, data: ClientDataArrays,
     `(delta, aux)` from `client_update.final`.
   """
   state = client_update.init(start_params, task_inputs)
+  cursor = BatchCursor.start(data, client_id, key, client_update.batch_size, sampling)
 
-  def body(state, step):
-    new_state = local_step(client_update, data, state, client_id, step, key, task_inputs,
-                           sampling=sampling)
+  def body(carry, step):
+    state, cursor = carry
+    new_state, cursor = local_step(client_update, data, state, cursor, step, task_inputs)
     active = step < num_steps
     state = jax.tree_util.tree_map(lambda new, old: jnp.where(active, new, old), new_state, state)
-    return state, None
+    return (state, cursor), None
 
   if max_steps > 0:
-    state, _ = jax.lax.scan(body, state, jnp.arange(max_steps), unroll=unroll)
+    (state, _), _ = jax.lax.scan(body, (state, cursor), jnp.arange(max_steps), unroll=unroll)
   return client_update.final(state, start_params)
 
 
 def local_step(client_update: ClientUpdate, data: ClientDataArrays, state: Any,
-               client_id: jax.Array, step: jax.Array, key: jax.Array, task_inputs: Any = None,
-               *, sampling: str = 'shuffle') -> Any:
-  """Local step `step` of a task: its batch (a function of `key` and `step` only) and one
-  `client_update.step`. The scan in `run_local_training` and the host loop both use it."""
-  batch = client_batch(data, client_id, step, key, client_update.batch_size, sampling)
-  return client_update.step(state, batch, task_inputs)
+               cursor: BatchCursor, step: jax.Array, task_inputs: Any = None
+               ) -> tuple[Any, BatchCursor]:
+  """Local step `step` of a task: its batch (`client_batch`'s, a function of the task key and
+  `step` only) and one `client_update.step`. The scan in `run_local_training` and the host
+  loop both use it; steps must come in order from 0 (the cursor caches epoch orders)."""
+  batch, cursor = cursor.batch(data, step)
+  return client_update.step(state, batch, task_inputs), cursor

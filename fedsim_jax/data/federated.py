@@ -118,24 +118,93 @@ def client_batch(data: ClientDataArrays, client_id: jax.Array, step: jax.Array, 
   `with_replacement` draws each example uniformly at random. A client with fewer examples than
   `batch_size` uses all of its examples once per step; the unused batch slots get weight 0.
 
+  Stateless: every call sorts the epoch orders it reads. Loops over a task's steps use
+  `BatchCursor` instead, which returns the same batches and sorts each epoch once.
+
   Returns:
     `(x [batch_size, ...], y [batch_size], weights [batch_size])`; the loss must be weighted.
   """
-  if sampling not in SAMPLING_MODES:
-    raise ValueError(f'client.sampling={sampling!r}; allowed: {SAMPLING_MODES}')
-  size = jnp.maximum(data.sizes[client_id], 1)
-  effective = jnp.minimum(batch_size, size)
-  slots = jnp.arange(batch_size)
-  if sampling == 'shuffle':
-    length = data.indices.shape[1]
-    position = step * effective + slots
-    first_epoch = (step * effective) // size
-    order_first = _epoch_order(key, first_epoch, size, length)
-    order_next = _epoch_order(key, first_epoch + 1, size, length)
-    within = position % size
-    slot = jnp.where(position // size == first_epoch, order_first[within], order_next[within])
-  else:
-    slot = jax.random.randint(jax.random.fold_in(key, step), (batch_size,), 0, size)
-  rows = data.indices[client_id, slot]
-  weights = ((slots < effective) & (data.sizes[client_id] > 0)).astype(jnp.float32)
-  return data.x[rows], data.y[rows], weights
+  cursor = BatchCursor.start(data, client_id, key, batch_size, sampling,
+                             first_epoch=_first_epoch(data, client_id, step, batch_size))
+  return cursor.batch(data, step)[0]
+
+
+def _sort_size(data: ClientDataArrays, client_id: jax.Array) -> jax.Array:
+  """The client's size as the sampler uses it: an empty client reads slot 0 (weight 0)."""
+  return jnp.maximum(data.sizes[client_id], 1)
+
+
+def _first_epoch(data: ClientDataArrays, client_id: jax.Array, step: jax.Array,
+                 batch_size: int) -> jax.Array:
+  """The epoch of the first example of step `step`'s batch."""
+  size = _sort_size(data, client_id)
+  return (step * jnp.minimum(batch_size, size)) // size
+
+
+@flax.struct.dataclass
+class BatchCursor:
+  """A client's batch sampler within one task: `batch(data, step)` returns `client_batch`'s
+  batch for `step` and the cursor for the next step.
+
+  With `shuffle` it holds the orders of the current epoch and the next one (a batch reads at
+  most these two) and sorts a new one only when a batch starts in a later epoch: once per
+  epoch instead of twice per step. Steps must be visited in increasing order from the step the
+  cursor was started at (a batch never starts more than one epoch after the previous one).
+  Inside `vmap` the epoch test becomes a select, so the sort runs every step, still once
+  instead of twice.
+  """
+
+  client_id: jax.Array
+  key: jax.Array
+  epoch: jax.Array               # epoch of `current` (unused with `with_replacement`)
+  current: jax.Array | None      # [length] slot order of `epoch`
+  following: jax.Array | None    # [length] slot order of `epoch + 1`
+  batch_size: int = flax.struct.field(pytree_node=False)
+  sampling: str = flax.struct.field(pytree_node=False)
+
+  @classmethod
+  def start(cls, data: ClientDataArrays, client_id: jax.Array, key: jax.Array,
+            batch_size: int, sampling: str = 'shuffle',
+            first_epoch: jax.Array | int = 0) -> 'BatchCursor':
+    """A cursor whose next batch starts in `first_epoch` (0: a task's first step)."""
+    if sampling not in SAMPLING_MODES:
+      raise ValueError(f'client.sampling={sampling!r}; allowed: {SAMPLING_MODES}')
+    client_id = jnp.asarray(client_id, jnp.int32)
+    epoch = jnp.asarray(first_epoch, jnp.int32)
+    current = following = None
+    if sampling == 'shuffle':
+      size, length = _sort_size(data, client_id), data.indices.shape[1]
+      current = _epoch_order(key, epoch, size, length)
+      following = _epoch_order(key, epoch + 1, size, length)
+    return cls(client_id=client_id, key=key, epoch=epoch, current=current, following=following,
+               batch_size=batch_size, sampling=sampling)
+
+  def batch(self, data: ClientDataArrays, step: jax.Array
+            ) -> tuple[tuple[jax.Array, jax.Array, jax.Array], 'BatchCursor']:
+    """`(client_batch(...) for step, cursor for the steps after it)`."""
+    client_id, batch_size = self.client_id, self.batch_size
+    size = _sort_size(data, client_id)
+    effective = jnp.minimum(batch_size, size)
+    slots = jnp.arange(batch_size)
+    cursor = self
+    if self.sampling == 'shuffle':
+      cursor = self._advance(data, _first_epoch(data, client_id, step, batch_size))
+      position = step * effective + slots
+      within = position % size
+      slot = jnp.where(position // size == cursor.epoch, cursor.current[within],
+                       cursor.following[within])
+    else:
+      slot = jax.random.randint(jax.random.fold_in(self.key, step), (batch_size,), 0, size)
+    rows = data.indices[client_id, slot]
+    weights = ((slots < effective) & (data.sizes[client_id] > 0)).astype(jnp.float32)
+    return (data.x[rows], data.y[rows], weights), cursor
+
+  def _advance(self, data: ClientDataArrays, epoch: jax.Array) -> 'BatchCursor':
+    """The cursor whose `epoch` is `epoch` (the same one or the next)."""
+
+    def next_epoch(cursor):
+      new = _epoch_order(cursor.key, cursor.epoch + 2, _sort_size(data, cursor.client_id),
+                         data.indices.shape[1])
+      return cursor.replace(epoch=cursor.epoch + 1, current=cursor.following, following=new)
+
+    return jax.lax.cond(epoch > self.epoch, next_epoch, lambda cursor: cursor, self)
