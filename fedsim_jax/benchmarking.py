@@ -4,9 +4,12 @@ Every case builds one synthetic federation (28x28x1 uint8 images, 10 classes, `t
 and one model, and measures each strategy on them in this process:
 
   fedsim_vmap        `Simulation` + `Executor(backend='vmap')`: one program trains the cohort.
-  fedsim_loop        `Executor(backend='loop')`: a Python loop over tasks, each one jitted
-                     program with `lax.scan` over the local steps.
-  fedsim_loop_host   `Executor(backend='loop', step_loop='host')`: one jitted call per step.
+  fedsim_loop        `Executor(backend='loop')`: one jitted program per task with `lax.scan`
+                     over the local steps, one task per CPU core at once (`threads`, the
+                     default on CPU).
+  fedsim_loop_1thread  the same, one task at a time (`threads=1`).
+  fedsim_loop_host   `Executor(backend='loop', step_loop='host')`: one jitted call per step,
+                     one task per CPU core at once (`fedsim_loop_host_1thread`: one at a time).
   jax_client_loop    FedJAX's default design, written directly with jax/optax: per client,
                      jitted `client_init`, one jitted `client_step` call per host-side numpy
                      batch, jitted `client_final` (the delta), then the weighted average of the
@@ -46,7 +49,6 @@ import dataclasses
 import functools
 import gc
 import json
-import os
 import resource
 import sys
 import time
@@ -61,6 +63,7 @@ from fedsim_jax.client.local_update import sgd_client_update
 from fedsim_jax.data.federated import FederatedDataset
 from fedsim_jax.data.synthetic import toy_federation
 from fedsim_jax.executor import Executor, NoTrainingExecutor
+from fedsim_jax.executor.choice import cpu_cores, resolve_threads
 from fedsim_jax.models import Model, get_model
 from fedsim_jax.runtime import EventQueue, PerStepLatency, Simulation, StopCondition
 from fedsim_jax.strategy import (AsynchronousScheduler, CompassScheduler, LocalWork,
@@ -73,7 +76,23 @@ CLIENT_LEARNING_RATE = 0.05
 TORCH_SKIP = 'skipped: torch not installed (make bench-setup)'
 FIELDS = ('case', 'strategy', 'examples_per_s', 'updates_per_s', 'compile_s', 'programs',
           'peak_rss_mb')
-FEDSIM_STRATEGIES = ('fedsim_vmap', 'fedsim_loop', 'fedsim_loop_host')
+# How each fedsim strategy builds its `Executor` (threads=0: one task per CPU core at once).
+FEDSIM_EXECUTORS: dict[str, dict[str, Any]] = {
+    'fedsim_vmap': dict(backend='vmap'),
+    'fedsim_loop': dict(backend='loop', threads=0),
+    'fedsim_loop_1thread': dict(backend='loop', threads=1),
+    'fedsim_loop_host': dict(backend='loop', step_loop='host', threads=0),
+    'fedsim_loop_host_1thread': dict(backend='loop', step_loop='host', threads=1),
+}
+FEDSIM_STRATEGIES = tuple(FEDSIM_EXECUTORS)
+
+
+def fedsim_executor(strategy: str, client_update: Any, fed: FederatedDataset) -> Executor:
+  """The `Executor` of a fedsim strategy on `fed` (task keys from PRNGKey(1))."""
+  settings = dict(FEDSIM_EXECUTORS[strategy])
+  if 'threads' in settings:
+    settings['threads'] = resolve_threads(settings['threads'], settings['backend'])
+  return Executor(client_update, fed.device_arrays(), jax.random.PRNGKey(1), **settings)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -314,11 +333,8 @@ def _fedsim_sync(case: str, strategy: str, fed: FederatedDataset, model: Model,
   """fedsim itself: `Simulation` + `SynchronousScheduler` + the strategy's `Executor`
   (batches sampled on device, `sampling='shuffle'`)."""
   rss = max_rss_mb()
-  backend = 'vmap' if strategy == 'fedsim_vmap' else 'loop'
-  step_loop = 'host' if strategy == 'fedsim_loop_host' else 'scan'
   client_update = sgd_client_update(model, optax.sgd(CLIENT_LEARNING_RATE), sizes.batch_size)
-  executor = Executor(client_update, fed.device_arrays(), jax.random.PRNGKey(1),
-                      backend=backend, step_loop=step_loop)
+  executor = fedsim_executor(strategy, client_update, fed)
   scheduler = SynchronousScheduler(sizes.clients_per_round,
                                    LocalWork(steps=sizes.local_steps, batch_size=sizes.batch_size))
   sim = Simulation(executor=executor, scheduler=scheduler, aggregator=fedopt(optax.sgd(1.0)),
@@ -335,7 +351,7 @@ def _fedsim_sync(case: str, strategy: str, fed: FederatedDataset, model: Model,
 
   m = measure(one_round, **_rounds(sizes))
   return _record(case, strategy, m, programs=executor.num_compiled_programs, rss_before=rss,
-                 computed_steps_ratio=round(executor.steps_computed / executor.steps_run, 3))
+                 threads=executor.threads, computed_steps_ratio=round(executor.steps_computed / executor.steps_run, 3))
 
 
 def _jax_client_loop(case: str, fed: FederatedDataset, model: Model,
@@ -389,14 +405,6 @@ def _jax_client_loop(case: str, fed: FederatedDataset, model: Model,
   m = measure(one_round, **_rounds(sizes))
   programs = sum(_cache_size(f) for f in (client_init, client_step, client_final))
   return _record(case, 'jax_client_loop', m, programs=programs, rss_before=rss)
-
-
-def cpu_cores() -> int:
-  """CPU cores this process may run on."""
-  try:
-    return len(os.sched_getaffinity(0))
-  except AttributeError:  # not on Linux
-    return os.cpu_count() or 1
 
 
 def _torch_client_loop(case: str, fed: FederatedDataset, model_name: str, sizes: SyncSizes,
@@ -568,8 +576,7 @@ def _simulated_case(case: str, sizes: AsyncSizes | CompassSizes, strategies: tup
   client_update = sgd_client_update(model, optax.sgd(CLIENT_LEARNING_RATE), sizes.batch_size)
   for strategy in strategies:
     rss = max_rss_mb()
-    executor = Executor(client_update, fed.device_arrays(), jax.random.PRNGKey(1),
-                        backend='vmap' if strategy == 'fedsim_vmap' else 'loop')
+    executor = fedsim_executor(strategy, client_update, fed)
     sim = Simulation(executor=executor, scheduler=make_scheduler(),
                      aggregator=make_aggregator(),
                      latency=PerStepLatency(fed.num_clients, np.random.default_rng(2),
@@ -581,15 +588,18 @@ def _simulated_case(case: str, sizes: AsyncSizes | CompassSizes, strategies: tup
                                         lambda: executor.num_compiled_programs)
     report = sim.report()
     yield _record(case, strategy, m, programs=executor.num_compiled_programs, rss_before=rss,
-                  setting=setting, programs_after_warmup=warm_programs,
+                  setting=setting, threads=executor.threads, programs_after_warmup=warm_programs,
                   mean_executed_batch_size=round(report['mean_executed_batch_size'], 2),
                   computed_steps_ratio=round(executor.steps_computed / executor.steps_run, 3))
     del sim, executor
     gc.collect()
 
 
+ASYNC_STRATEGIES = ('fedsim_vmap', 'fedsim_loop', 'fedsim_loop_1thread')
+
+
 def fedbuff_case(case: str, sizes: AsyncSizes,
-                 strategies: tuple[str, ...] = ('fedsim_vmap', 'fedsim_loop')
+                 strategies: tuple[str, ...] = ASYNC_STRATEGIES
                  ) -> Iterator[dict]:
   """FedBuff with real training: `AsynchronousScheduler` + the `Executor`, deferred."""
   yield from _simulated_case(
@@ -604,7 +614,7 @@ def fedbuff_case(case: str, sizes: AsyncSizes,
 
 
 def compass_case(case: str, sizes: CompassSizes,
-                 strategies: tuple[str, ...] = ('fedsim_vmap', 'fedsim_loop')
+                 strategies: tuple[str, ...] = ASYNC_STRATEGIES
                  ) -> Iterator[dict]:
   """FedCompass cross-silo (the `fedcompass` algorithm's scheduler and aggregator), MLP. The
   silos' tasks have different step counts, which the vmap backend pads to the batch's longest
@@ -650,9 +660,10 @@ def scheduling_case(case: str, sizes: AsyncSizes) -> Iterator[dict]:
 # ---- Driver and report ---------------------------------------------------------------------
 
 SYNC_STRATEGIES = {
-    'sync_mlp': ('fedsim_vmap', 'fedsim_loop', 'jax_client_loop', 'torch_client_loop',
-                 'roofline'),
-    'sync_cnn': ('fedsim_vmap', 'fedsim_loop', 'fedsim_loop_host', 'jax_client_loop',
+    'sync_mlp': ('fedsim_vmap', 'fedsim_loop', 'fedsim_loop_1thread', 'jax_client_loop',
+                 'torch_client_loop', 'roofline'),
+    'sync_cnn': ('fedsim_vmap', 'fedsim_loop', 'fedsim_loop_host', 'fedsim_loop_host_1thread',
+                 'jax_client_loop',
                  'torch_client_loop', 'roofline'),
 }
 

@@ -204,6 +204,8 @@ def base_config() -> ml_collections.ConfigDict:
                                    # step), or by the rule in executor/choice.py
   c.executor.deferred = True
   c.executor.devices = 1           # local devices the task axis is sharded over (vmap backend)
+  c.executor.threads = 0           # loop backend: tasks run at once, each from its own host
+                                   # thread; 0 = one per CPU core on CPU, 1 on accelerators
 
   c.run = ml_collections.ConfigDict()
   c.run.num_rounds = config_dict.FieldReference(100, field_type=int)  # server versions
@@ -575,6 +577,13 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ConfigError("executor.step_loop='host' is invalid with executor.backend="
                       f"{executor.backend!r}; allowed: step_loop 'host' with backend 'loop'")
   _positive('executor.devices', executor.devices, integer=True)
+  if (not isinstance(executor.threads, int) or isinstance(executor.threads, bool)
+      or executor.threads < 0):
+    raise ConfigError(f'executor.threads={executor.threads!r} is invalid; allowed values: 0 '
+                      '(one per CPU core with the loop backend) or an integer >= 1')
+  if executor.threads > 1 and executor.backend == 'vmap':
+    raise ConfigError(f'executor.threads={executor.threads} is invalid with executor.backend='
+                      "'vmap'; allowed: threads > 1 with backend 'loop' or 'auto'")
   if executor.devices > 1 and executor.backend == 'loop':
     raise ConfigError(f'executor.devices={executor.devices} is invalid with executor.backend='
                       f"{executor.backend!r}; allowed: devices > 1 with backend 'vmap'")

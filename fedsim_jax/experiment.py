@@ -24,7 +24,8 @@ from fedsim_jax.data.federated import FederatedDataset
 from fedsim_jax.data.lazy import LazyExecutor, LazyFederation
 from fedsim_jax.data.loading import load_dataset
 from fedsim_jax.executor import Executor
-from fedsim_jax.executor.choice import model_has_convolution, resolve_execution
+from fedsim_jax.executor.choice import (model_has_convolution, resolve_execution,
+                                        resolve_threads)
 from fedsim_jax.metrics import MetricsWriter, make_evaluator, summarize, write_json
 from fedsim_jax.models import Model, get_model
 from fedsim_jax.runtime import Simulation, StopCondition
@@ -203,7 +204,8 @@ def build_simulation(config: ml_collections.ConfigDict, dataset: FederatedDatase
                         streams.train_key, backend=backend,
                         sampling=client.sampling, unroll=config.executor.unroll,
                         bucket_bits=config.executor.bucket_bits,
-                        step_loop=step_loop, devices=config.executor.devices)
+                        step_loop=step_loop, devices=config.executor.devices,
+                        threads=resolve_threads(config.executor.threads, backend))
   except ValueError as error:  # e.g. more devices than this host has
     raise config_lib.ConfigError(str(error)) from None
   if lazy:  # gathers each batch's clients into a compact device block before running it
@@ -265,11 +267,12 @@ class PreparedRun:
     self.stop = stop_condition(config)
     executor = self.simulation.executor
     executor = getattr(executor, 'executor', executor)  # a LazyExecutor wraps the executor
-    self.host_extra.update(backend=executor.backend, step_loop=executor.step_loop)
+    self.host_extra.update(backend=executor.backend, step_loop=executor.step_loop,
+                           threads=executor.threads)
     logging.info('%s on %s: %d clients, model %s (%d parameters), latency %s, backend %s '
-                 '(steps: %s)', config.algorithm, dataset.name, dataset.num_clients, model.name,
-                 model.num_params(self.simulation.params), config.latency.model,
-                 executor.backend, executor.step_loop)
+                 '(steps: %s, threads: %d)', config.algorithm, dataset.name,
+                 dataset.num_clients, model.name, model.num_params(self.simulation.params),
+                 config.latency.model, executor.backend, executor.step_loop, executor.threads)
     self.record(self.simulation)
     self.simulation_start = time.perf_counter()
 
@@ -372,7 +375,7 @@ def run_experiments_lockstep(configs: Sequence[ml_collections.ConfigDict],
   first = runs[0].simulation.executor
   settings = dict(backend=first.backend, sampling=configs[0].client.sampling,
                   unroll=configs[0].executor.unroll, bucket_bits=first.bucket_bits,
-                  step_loop=first.step_loop, devices=first.devices)
+                  step_loop=first.step_loop, devices=first.devices, threads=first.threads)
   shared, executors = lockstep_executors(
       lambda data, keys: Executor(first.client_update, data, keys, **settings),
       [r.dataset for r in runs], [r.simulation.executor.base_key for r in runs])

@@ -15,12 +15,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BINARY = os.path.join(ROOT, 'benchmarks', 'harness.py')
 
 EXPECTED = [
-    ('sync_mlp', 'fedsim_vmap'), ('sync_mlp', 'fedsim_loop'), ('sync_mlp', 'jax_client_loop'),
-    ('sync_mlp', 'torch_client_loop'), ('sync_mlp', 'roofline'),
+    ('sync_mlp', 'fedsim_vmap'), ('sync_mlp', 'fedsim_loop'), ('sync_mlp', 'fedsim_loop_1thread'),
+    ('sync_mlp', 'jax_client_loop'), ('sync_mlp', 'torch_client_loop'), ('sync_mlp', 'roofline'),
     ('sync_cnn', 'fedsim_vmap'), ('sync_cnn', 'fedsim_loop'), ('sync_cnn', 'fedsim_loop_host'),
-    ('sync_cnn', 'jax_client_loop'), ('sync_cnn', 'torch_client_loop'), ('sync_cnn', 'roofline'),
+    ('sync_cnn', 'fedsim_loop_host_1thread'), ('sync_cnn', 'jax_client_loop'),
+    ('sync_cnn', 'torch_client_loop'), ('sync_cnn', 'roofline'),
     ('fedbuff_mlp', 'fedsim_vmap'), ('fedbuff_mlp', 'fedsim_loop'),
+    ('fedbuff_mlp', 'fedsim_loop_1thread'),
     ('compass_mlp', 'fedsim_vmap'), ('compass_mlp', 'fedsim_loop'),
+    ('compass_mlp', 'fedsim_loop_1thread'),
     ('scheduling', 'fedsim_no_training'), ('scheduling', 'fedsim_timeline'),
 ]
 
@@ -63,6 +66,9 @@ def test_quick_run_measures_every_case_and_strategy(tmp_path):
       assert _positive(r['updates_per_s']), r
     if r['strategy'].startswith('fedsim_') or r['strategy'] == 'jax_client_loop':
       assert isinstance(r['programs'], int) and r['programs'] >= 1, r
+    if r['strategy'].startswith('fedsim_loop'):  # one task per core unless told otherwise
+      assert r['threads'] == (1 if r['strategy'].endswith('_1thread')
+                              else benchmarking.cpu_cores()), r
     if r['strategy'] == 'torch_client_loop':
       assert r['programs'] is None
   table = result.stdout[result.stdout.index('| case |'):]

@@ -4,7 +4,8 @@ import jax
 import pytest
 
 from fedsim_jax import config as config_lib
-from fedsim_jax.executor.choice import model_has_convolution, resolve_execution
+from fedsim_jax.executor.choice import (cpu_cores, model_has_convolution, resolve_execution,
+                                        resolve_threads)
 from fedsim_jax.models import get_model
 
 
@@ -56,3 +57,17 @@ def test_unknown_setting_is_one_line_error():
   config.executor.step_loop = 'host'
   with pytest.raises(config_lib.ConfigError, match='step_loop'):
     config_lib.validate(config)
+  config.executor.step_loop = 'scan'
+  for threads in (2, -1):  # threads run loop-backend tasks; vmap runs one program
+    config.executor.threads = threads
+    with pytest.raises(config_lib.ConfigError, match=r'executor.threads.*allowed'):
+      config_lib.validate(config)
+
+
+def test_threads_rule():
+  assert resolve_threads(0, 'loop', platform='cpu') == cpu_cores()
+  assert resolve_threads(0, 'vmap', platform='cpu') == 1
+  assert resolve_threads(0, 'loop', platform='gpu') == 1
+  assert resolve_threads(3, 'loop', platform='gpu') == 3  # explicit settings are kept
+  with pytest.raises(ValueError, match='executor.threads'):
+    resolve_threads(-1, 'loop')

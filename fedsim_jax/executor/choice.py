@@ -16,11 +16,18 @@ docs/results/performance.md):
   time (`step_loop='host'`): a convolutional step inside `lax.scan` ran about 10x slower (1.0k
   against 103 examples/s for the FedCompass CNN). Other models scan.
 
-Explicit settings are never overridden; `resolve_execution` only fills in 'auto'.
+- The loop backend runs one task per CPU core at once (`executor.threads=0`, the default),
+  each from its own host thread: XLA:CPU gives a small client step little of a second core (a
+  B = 32 MLP step runs 1.3x faster on two cores than on one, a B = 1,024 step 1.9x), so two
+  tasks at once trained the sync MLP case 1.5x faster and the CNN's host-driven steps 1.3x.
+
+Explicit settings are never overridden; `resolve_execution` and `resolve_threads` only fill in
+'auto' and 0.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 import jax
@@ -76,3 +83,22 @@ def resolve_execution(backend: str, step_loop: str, *, platform: str | None = No
   if step_loop == 'auto':
     step_loop = 'host' if backend == 'loop' and on_cpu and convolutional() else 'scan'
   return backend, step_loop
+
+
+def cpu_cores() -> int:
+  """CPU cores this process may run on."""
+  try:
+    return len(os.sched_getaffinity(0))
+  except AttributeError:  # not on Linux
+    return os.cpu_count() or 1
+
+
+def resolve_threads(threads: int, backend: str, *, platform: str | None = None) -> int:
+  """The loop backend's tasks at once for `executor.threads` (0: one per CPU core on XLA:CPU,
+  1 on accelerators and for the vmap backend, which runs a batch as one program)."""
+  if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
+    raise ValueError(f'executor.threads={threads!r}; allowed: 0 (auto) or an integer >= 1')
+  if threads:
+    return threads
+  platform = platform or jax.default_backend()
+  return cpu_cores() if backend == 'loop' and platform not in ACCELERATOR_PLATFORMS else 1
