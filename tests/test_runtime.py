@@ -114,3 +114,30 @@ class TestDeferredExecution:
     sim2 = _simulation(toy_federation, deferred=True)
     sim2.run(StopCondition(max_client_updates=7))
     assert sim2.client_updates == 7
+
+
+@pytest.mark.parametrize('windows', [None, [[(0.0, 10.0)], None, [(5.0, 9.0)], None, None, None]])
+def test_draw_idle_client_draws_as_choice_over_idle_clients(toy_federation, windows):
+  from fedsim_jax.runtime.latency import WindowAvailability
+  from fedsim_jax.runtime.sampling import choose_without_replacement
+  sim = _simulation(toy_federation, deferred=True)
+  if windows is not None:
+    sim = Simulation(executor=sim.executor, scheduler=sim.scheduler, aggregator=fedopt(
+        optax.sgd(1.0)), latency=sim.latency, init_params=sim.params,
+                     client_sizes=sim.client_sizes, rng=sim.rng,
+                     availability=WindowAvailability(windows))
+  for client in (4, 1, 0):
+    sim.dispatch(client, 1)
+  sim.dispatch(4, 1)  # two tasks in flight: client 4 stays busy after one ends
+  expected_idle = [2, 3, 5] if windows is None else [3, 5]  # client 2 is offline at t=0
+  np.testing.assert_array_equal(sim.idle_clients(), expected_idle)
+  for seed in range(20):
+    drawn = sim.draw_idle_client(np.random.default_rng(seed))
+    assert drawn == choose_without_replacement(np.random.default_rng(seed),
+                                               sim.idle_clients(), 1)[0]
+  for client in sim.idle_clients():
+    sim.dispatch(client, 1)
+  assert sim.draw_idle_client(np.random.default_rng(0)) is None
+  sim.run(StopCondition(max_client_updates=1))  # an arrival frees its client
+  freed = sim.idle_clients()
+  assert len(freed) == 1 and sim.draw_idle_client(np.random.default_rng(0)) == freed[0]

@@ -13,6 +13,7 @@ read a result with `task_params` / `task_aux`.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import dataclasses
 import math
@@ -182,6 +183,10 @@ class Simulation:
     self.steps_per_client = np.zeros(num_clients, np.int64)  # local steps of arrived tasks
     self.update_wait_time = 0.0  # sum over aggregated updates of (aggregation - arrival) time
     self._busy = np.zeros(num_clients, np.int64)          # tasks in flight per client
+    # Clients with no task in flight, ascending, kept as events change it: asynchronous
+    # refills draw one of them per arrival, and scanning `_busy` for it was a hot path.
+    self._not_busy: list[int] = list(range(num_clients))
+    self._always_available = isinstance(self.availability, AlwaysAvailable)
     self._pending: list[TaskHandle] = []
     self._next_task_id = 0
     self._started = False
@@ -213,12 +218,20 @@ class Simulation:
 
   def idle_clients(self) -> np.ndarray:
     """Ids of the clients online now and not training, ascending."""
-    idle = self._busy == 0
-    if isinstance(self.availability, AlwaysAvailable):
-      return idle.nonzero()[0]  # what np.flatnonzero returns, without its wrappers (hot path)
+    if self._always_available:
+      return (self._busy == 0).nonzero()[0]  # np.flatnonzero without its wrappers (hot path)
     online = np.zeros(self.num_clients, bool)
     online[available_clients(self.availability, self.num_clients, self.now)] = True
-    return np.flatnonzero(idle & online)
+    return np.flatnonzero((self._busy == 0) & online)
+
+  def draw_idle_client(self, rng: np.random.Generator) -> int | None:
+    """One client drawn uniformly from `idle_clients()` (None if there is none), with exactly
+    the draw of `choose_without_replacement(rng, idle_clients(), 1)`, without building the
+    array when every client is always online (the asynchronous refill's hot path)."""
+    idle = self._not_busy if self._always_available else self.idle_clients()
+    if len(idle) == 0:
+      return None
+    return int(idle[rng.integers(len(idle))])
 
   def next_availability_time(self) -> float:
     """Earliest time > now at which some offline client comes online (inf if none)."""
@@ -255,7 +268,8 @@ class Simulation:
       raise ValueError(f'continues=task {continues.task_id} ({continues.status}, client '
                        f'{continues.client_id}); allowed: an ended intermediate segment of '
                        f'client {client_id}')
-    if self.availability.next_available(client_id, self.now) > self.now:
+    if (not self._always_available
+        and self.availability.next_available(client_id, self.now) > self.now):
       raise ValueError(f'client {client_id} is offline at {self.now}')
     if latency is None:
       latency = self.sample_latency(client_id)
@@ -265,7 +279,8 @@ class Simulation:
                       start_params=self.params if start_params is None else start_params,
                       task_inputs=task_inputs)
     arrival = self.now + latency.duration(num_steps)
-    offline_at = self.availability.online_until(client_id, self.now)
+    offline_at = (math.inf if self._always_available
+                  else self.availability.online_until(client_id, self.now))
     handle = TaskHandle(task_id=task_id, client_id=client_id, num_steps=num_steps,
                         version=self.version if continues is None else continues.version,
                         dispatch_time=self.now, arrival_time=min(arrival, offline_at),
@@ -284,6 +299,8 @@ class Simulation:
     else:
       self._resolve(continues, 'continued')
     self.accounting.in_flight += 1
+    if self._busy[client_id] == 0:
+      del self._not_busy[bisect.bisect_left(self._not_busy, client_id)]
     self._busy[client_id] += 1
     if not self.deferred and self.aggregate:
       self._compute_pending()
@@ -436,6 +453,8 @@ class Simulation:
   def _finish_task(self, handle: TaskHandle) -> None:
     self.accounting.in_flight -= 1
     self._busy[handle.client_id] -= 1
+    if self._busy[handle.client_id] == 0:
+      bisect.insort(self._not_busy, handle.client_id)
     self.busy_time[handle.client_id] += handle.arrival_time - handle.dispatch_time
 
   def _end_segment(self, handle: TaskHandle) -> None:
@@ -450,11 +469,16 @@ class Simulation:
     if not self._started:
       self._started = True
       self.scheduler.start(self)
-    while len(self.queue) and not stop.reached(self):
-      if stop.max_virtual_time is not None and self.queue.peek_time() > stop.max_virtual_time:
+    # `stop.reached(self)`, unrolled: this loop runs a few times per client update.
+    max_versions, max_time, max_updates = (math.inf if limit is None else limit for limit in (
+        stop.max_versions, stop.max_virtual_time, stop.max_client_updates))
+    queue, accounting = self.queue, self.accounting
+    while len(queue) and not (self.version >= max_versions or self.now >= max_time
+                              or accounting.arrived >= max_updates):
+      if queue.peek_time() > max_time:
         self.now = stop.max_virtual_time
         break
-      event = self.queue.pop()
+      event = queue.pop()
       self.now = event.time
       if event.kind is EventKind.ARRIVAL:
         handle = event.payload

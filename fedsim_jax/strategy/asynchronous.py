@@ -66,14 +66,19 @@ class AsynchronousScheduler:
     free = self.concurrency - self._in_flight
     if free <= 0:
       return
-    idle = sim.idle_clients()
-    if len(idle) == 0:
+    if free == 1:  # one slot freed by an arrival: the hot path, no idle-client array
+      client = sim.draw_idle_client(sim.rng)
+      chosen = [] if client is None else [client]
+    else:
+      idle = sim.idle_clients()
+      chosen = sorted(choose_without_replacement(sim.rng, idle, min(free, len(idle)))
+                      if len(idle) else [])
+    if not chosen:
       retry = sim.next_availability_time()
       if retry != float('inf'):
         self._schedule_refill(sim, retry)
       return
-    chosen = choose_without_replacement(sim.rng, idle, min(free, len(idle)))
-    for client in (chosen if len(chosen) == 1 else sorted(chosen)):
+    for client in chosen:
       latency = sim.sample_latency(client)
       steps = self.local_work.num_steps(int(sim.client_sizes[client]), latency)
       sim.dispatch(client, steps, latency=latency)
