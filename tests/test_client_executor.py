@@ -257,3 +257,20 @@ def test_threads_need_the_loop_backend_and_a_positive_count():
     with pytest.raises(ValueError, match='executor.threads'):
       Executor(update, fed.device_arrays(), jax.random.PRNGKey(1), backend=backend,
                threads=threads)
+
+
+def test_loop_backend_runs_exact_steps_in_one_program():
+  fed = make_toy_federation()
+  _, params, update = _setup(fed)
+  tasks = [ClientTask(client_id=c % 6, num_steps=steps, seed=c, start_params=params)
+           for c, steps in enumerate((1, 3, 4, 9, 13, 17))]  # six different step buckets
+  exact = Executor(update, fed.device_arrays(), jax.random.PRNGKey(1), backend='loop')
+  result = exact.run(tasks)
+  assert exact.num_compiled_programs == 1
+  assert exact._one_task._cache_size() == 1
+  assert exact.steps_computed == exact.steps_run == 47
+  # The same deltas as the bucketed, masked scan (unroll > 1 keeps it), bit for bit.
+  scanned = Executor(update, fed.device_arrays(), jax.random.PRNGKey(1), backend='loop',
+                     unroll=2)
+  _assert_trees_equal(result.deltas, scanned.run(tasks).deltas)
+  assert scanned.num_compiled_programs == 6 and scanned.steps_computed > 47

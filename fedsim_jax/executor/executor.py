@@ -98,7 +98,9 @@ class Executor:
       call of one jitted per-task program). On XLA:CPU the loop is often faster for
       convolutional models; on accelerators vmap is (see DESIGN.md).
     sampling: client batch sampling mode (`data.federated.SAMPLING_MODES`).
-    unroll: `lax.scan` unroll factor over local steps.
+    unroll: `lax.scan` unroll factor over local steps. The loop backend runs each task's exact
+      step count in one program (a `lax.while_loop`) when `unroll` is 1, and a `lax.scan` over
+      the bucketed step count (one program per bucket) otherwise.
     bucket_bits: significant bits kept when bucketing task counts and step counts.
     devices: number of local devices the task axis is sharded over (vmap backend): a
       `jax.sharding.Mesh` with one axis 'tasks'; the federation and start models are
@@ -143,6 +145,8 @@ class Executor:
     self.base_key = base_key
     self.backend = backend
     self.bucket_bits = bucket_bits
+    # The loop backend's scanned tasks: one program for every step count unless unrolled.
+    self._exact_steps = unroll == 1 and unroll is not True
     self._signatures: set[tuple] = set()
     self.tasks_run = 0
     self.steps_run = 0
@@ -253,11 +257,13 @@ class Executor:
       state, cursor = self._step(state, cursor, self.data, np.int32(step), task.task_inputs)
     return self._final(state, task.start_params)
 
+  def _loop_max_steps(self, num_steps: int) -> int | None:
+    return None if self._exact_steps else round_up_to_bucket(num_steps, self.bucket_bits)
+
   def _run_scanned(self, task: ClientTask) -> tuple[Params, dict[str, jax.Array]]:
     return self._one_task(task.start_params, np.int32(task.client_id), np.int32(task.num_steps),
                           np.uint32(task.seed), np.int32(task.stream), task.task_inputs,
-                          self.data, self.base_key,
-                          max_steps=round_up_to_bucket(task.num_steps, self.bucket_bits))
+                          self.data, self.base_key, max_steps=self._loop_max_steps(task.num_steps))
 
   def _run_loop(self, tasks: Sequence[ClientTask]) -> TaskBatchResult:
     if self.step_loop == 'host':
@@ -266,9 +272,9 @@ class Executor:
       run_task = self._run_host_steps
     else:
       for task in tasks:
-        max_steps = round_up_to_bucket(task.num_steps, self.bucket_bits)
+        max_steps = self._loop_max_steps(task.num_steps)
         self._signatures.add(('loop', max_steps, jax.tree_util.tree_structure(task.task_inputs)))
-        self.steps_computed += max_steps
+        self.steps_computed += task.num_steps if max_steps is None else max_steps
       run_task = self._run_scanned
     if self.threads > 1 and len(tasks) > 1:
       # Each thread waits for its task: that is what lets XLA:CPU run two at once.
