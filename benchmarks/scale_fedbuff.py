@@ -9,7 +9,8 @@ one pixel). FedBuff (Nguyen et al. 2022): concurrency 100, buffer K = 10, deltas
 1/sqrt(1 + staleness) (their choice; unscaled, 10-version-stale deltas at server step 1.0 did
 not learn), server SGD at 0.5, per-step latency N(1, 0.3^2) with 5% jitter, each task 10 local
 steps of B = 20 (about one epoch). The model is the 784-200-200-62 MLP: on this CPU the EMNIST CNN would take hours for
-100k updates. The executor uses the default backend rule (`executor.choice`), or `--backend`.
+100k updates. The executor uses the default backend and thread rules (`executor.choice`), or
+`--backend`.
 
 Prints one JSON line and a markdown row: host seconds (setup, simulation, evaluation), client
 updates and examples per second, server versions, peak RSS (the process's maximum resident
@@ -30,7 +31,7 @@ from fedsim_jax.client.local_update import sgd_client_update
 from fedsim_jax.data.federated import FederatedDataset
 from fedsim_jax.data.lazy import LazyExecutor, LazyFederation
 from fedsim_jax.executor import Executor
-from fedsim_jax.executor.choice import resolve_execution
+from fedsim_jax.executor.choice import resolve_execution, resolve_threads
 from fedsim_jax.metrics import make_evaluator
 from fedsim_jax.models import get_model
 from fedsim_jax.runtime import PerStepLatency, Simulation, StopCondition
@@ -86,7 +87,7 @@ def main(argv):
   client_update = sgd_client_update(model, optax.sgd(LEARNING_RATE), BATCH_SIZE)
   data = fed.gather([0]).data if _LAZY.value else fed.device_arrays()
   executor = Executor(client_update, data, jax.random.PRNGKey(_SEED.value + 1), backend=backend,
-                      step_loop=step_loop)
+                      step_loop=step_loop, threads=resolve_threads(0, backend))
   if _LAZY.value:
     executor = LazyExecutor(executor, fed)
   sim = Simulation(executor=executor,
@@ -110,7 +111,8 @@ def main(argv):
   record = {
       'clients': fed.num_clients, 'examples': int(fed.client_sizes.sum()),
       'client_updates': sim.client_updates, 'server_versions': sim.version,
-      'virtual_time_s': round(sim.now, 1), 'backend': backend, 'lazy': _LAZY.value,
+      'virtual_time_s': round(sim.now, 1), 'backend': backend,
+      'threads': executor.threads, 'lazy': _LAZY.value,
       'setup_s': round(setup_s, 1), 'simulate_s': round(simulate_s, 1),
       'evaluate_s': round(evaluate_s, 1),
       'updates_per_s': round(sim.client_updates / simulate_s, 1),

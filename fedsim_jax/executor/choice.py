@@ -8,10 +8,11 @@ docs/results/performance.md):
   over tasks, steps in `lax.scan`. One program trains the whole batch; this is what the
   accelerator is for, and the only backend that shards.
 - On XLA:CPU: the loop backend (one jitted program per task, called in a Python loop). On the
-  2-core CPU it beat vmap in every measured case: sync FedAvg MLP 49k against 42k client
-  examples/s, FedCompass silos 17.5k against 7.8k (vmap pads every task to the batch's longest),
-  time-limited FedAvg 17.5k against 16.0k, the MNIST CNN 2.0k against 145 (vmap over clients
-  with distinct weights becomes a grouped convolution, slow on CPU).
+  2-core CPU it beat vmap in every measured case: sync FedAvg MLP 92k against 42k client
+  examples/s, FedCompass silos 78k against 8.2k (vmap pads every task to the batch's longest),
+  FedBuff 71k against 30k, time-limited FedAvg 17.5k against 16.0k, the MNIST CNN 1.7k
+  against 146 (vmap over clients with distinct weights becomes a grouped convolution, slow on
+  CPU).
 - Steps of a model with convolutions on XLA:CPU are driven from the host, one jitted step at a
   time (`step_loop='host'`): a convolutional step inside `lax.scan` ran about 10x slower (1.0k
   against 103 examples/s for the FedCompass CNN). Other models scan.

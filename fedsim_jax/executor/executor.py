@@ -145,7 +145,7 @@ class Executor:
     self.base_key = base_key
     self.backend = backend
     self.bucket_bits = bucket_bits
-    # The loop backend's scanned tasks: one program for every step count unless unrolled.
+    # Loop backend, whole-task programs: one program for every step count unless unrolled.
     self._exact_steps = unroll == 1 and unroll is not True
     self._signatures: set[tuple] = set()
     self.tasks_run = 0
@@ -260,7 +260,7 @@ class Executor:
   def _loop_max_steps(self, num_steps: int) -> int | None:
     return None if self._exact_steps else round_up_to_bucket(num_steps, self.bucket_bits)
 
-  def _run_scanned(self, task: ClientTask) -> tuple[Params, dict[str, jax.Array]]:
+  def _run_whole_task(self, task: ClientTask) -> tuple[Params, dict[str, jax.Array]]:
     return self._one_task(task.start_params, np.int32(task.client_id), np.int32(task.num_steps),
                           np.uint32(task.seed), np.int32(task.stream), task.task_inputs,
                           self.data, self.base_key, max_steps=self._loop_max_steps(task.num_steps))
@@ -275,7 +275,7 @@ class Executor:
         max_steps = self._loop_max_steps(task.num_steps)
         self._signatures.add(('loop', max_steps, jax.tree_util.tree_structure(task.task_inputs)))
         self.steps_computed += task.num_steps if max_steps is None else max_steps
-      run_task = self._run_scanned
+      run_task = self._run_whole_task
     if self.threads > 1 and len(tasks) > 1:
       # Each thread waits for its task: that is what lets XLA:CPU run two at once.
       results = list(_task_threads(self.threads).map(
