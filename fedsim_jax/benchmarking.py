@@ -351,7 +351,8 @@ def _fedsim_sync(case: str, strategy: str, fed: FederatedDataset, model: Model,
 
   m = measure(one_round, **_rounds(sizes))
   return _record(case, strategy, m, programs=executor.num_compiled_programs, rss_before=rss,
-                 threads=executor.threads, computed_steps_ratio=round(executor.steps_computed / executor.steps_run, 3))
+                 threads=executor.threads,
+                 computed_steps_ratio=round(executor.steps_computed / executor.steps_run, 3))
 
 
 def _jax_client_loop(case: str, fed: FederatedDataset, model: Model,
@@ -663,8 +664,7 @@ SYNC_STRATEGIES = {
     'sync_mlp': ('fedsim_vmap', 'fedsim_loop', 'fedsim_loop_1thread', 'jax_client_loop',
                  'torch_client_loop', 'roofline'),
     'sync_cnn': ('fedsim_vmap', 'fedsim_loop', 'fedsim_loop_host', 'fedsim_loop_host_1thread',
-                 'jax_client_loop',
-                 'torch_client_loop', 'roofline'),
+                 'jax_client_loop', 'torch_client_loop', 'roofline'),
 }
 
 

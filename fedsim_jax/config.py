@@ -577,10 +577,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ConfigError("executor.step_loop='host' is invalid with executor.backend="
                       f"{executor.backend!r}; allowed: step_loop 'host' with backend 'loop'")
   _positive('executor.devices', executor.devices, integer=True)
-  if (not isinstance(executor.threads, int) or isinstance(executor.threads, bool)
-      or executor.threads < 0):
-    raise ConfigError(f'executor.threads={executor.threads!r} is invalid; allowed values: 0 '
-                      '(one per CPU core with the loop backend) or an integer >= 1')
+  _positive('executor.threads', executor.threads, integer=True, allow_zero=True)  # 0 = auto
   if executor.threads > 1 and executor.backend == 'vmap':
     raise ConfigError(f'executor.threads={executor.threads} is invalid with executor.backend='
                       "'vmap'; allowed: threads > 1 with backend 'loop' or 'auto'")

@@ -27,6 +27,7 @@ from fedsim_jax.models import Params
 from fedsim_jax.runtime.events import EventKind, EventQueue
 from fedsim_jax.runtime.latency import (AlwaysAvailable, Availability, LatencyModel,
                                         TaskLatency, available_clients)
+from fedsim_jax.runtime.sampling import choose_one
 from fedsim_jax.runtime.updates import Aggregator, ResultRef, UpdateBatch, stack_results
 
 
@@ -229,9 +230,7 @@ class Simulation:
     the draw of `choose_without_replacement(rng, idle_clients(), 1)`, without building the
     array when every client is always online (the asynchronous refill's hot path)."""
     idle = self._not_busy if self._always_available else self.idle_clients()
-    if len(idle) == 0:
-      return None
-    return int(idle[rng.integers(len(idle))])
+    return choose_one(rng, idle) if len(idle) else None
 
   def next_availability_time(self) -> float:
     """Earliest time > now at which some offline client comes online (inf if none)."""
