@@ -219,6 +219,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.run.eval_class_groups = ml_collections.ConfigDict()
   c.run.eval_balanced_accuracy = False
   c.run.eval_top_k = ()
+  # Reuse of compiled programs (fedsim_jax/compilation_cache.py): 'process' shares them between
+  # the runs of this process, 'off', or a directory that keeps them across processes.
+  c.run.compilation_cache = 'process'
 
   # FedASMU's fresh-model fetch timing (Liu et al., Sec. 4, Formulas 5-6, Alg. 2); read by the
   # fedasmu algorithms. Only eta_RL is stated in the paper; see strategy/fedasmu_fetch.py.
@@ -596,6 +599,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if run.target_accuracy is not None and not 0 < run.target_accuracy <= 1:
     raise ConfigError(f'run.target_accuracy={run.target_accuracy!r} is invalid; allowed '
                       'values: 0 < x <= 1')
+  if not isinstance(run.compilation_cache, str) or not run.compilation_cache.strip():
+    raise ConfigError(f'run.compilation_cache={run.compilation_cache!r} is invalid; allowed '
+                      "values: 'process', 'off' or a directory path")
   _validate_fedasmu_fetch(config.fedasmu_fetch)
   _validate_fedasmu_baselines(config)
   _validate_fedasmu(config)

@@ -17,6 +17,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
+from fedsim_jax import compilation_cache
 from fedsim_jax import config as config_lib
 from fedsim_jax.client import client_optimizer
 from fedsim_jax.data import partition as partition_lib
@@ -234,6 +235,10 @@ class PreparedRun:
   def __init__(self, config: ml_collections.ConfigDict, workdir: str | os.PathLike,
                dataset: FederatedDataset | None = None):
     config_lib.validate(config)
+    try:
+      cache_dir = compilation_cache.enable(config.run.compilation_cache)
+    except ValueError as e:
+      raise config_lib.ConfigError(str(e)) from None
     os.makedirs(workdir, exist_ok=True)
     self.workdir = workdir
     self.host_start = time.perf_counter()
@@ -268,7 +273,8 @@ class PreparedRun:
     executor = self.simulation.executor
     executor = getattr(executor, 'executor', executor)  # a LazyExecutor wraps the executor
     self.host_extra.update(backend=executor.backend, step_loop=executor.step_loop,
-                           threads=executor.threads)
+                           threads=executor.threads,
+                           compilation_cache=compilation_cache.in_use(cache_dir))
     logging.info('%s on %s: %d clients, model %s (%d parameters), latency %s, backend %s '
                  '(steps: %s, threads: %d)', config.algorithm, dataset.name,
                  dataset.num_clients, model.name, model.num_params(self.simulation.params),

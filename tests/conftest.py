@@ -2,8 +2,15 @@
 
 import pytest
 
+from fedsim_jax import compilation_cache
 from fedsim_jax.data.federated import FederatedDataset
 from fedsim_jax.data.synthetic import toy_federation as make_toy_federation
+
+
+# Every test shares compiled programs with the earlier tests of its worker, as runs of one
+# process do by default (`run.compilation_cache = 'process'`): many tests build the same
+# client, aggregation and evaluation programs afresh.
+compilation_cache.enable('process')
 
 
 @pytest.fixture
