@@ -6,7 +6,8 @@ Each seed is the 5-client FedCompass setting (class partition, normal speeds, Q 
 q_max]) on synthetic 28x28 data (so the benchmark needs no prepared data dir). The sequential
 runs call `run_experiment` once per seed; the sweep calls `run_experiments_lockstep` once.
 Both write to a temporary directory; the script checks that the metrics are identical and
-prints host seconds, the speed-up and the mean shared batch size as a JSON line and a table.
+prints host seconds, the speed-up, how the sweep executed its tasks (`concurrent` for the loop
+backend, `shared_batches` for vmap, with the mean shared batch size) as a JSON line and a table.
 Evaluation runs every `--eval_every` versions in both.
 """
 
@@ -85,13 +86,15 @@ def main(argv):
             'backend': _BACKEND.value, 'seeds': len(seeds), 'versions': _VERSIONS.value,
             'sequential_s': round(sequential, 2), 'lockstep_s': round(lockstep, 2),
             'speedup': round(sequential / lockstep, 2),
-            'mean_shared_batch_size': round(info['mean_shared_batch_size'], 2),
+            'execution': info['execution'],
+            'mean_shared_batch_size': info.get('mean_shared_batch_size'),
             'identical_metrics': identical}
   print(json.dumps(record))
-  print(f"| seeds | model | sequential s | lockstep s | speed-up | mean shared batch | "
-        f"identical |\n|---:|---|---:|---:|---:|---:|---|\n| {len(seeds)} | {_MODEL.value} | "
-        f"{sequential:.1f} | {lockstep:.1f} | {sequential / lockstep:.2f}x | "
-        f"{info['mean_shared_batch_size']:.1f} | {identical} |")
+  batch = info.get('mean_shared_batch_size')
+  print(f"| seeds | model | sequential s | lockstep s | speed-up | execution | mean shared batch "
+        f"| identical |\n|---:|---|---:|---:|---:|---|---:|---|\n| {len(seeds)} | {_MODEL.value} "
+        f"| {sequential:.1f} | {lockstep:.1f} | {sequential / lockstep:.2f}x | {info['execution']} "
+        f"| {'-' if batch is None else f'{batch:.1f}'} | {identical} |")
 
 
 if __name__ == '__main__':

@@ -357,15 +357,20 @@ def run_experiments_lockstep(configs: Sequence[ml_collections.ConfigDict],
                              workdirs: Sequence[str | os.PathLike],
                              datasets: Sequence[FederatedDataset | None] | None = None
                              ) -> list[dict[str, Any]]:
-  """Runs several experiments that differ only in their seeds together, executing their client
-  tasks in shared batches (`fedsim_jax.runtime.lockstep`); each run directory gets exactly
-  what `run_experiment` would write (timings aside).
+  """Runs several experiments that differ only in their seeds together
+  (`fedsim_jax.runtime.lockstep`); each run directory gets exactly what `run_experiment` would
+  write (timings aside).
+
+  With the vmap backend the simulations advance in lockstep and their client tasks run as one
+  shared batch; with the loop backend (one program call per task, the CPU default) they run at
+  once, each with its own executor, sharing the task threads. `summary['host']['lockstep']`
+  says which (`execution`).
 
   Raises:
     ConfigError: the configs differ in more than `seed`, `data.partition_seed` and
       `run.eval_every`, or ask for a lazy federation (not supported in lockstep).
   """
-  from fedsim_jax.runtime.lockstep import lockstep_executors, run_lockstep
+  from fedsim_jax.runtime.lockstep import lockstep_executors, run_concurrently, run_lockstep
 
   if len(configs) != len(workdirs):
     raise ValueError('run_experiments_lockstep needs one workdir per config')
@@ -379,18 +384,27 @@ def run_experiments_lockstep(configs: Sequence[ml_collections.ConfigDict],
   datasets = list(datasets) if datasets is not None else [None] * len(configs)
   runs = [PreparedRun(c, w, d) for c, w, d in zip(configs, workdirs, datasets)]
   first = runs[0].simulation.executor
-  settings = dict(backend=first.backend, sampling=configs[0].client.sampling,
-                  unroll=configs[0].executor.unroll, bucket_bits=first.bucket_bits,
-                  step_loop=first.step_loop, devices=first.devices, threads=first.threads)
-  shared, executors = lockstep_executors(
-      lambda data, keys: Executor(first.client_update, data, keys, **settings),
-      [r.dataset for r in runs], [r.simulation.executor.base_key for r in runs])
-  for run, executor in zip(runs, executors):
-    run.simulation.executor = executor
-    run.simulation_start = time.perf_counter()
-  run_lockstep([r.simulation for r in runs], [r.stop for r in runs], shared)
+  start = time.perf_counter()
   for run in runs:
-    run.host_extra['lockstep'] = {
-        'simulations': len(runs), 'shared_batches': shared.batches,
-        'mean_shared_batch_size': shared.executor.tasks_run / max(shared.batches, 1)}
+    run.simulation_start = start
+  if first.backend == 'loop':
+    # One program call per task: nothing to gain from a shared batch, so each simulation
+    # keeps its executor and they run at once (see `run_concurrently`).
+    run_concurrently([r.simulation for r in runs], [r.stop for r in runs])
+    info = {'simulations': len(runs), 'execution': 'concurrent'}
+  else:
+    settings = dict(backend=first.backend, sampling=configs[0].client.sampling,
+                    unroll=configs[0].executor.unroll, bucket_bits=first.bucket_bits,
+                    step_loop=first.step_loop, devices=first.devices, threads=first.threads)
+    shared, executors = lockstep_executors(
+        lambda data, keys: Executor(first.client_update, data, keys, **settings),
+        [r.dataset for r in runs], [r.simulation.executor.base_key for r in runs])
+    for run, executor in zip(runs, executors):
+      run.simulation.executor = executor
+    run_lockstep([r.simulation for r in runs], [r.stop for r in runs], shared)
+    info = {'simulations': len(runs), 'execution': 'shared_batches',
+            'shared_batches': shared.batches,
+            'mean_shared_batch_size': shared.executor.tasks_run / max(shared.batches, 1)}
+  for run in runs:
+    run.host_extra['lockstep'] = dict(info)
   return [r.finish() for r in runs]

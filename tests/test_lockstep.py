@@ -51,7 +51,8 @@ def _outputs(workdir):
 
 
 @pytest.mark.parametrize('algorithm, backend', [('fedavg', 'vmap'), ('fedbuff', 'vmap'),
-                                                ('fedcompass', 'vmap'), ('fedbuff', 'loop')])
+                                                ('fedcompass', 'vmap'), ('fedbuff', 'loop'),
+                                                ('fedcompass', 'loop')])
 def test_lockstep_runs_equal_sequential_runs(digits_data_dir, tmp_path, algorithm, backend):
   seeds = (0, 1, 2)
   configs = [_config(digits_data_dir, s, algorithm, backend) for s in seeds]
@@ -62,8 +63,15 @@ def test_lockstep_runs_equal_sequential_runs(digits_data_dir, tmp_path, algorith
       [tmp_path / f'lockstep{s}' for s in seeds])
   assert len(summaries) == 3
   lockstep = summaries[0]['host']['lockstep']
+  assert lockstep['simulations'] == 3
+  if backend == 'loop':
+    # Each simulation keeps its own executor and runs beside the others: bit-identical.
+    assert lockstep['execution'] == 'concurrent'
+    for seed in seeds:
+      assert _outputs(tmp_path / f'lockstep{seed}') == _outputs(tmp_path / f'sequential{seed}')
+    return
   alone = sum(_outputs(tmp_path / f'sequential{s}')[1]['executor_batches'] for s in seeds)
-  assert lockstep['simulations'] == 3 and lockstep['shared_batches'] < alone
+  assert lockstep['execution'] == 'shared_batches' and lockstep['shared_batches'] < alone
   for seed in seeds:
     (lock_rows, lock_summary), (seq_rows, seq_summary) = (
         _outputs(tmp_path / f'lockstep{seed}'), _outputs(tmp_path / f'sequential{seed}'))
@@ -83,3 +91,48 @@ def test_lockstep_configs_must_differ_only_in_seeds(digits_data_dir, tmp_path):
   with pytest.raises(ConfigError, match='differ only in seed'):
     run_experiments_lockstep([_config(digits_data_dir, 0), other],
                              [tmp_path / 'a', tmp_path / 'b'])
+
+
+class _FakeExecutor:
+  def __init__(self, log, name):
+    self.log, self.name = log, name
+
+  def run(self, tasks):
+    self.log.append(f'{self.name} batch')
+    return tasks
+
+
+class _FakeSimulation:
+  def __init__(self, log, name, fail=False):
+    self.log, self.name, self.fail = log, name, fail
+    self.executor = _FakeExecutor(log, name)
+
+  def run(self, stop):
+    self.log.append(f'{self.name} start')
+    self.executor.run([1])
+    if self.fail:
+      raise ValueError(f'{self.name} failed')
+    self.executor.run([2])
+
+
+def test_concurrent_sweeps_start_the_others_after_the_first_batch():
+  from fedsim_jax.runtime.lockstep import run_concurrently
+
+  log = []
+  sims = [_FakeSimulation(log, f's{i}') for i in range(4)]
+  executor = sims[0].executor
+  run_concurrently(sims, [None] * 4)
+  assert log[:2] == ['s0 start', 's0 batch']  # the others wait for the first batch
+  assert sorted(log) == sorted(f's{i} {what}' for i in range(4)
+                               for what in ('start', 'batch', 'batch'))
+  assert sims[0].executor is executor  # the signalling wrapper is removed
+
+
+@pytest.mark.parametrize('failing', [0, 2])
+def test_concurrent_sweeps_reraise_a_simulation_error(failing):
+  from fedsim_jax.runtime.lockstep import run_concurrently
+
+  log = []
+  sims = [_FakeSimulation(log, f's{i}', fail=i == failing) for i in range(3)]
+  with pytest.raises(ValueError, match=f's{failing} failed'):
+    run_concurrently(sims, [None] * 3)

@@ -1,24 +1,26 @@
-"""Several simulations advanced in lockstep, their client tasks executed in shared batches.
+"""Several simulations run together: shared batches (vmap) or side by side (loop backend).
 
 A sweep over seeds (or over configs that share a model and client objective) runs many small
-simulations whose executor batches are each too small to keep the machine busy. `run_lockstep`
-runs every simulation's event loop in its own thread; whenever a simulation needs task results
-it submits its pending tasks and waits. Once every unfinished simulation is waiting, the tasks
-of all of them run as ONE executor batch over the union of their federations, and each
-simulation gets its rows back (a `TaskBatchResult` view).
+simulations whose executor batches are each too small to keep the machine busy.
 
-Results equal the sequential runs': a simulation submits exactly the batches it would have run
-alone (deferred execution groups tasks by the simulation's own dependencies, never by timing), a
-task's key is `fold_in(base_key of its simulation, task seed)`, and a client's batches depend
-only on its own rows of the index table (with JAX's default partitionable threefry, random
-draws are prefix-stable, so a wider union table samples the same examples). The scheduling
-(versions, virtual times, which updates aggregate) is identical; the arithmetic is identical
-for small shared batches, while large ones can take other XLA:CPU matrix-multiply paths whose
-float rounding differs in the last bits (measured: 8 seeds x 5 clients, MLP, losses equal to
-about 1e-5 relative after 20 versions).
+Shared batches (`run_lockstep`, for the vmap backend): every simulation's event loop runs in its
+own thread; whenever a simulation needs task results it submits its pending tasks and waits.
+Once every unfinished simulation is waiting, the tasks of all of them run as ONE executor batch
+over the union of their federations, and each simulation gets its rows back (a
+`TaskBatchResult` view). Results equal the sequential runs': a simulation submits exactly the
+batches it would have run alone (deferred execution groups tasks by the simulation's own
+dependencies, never by timing), a task's key is `fold_in(base_key of its simulation, task
+seed)`, and a client's batches depend only on its own rows of the index table (with JAX's
+default partitionable threefry, random draws are prefix-stable, so a wider union table samples
+the same examples). The scheduling (versions, virtual times, which updates aggregate) is
+identical; the arithmetic is identical for small shared batches, while large ones can take other
+XLA:CPU matrix-multiply paths whose float rounding differs in the last bits (measured: 8 seeds x
+5 clients, MLP, losses equal to about 1e-5 relative after 20 versions).
 
-Host-side work stays sequential (Python threads share the GIL); the gain is in the executor:
-one batch of S x n tasks instead of S batches of n.
+Side by side (`run_concurrently`, for the loop backend): a task is one program call whatever
+batch it is in, so a shared batch gains nothing. Each simulation keeps its own executor and all
+run at once; their tasks share the process-wide task threads, and one simulation's host work
+overlaps the others' training. Results are the sequential runs' bit for bit.
 """
 
 from __future__ import annotations
@@ -172,19 +174,29 @@ def lockstep_executors(executor_factory: Any, datasets: Sequence[FederatedDatase
   return shared, [LockstepClientExecutor(shared, i, offset) for i, offset in enumerate(offsets)]
 
 
-def run_lockstep(simulations: Sequence[Any], stops: Sequence[Any],
-                 shared: SharedExecution) -> None:
-  """Runs every `simulations[i].run(stops[i])` in lockstep; re-raises the first failure."""
+def _drive_in_threads(simulations: Sequence[Any], stops: Sequence[Any],
+                      on_end: Any = None, first_alone: Any = None) -> None:
+  """Runs every `simulations[i].run(stops[i])` in its own thread; re-raises the first failure.
+
+  `on_end(i, error)` is called when simulation i ends (error None) or fails. `first_alone`, an
+  event, holds the other threads back until simulation 0 sets it (or ends).
+  """
   errors: list[BaseException] = []
 
   def drive(index: int) -> None:
+    error = None
     try:
+      if index and first_alone is not None:
+        first_alone.wait()
       simulations[index].run(stops[index])
-    except BaseException as error:  # noqa: BLE001 - handed to the caller below
-      errors.append(error)
-      shared.finish(index, error)
-    else:
-      shared.finish(index)
+    except BaseException as e:  # noqa: BLE001 - handed to the caller below
+      errors.append(e)
+      error = e
+    finally:
+      if index == 0 and first_alone is not None:
+        first_alone.set()
+      if on_end is not None:
+        on_end(index, error)
 
   threads = [threading.Thread(target=drive, args=(i,), name=f'lockstep-{i}', daemon=True)
              for i in range(len(simulations))]
@@ -195,3 +207,47 @@ def run_lockstep(simulations: Sequence[Any], stops: Sequence[Any],
   if errors:
     first = next((e for e in errors if not isinstance(e, RuntimeError)), errors[0])
     raise first
+
+
+def run_lockstep(simulations: Sequence[Any], stops: Sequence[Any],
+                 shared: SharedExecution) -> None:
+  """Runs every `simulations[i].run(stops[i])` in lockstep; re-raises the first failure."""
+  _drive_in_threads(simulations, stops, on_end=shared.finish)
+
+
+class _FirstCallSignal:
+  """Wraps an executor and sets `event` once its first batch has run."""
+
+  def __init__(self, executor: Any, event: threading.Event):
+    self._executor = executor
+    self._event = event
+
+  def __getattr__(self, name: str) -> Any:
+    return getattr(self._executor, name)
+
+  def run(self, tasks: Sequence[ClientTask]) -> TaskBatchResult:
+    try:
+      return self._executor.run(tasks)
+    finally:
+      self._event.set()
+
+
+def run_concurrently(simulations: Sequence[Any], stops: Sequence[Any]) -> None:
+  """Runs every `simulations[i].run(stops[i])` at the same time, each with its own executor.
+
+  For the loop backend, whose tasks are one program call each: the simulations' tasks share
+  the process-wide task threads (`Executor(threads=...)`) as they come, and one simulation's
+  host work (scheduling, aggregation, evaluation) overlaps the others' training. Results are
+  those of the sequential runs bit for bit: every simulation keeps its own executor, and a
+  task's result never depends on what runs beside it. Simulation 0 runs its first batch alone,
+  so the others find its programs compiled (`fedsim_jax.compilation_cache`) instead of all
+  compiling them at once.
+  """
+  first_batch = threading.Event()
+  first = simulations[0]
+  executor = first.executor
+  first.executor = _FirstCallSignal(executor, first_batch)
+  try:
+    _drive_in_threads(simulations, stops, first_alone=first_batch)
+  finally:
+    first.executor = executor
