@@ -1,10 +1,13 @@
-"""Runs one federated experiment from a config file.
+"""Runs one federated experiment from a config file, or several seeds of it together.
 
   python experiments/run.py --config=configs/fedavg_fashion_mnist.py --workdir=runs/demo \
       --config.client.learning_rate=0.1
+  python experiments/run.py --config=configs/fedcompass_mnist.py --seeds=0,1,2,3
 
-Writes config.json, metrics.jsonl and summary.json into --workdir. An invalid setting or a
-missing dataset exits with code 2 and one line on stderr.
+Writes config.json, metrics.jsonl and summary.json into --workdir (with --seeds, into
+<workdir>/seed<s> for each seed, run together by `run_experiments_lockstep`: one process, one
+data load, compiled programs shared). An invalid setting or a missing dataset exits with code 2
+and one line on stderr.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config fil
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string('workdir', None,
                                'Run directory (default: runs/<config file name>/seed<seed>).')
+_SEEDS = flags.DEFINE_string(
+    'seeds', None, 'Comma list of seeds (integers >= 0) to run together; each seed writes '
+    '<workdir>/seed<s> (default workdir: runs/<config file name>). Replaces config.seed.')
 flags.mark_flags_as_required(['config'])
 
 
@@ -29,21 +35,33 @@ def main(argv: list[str]) -> None:
   # Imported here so that `--help` and flag errors stay fast.
   from fedsim_jax.config import ConfigError
   from fedsim_jax.data.errors import CorruptDatasetError, DatasetNotFoundError
-  from fedsim_jax.experiment import run_experiment
+  from fedsim_jax.experiment import run_experiment, run_experiments_lockstep
+  from fedsim_jax.reproduce.sweep import FlagError, parse_list
 
   config = _CONFIG.value
-  workdir = _WORKDIR.value
-  if workdir is None:
-    name = os.path.splitext(os.path.basename(flags.FLAGS['config'].config_filename))[0]
-    workdir = os.path.join('runs', name, f'seed{config.seed}')
+  name = os.path.splitext(os.path.basename(flags.FLAGS['config'].config_filename))[0]
   cli.quiet_logging(verbose_by_default=True)  # progress lines: one per evaluation
   try:
-    summary = run_experiment(config, workdir)
-  except (ConfigError, DatasetNotFoundError, CorruptDatasetError) as error:
+    if _SEEDS.value is None:
+      workdir = _WORKDIR.value or os.path.join('runs', name, f'seed{config.seed}')
+      runs = [(workdir, run_experiment(config, workdir))]
+    else:
+      seeds = parse_list('seeds', _SEEDS.value, int, lambda v: v >= 0, 'integers >= 0')
+      if not seeds:
+        raise FlagError(f'--seeds={_SEEDS.value!r} lists no seed; allowed values: integers >= 0')
+      configs = []
+      for seed in seeds:
+        configs.append(config.copy_and_resolve_references())
+        configs[-1].seed = seed
+      root = _WORKDIR.value or os.path.join('runs', name)
+      workdirs = [os.path.join(root, f'seed{seed}') for seed in seeds]
+      runs = list(zip(workdirs, run_experiments_lockstep(configs, workdirs)))
+  except (ConfigError, DatasetNotFoundError, CorruptDatasetError, FlagError) as error:
     cli.fail(str(error))
-  print(f'final accuracy {summary["final_accuracy"]:.4f}  best {summary["best_accuracy"]:.4f}  '
-        f'virtual time {summary["final_virtual_time"]:.1f}s  host {summary["host"]["seconds"]:.1f}s')
-  print(f'outputs: {os.path.abspath(workdir)}')
+  for workdir, summary in runs:
+    print(f'final accuracy {summary["final_accuracy"]:.4f}  best {summary["best_accuracy"]:.4f}  '
+          f'virtual time {summary["final_virtual_time"]:.1f}s  '
+          f'host {summary["host"]["seconds"]:.1f}s  outputs: {os.path.abspath(workdir)}')
 
 
 if __name__ == '__main__':

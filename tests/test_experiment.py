@@ -216,3 +216,33 @@ def test_trace_latency_and_availability_end_to_end(algorithm, tmp_path):
     assert tasks['discarded'].get('offline', 0) >= 1
   assert tasks['dispatched'] == (tasks['aggregated'] + sum(tasks['discarded'].values())
                                  + tasks['in_flight'] + tasks['waiting'])
+
+
+def test_binary_runs_several_seeds_together(digits_data_dir, tmp_path):
+  common = [f'--config.data.name=digits', f'--config.data.data_dir={digits_data_dir}',
+            '--config.data.num_clients=5', '--config.model.hidden_sizes=(16,)',
+            '--config.client.local_steps=3', '--config.scheduler.cohort_size=3',
+            '--config.run.num_rounds=3', '--config.run.eval_every=1']
+  result, _ = _run_binary(*common, '--seeds=0,1', f'--workdir={tmp_path / "sweep"}',
+                          timeout=300)
+  assert result.returncode == 0, result.stderr
+  assert result.stdout.count('final accuracy') == 2
+  alone, _ = _run_binary(*common, '--config.seed=1', f'--workdir={tmp_path / "alone"}',
+                         timeout=300)
+  assert alone.returncode == 0, alone.stderr
+  # The sweep's seed-1 run is the single seed-1 run (CPU default: the loop backend).
+  assert ((tmp_path / 'sweep' / 'seed1' / 'metrics.jsonl').read_text()
+          == (tmp_path / 'alone' / 'metrics.jsonl').read_text())
+  assert ((tmp_path / 'sweep' / 'seed0' / 'metrics.jsonl').read_text()
+          != (tmp_path / 'sweep' / 'seed1' / 'metrics.jsonl').read_text())
+  with open(tmp_path / 'sweep' / 'seed0' / 'summary.json') as f:
+    assert json.load(f)['host']['lockstep']['simulations'] == 2
+
+
+@pytest.mark.parametrize('seeds', ['0,x', '-1', ','])
+def test_binary_rejects_invalid_seeds_with_one_line(seeds, tmp_path):
+  result, _ = _run_binary(f'--seeds={seeds}', f'--workdir={tmp_path}')
+  assert result.returncode == 2
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1, result.stderr
+  assert '--seeds' in lines[0] and 'allowed values: integers >= 0' in lines[0]
