@@ -154,3 +154,37 @@ def test_cli_prepares_and_prints_path(tmp_path: Path) -> None:
   result = _cli('--dataset=digits', f'--data_dir={tmp_path}')
   assert result.returncode == 0, result.stderr
   assert result.stdout.strip() == str(tmp_path / 'digits' / '1.0.0')
+
+
+def test_repeated_loads_share_read_only_arrays(tmp_path: Path) -> None:
+  prepare('digits', tmp_path)
+  first = load_dataset('digits', tmp_path)
+  again = load_dataset('digits', tmp_path)
+  assert again is first
+  with pytest.raises(ValueError, match='read-only'):
+    first.train_x[0, 0, 0, 0] = 1
+  with pytest.raises(ValueError, match='read-only'):
+    first.test_y[0] = 1
+
+
+def test_changed_files_are_read_again(tmp_path: Path) -> None:
+  path = prepare('digits', tmp_path)
+  first = load_dataset('digits', tmp_path)
+  info = path / 'dataset_info.json'
+  info.write_text(info.read_text() + ' ')  # same content for JSON, new size and mtime
+  second = load_dataset('digits', tmp_path)
+  assert second is not first
+  _assert_same(second, first)
+  record_file = next(path.glob('digits-train.array_record-*'))
+  record_file.write_bytes(record_file.read_bytes()[:1000])
+  with pytest.raises(CorruptDatasetError):
+    load_dataset('digits', tmp_path)
+
+
+def test_only_the_latest_datasets_stay_loaded(tmp_path: Path) -> None:
+  from fedsim_jax.data import loading
+
+  dirs = [tmp_path / str(i) for i in range(loading._LOADED_MAX + 1)]
+  loaded = [load_dataset('digits', prepare('digits', d).parents[1]) for d in dirs]
+  assert load_dataset('digits', dirs[-1]) is loaded[-1]
+  assert load_dataset('digits', dirs[0]) is not loaded[0]  # evicted, read again
