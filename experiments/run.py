@@ -49,10 +49,9 @@ def main(argv: list[str]) -> None:
       seeds = parse_list('seeds', _SEEDS.value, int, lambda v: v >= 0, 'integers >= 0')
       if not seeds:
         raise FlagError(f'--seeds={_SEEDS.value!r} lists no seed; allowed values: integers >= 0')
-      configs = []
-      for seed in seeds:
-        configs.append(config.copy_and_resolve_references())
-        configs[-1].seed = seed
+      configs = [config.copy_and_resolve_references() for _ in seeds]
+      for seed, seed_config in zip(seeds, configs):
+        seed_config.seed = seed
       root = _WORKDIR.value or os.path.join('runs', name)
       workdirs = [os.path.join(root, f'seed{seed}') for seed in seeds]
       runs = list(zip(workdirs, run_experiments_lockstep(configs, workdirs)))

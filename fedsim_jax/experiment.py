@@ -24,7 +24,6 @@ from fedsim_jax.data import partition as partition_lib
 from fedsim_jax.data.federated import FederatedDataset
 from fedsim_jax.data.lazy import LazyExecutor, LazyFederation
 from fedsim_jax.data.loading import load_dataset
-from fedsim_jax.data.sources import CentralizedDataset
 from fedsim_jax.executor import Executor
 from fedsim_jax.executor.choice import (model_has_convolution, resolve_execution,
                                         resolve_threads)
@@ -121,13 +120,10 @@ def build_availability(config: ml_collections.ConfigDict, dataset: FederatedData
     raise config_lib.ConfigError(f'availability.{name}: {error}') from None
 
 
-def build_federated_dataset(config: ml_collections.ConfigDict,
-                            central: CentralizedDataset | None = None) -> FederatedDataset:
-  """Loads `config.data.name` (unless `central` is that dataset, already loaded) and partitions
-  its training split over clients."""
+def build_federated_dataset(config: ml_collections.ConfigDict) -> FederatedDataset:
+  """Loads `config.data.name` and partitions its training split over clients."""
   data = config.data
-  if central is None:
-    central = load_dataset(data.name, data.data_dir)
+  central = load_dataset(data.name, data.data_dir)
   seed = config.seed if data.partition_seed is None else data.partition_seed
   try:
     if data.partition == 'iid':
@@ -385,13 +381,9 @@ def run_experiments_lockstep(configs: Sequence[ml_collections.ConfigDict],
                                    'data.partition_seed and run.eval_every')
   if configs[0].data.lazy:
     raise config_lib.ConfigError('data.lazy=True is invalid in a lockstep sweep; allowed: False')
-  if datasets is None:
-    # One load for every seed: the seeds partition the same arrays, which then also appear
-    # once in a shared batch's union of federations.
-    for config in configs:
-      config_lib.validate(config)
-    central = load_dataset(configs[0].data.name, configs[0].data.data_dir)
-    datasets = [build_federated_dataset(c, central) for c in configs]
+  # Without `datasets`, every run loads the same dataset: `load_dataset` decodes it once and
+  # hands every seed the same arrays, which a shared batch's union then holds once.
+  datasets = list(datasets) if datasets is not None else [None] * len(configs)
   runs = [PreparedRun(c, w, d) for c, w, d in zip(configs, workdirs, datasets)]
   first = runs[0].simulation.executor
   start = time.perf_counter()

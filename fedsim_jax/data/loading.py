@@ -157,10 +157,13 @@ def _files_fingerprint(path: Path) -> tuple:
   return tuple(entries)
 
 
-def _read_only(array: Any) -> Any:
-  if isinstance(array, np.ndarray):
-    array.flags.writeable = False
-  return array
+def _freeze(dataset: CentralizedDataset) -> None:
+  """Makes every array of `dataset` read-only: cached loads are shared by later callers."""
+  for field in dataclasses.fields(dataset):
+    value = getattr(dataset, field.name)
+    for array in value.values() if isinstance(value, dict) else (value,):
+      if isinstance(array, np.ndarray):
+        array.flags.writeable = False
 
 
 def load_dataset(name: str, data_dir: str | os.PathLike[str] | None = None) -> CentralizedDataset:
@@ -197,13 +200,7 @@ def load_dataset(name: str, data_dir: str | os.PathLike[str] | None = None) -> C
       _LOADED.move_to_end(key)
       return _LOADED[key]
   dataset = _decode(name, path, spec or _GENERIC)
-  for field in dataclasses.fields(dataset):
-    value = getattr(dataset, field.name)
-    if isinstance(value, dict):
-      for array in value.values():
-        _read_only(array)
-    else:
-      _read_only(value)
+  _freeze(dataset)
   with _LOADED_LOCK:
     _LOADED[key] = dataset
     while len(_LOADED) > _LOADED_MAX:
