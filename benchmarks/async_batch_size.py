@@ -18,12 +18,12 @@ from fedsim_jax.strategy import AsynchronousScheduler, LocalWork, fedopt
 
 NUM_CLIENTS, CONCURRENCY, UPDATES = 1000, 100, 20_000
 CASES = [
-    ('per_step', 'homogeneous, 5% jitter', dict(distribution='homogeneous', jitter=0.05)),
-    ('per_step', 'normal (0.3), 5% jitter', dict(distribution='normal', jitter=0.05)),
-    ('per_step', 'exponential, 5% jitter', dict(distribution='exponential', jitter=0.05)),
-    ('lognormal', 'per_example', dict(model='per_example')),
-    ('device_ratio', 'ratio 5', dict(fastest_step_time=0.1, ratio=5.0)),
-    ('fedscale', 'synthetic profiles', {}),
+  ('per_step', 'homogeneous, 5% jitter', dict(distribution='homogeneous', jitter=0.05)),
+  ('per_step', 'normal (0.3), 5% jitter', dict(distribution='normal', jitter=0.05)),
+  ('per_step', 'exponential, 5% jitter', dict(distribution='exponential', jitter=0.05)),
+  ('lognormal', 'per_example', dict(model='per_example')),
+  ('device_ratio', 'ratio 5', dict(fastest_step_time=0.1, ratio=5.0)),
+  ('fedscale', 'synthetic profiles', {}),
 ]
 
 
@@ -35,16 +35,26 @@ def main():
   for name, label, settings in CASES:
     cells = []
     for buffer_size in (10, 20):
-      latency = make_latency(name, num_clients=NUM_CLIENTS, rng=np.random.default_rng(0),
-                             client_sizes=sizes, batch_size=32, model_bytes=800_000, **settings)
-      sim = Simulation(executor=NoTrainingExecutor(params),
-                       scheduler=AsynchronousScheduler(CONCURRENCY, buffer_size,
-                                                       LocalWork(steps=10)),
-                       aggregator=fedopt(optax.sgd(1.0), normalization='count'),
-                       latency=latency, init_params=params, client_sizes=sizes,
-                       rng=np.random.default_rng(1))
+      latency = make_latency(
+        name,
+        num_clients=NUM_CLIENTS,
+        rng=np.random.default_rng(0),
+        client_sizes=sizes,
+        batch_size=32,
+        model_bytes=800_000,
+        **settings,
+      )
+      sim = Simulation(
+        executor=NoTrainingExecutor(params),
+        scheduler=AsynchronousScheduler(CONCURRENCY, buffer_size, LocalWork(steps=10)),
+        aggregator=fedopt(optax.sgd(1.0), normalization='count'),
+        latency=latency,
+        init_params=params,
+        client_sizes=sizes,
+        rng=np.random.default_rng(1),
+      )
       sim.run(StopCondition(max_client_updates=UPDATES))
-      cells.append(f"{sim.report()['mean_executed_batch_size']:.1f}")
+      cells.append(f'{sim.report()["mean_executed_batch_size"]:.1f}')
     print(f'| {name} | {label} | ' + ' | '.join(cells) + ' |')
 
 

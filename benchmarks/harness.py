@@ -35,15 +35,19 @@ from fedsim_jax.reproduce.sweep import FlagError, parse_list
 # The case names, repeated here so that flag errors do not wait for JAX to import.
 _CASES = ('sync_mlp', 'sync_cnn', 'fedbuff_mlp', 'compass_mlp', 'scheduling')
 
-_CASES_FLAG = flags.DEFINE_string('cases', ','.join(_CASES),
-                                  f'Comma list of cases to run; allowed: {",".join(_CASES)}.')
+_CASES_FLAG = flags.DEFINE_string(
+  'cases', ','.join(_CASES), f'Comma list of cases to run; allowed: {",".join(_CASES)}.'
+)
 _QUICK = flags.DEFINE_bool('quick', False, 'Tiny sizes (smoke test); the figures mean nothing.')
 _OUTPUT = flags.DEFINE_string('output', None, 'Also write the JSON lines to this file.')
 _MEASURE_SECONDS = flags.DEFINE_float(
-    'measure_seconds', None,
-    'Minimum measured seconds per strategy in the sync cases (default: 15, 0 with --quick).')
+  'measure_seconds',
+  None,
+  'Minimum measured seconds per strategy in the sync cases (default: 15, 0 with --quick).',
+)
 _TORCH_THREADS = flags.DEFINE_integer(
-    'torch_threads', None, 'torch.set_num_threads of the PyTorch loop (default: the CPU cores).')
+  'torch_threads', None, 'torch.set_num_threads of the PyTorch loop (default: the CPU cores).'
+)
 
 
 def main(argv: list[str]) -> None:
@@ -77,8 +81,9 @@ def main(argv: list[str]) -> None:
   records = []
   try:
     for case in cases:
-      for record in benchmarking.run_case(case, quick=_QUICK.value, measure_seconds=seconds,
-                                          torch_threads=threads):
+      for record in benchmarking.run_case(
+        case, quick=_QUICK.value, measure_seconds=seconds, torch_threads=threads
+      ):
         records.append(record)
         line = benchmarking.json_line(record)
         print(line, flush=True)

@@ -65,8 +65,18 @@ def main(argv):
   seeds = list(range(_SEEDS.value))
   # The same data for every seed (like a seed sweep over one prepared dataset); 5 clients of
   # 600-1,200 examples, a 2,000-example test split.
-  data = [toy_federation(num_clients=5, num_classes=10, image_shape=(28, 28, 1), min_size=600,
-                         max_size=1200, num_test=2000, seed=0) for _ in seeds]
+  data = [
+    toy_federation(
+      num_clients=5,
+      num_classes=10,
+      image_shape=(28, 28, 1),
+      min_size=600,
+      max_size=1200,
+      num_test=2000,
+      seed=0,
+    )
+    for _ in seeds
+  ]
   with tempfile.TemporaryDirectory() as root:
     # Warm-up: compile the client programs once so both sides measure steady work.
     run_experiment(_config(99), os.path.join(root, 'warmup'), dataset=data[0])
@@ -75,26 +85,36 @@ def main(argv):
       run_experiment(_config(seed), os.path.join(root, f'seq{seed}'), dataset=data[seed])
     sequential = time.perf_counter() - start
     start = time.perf_counter()
-    summaries = run_experiments_lockstep([_config(s) for s in seeds],
-                                         [os.path.join(root, f'lock{s}') for s in seeds],
-                                         datasets=data)
+    summaries = run_experiments_lockstep(
+      [_config(s) for s in seeds], [os.path.join(root, f'lock{s}') for s in seeds], datasets=data
+    )
     lockstep = time.perf_counter() - start
-    identical = all(_metrics(os.path.join(root, f'seq{s}'))
-                    == _metrics(os.path.join(root, f'lock{s}')) for s in seeds)
+    identical = all(
+      _metrics(os.path.join(root, f'seq{s}')) == _metrics(os.path.join(root, f'lock{s}'))
+      for s in seeds
+    )
   info = summaries[0]['host']['lockstep']
-  record = {'case': 'fedcompass_cross_silo_seeds', 'model': _MODEL.value,
-            'backend': _BACKEND.value, 'seeds': len(seeds), 'versions': _VERSIONS.value,
-            'sequential_s': round(sequential, 2), 'lockstep_s': round(lockstep, 2),
-            'speedup': round(sequential / lockstep, 2),
-            'execution': info['execution'],
-            'mean_shared_batch_size': info.get('mean_shared_batch_size'),
-            'identical_metrics': identical}
+  record = {
+    'case': 'fedcompass_cross_silo_seeds',
+    'model': _MODEL.value,
+    'backend': _BACKEND.value,
+    'seeds': len(seeds),
+    'versions': _VERSIONS.value,
+    'sequential_s': round(sequential, 2),
+    'lockstep_s': round(lockstep, 2),
+    'speedup': round(sequential / lockstep, 2),
+    'execution': info['execution'],
+    'mean_shared_batch_size': info.get('mean_shared_batch_size'),
+    'identical_metrics': identical,
+  }
   print(json.dumps(record))
   batch = info.get('mean_shared_batch_size')
-  print(f"| seeds | model | sequential s | lockstep s | speed-up | execution | mean shared batch "
-        f"| identical |\n|---:|---|---:|---:|---:|---|---:|---|\n| {len(seeds)} | {_MODEL.value} "
-        f"| {sequential:.1f} | {lockstep:.1f} | {sequential / lockstep:.2f}x | {info['execution']} "
-        f"| {'-' if batch is None else f'{batch:.1f}'} | {identical} |")
+  print(
+    f'| seeds | model | sequential s | lockstep s | speed-up | execution | mean shared batch '
+    f'| identical |\n|---:|---|---:|---:|---:|---|---:|---|\n| {len(seeds)} | {_MODEL.value} '
+    f'| {sequential:.1f} | {lockstep:.1f} | {sequential / lockstep:.2f}x | {info["execution"]} '
+    f'| {"-" if batch is None else f"{batch:.1f}"} | {identical} |'
+  )
 
 
 if __name__ == '__main__':

@@ -61,8 +61,9 @@ def emnist_shaped(num_clients: int, seed: int, lazy: bool):
   bounds = np.concatenate([[0], np.cumsum(sizes)])
   parts = [np.arange(bounds[c], bounds[c + 1]) for c in range(num_clients)]
   cls = LazyFederation if lazy else FederatedDataset
-  return cls.from_partition('emnist_shaped', x[:total], y[:total], parts, x[total:], y[total:],
-                            NUM_CLASSES)
+  return cls.from_partition(
+    'emnist_shaped', x[:total], y[:total], parts, x[total:], y[total:], NUM_CLASSES
+  )
 
 
 def peak_rss_mb() -> float:
@@ -73,8 +74,12 @@ def main(argv):
   cli.quiet_logging()
   if len(argv) > 1:
     cli.fail(f'unexpected arguments {argv[1:]}; allowed: flags only')
-  for name, flag in (('updates', _UPDATES), ('clients', _CLIENTS),
-                     ('concurrency', _CONCURRENCY), ('buffer_size', _BUFFER)):
+  for name, flag in (
+    ('updates', _UPDATES),
+    ('clients', _CLIENTS),
+    ('concurrency', _CONCURRENCY),
+    ('buffer_size', _BUFFER),
+  ):
     if flag.value < 1:
       cli.fail(f'--{name}={flag.value}; allowed: an integer >= 1')
   if _CONCURRENCY.value > _CLIENTS.value:
@@ -86,20 +91,33 @@ def main(argv):
   backend, step_loop = resolve_execution(_BACKEND.value, 'auto')
   client_update = sgd_client_update(model, optax.sgd(LEARNING_RATE), BATCH_SIZE)
   data = fed.gather([0]).data if _LAZY.value else fed.device_arrays()
-  executor = Executor(client_update, data, jax.random.PRNGKey(_SEED.value + 1), backend=backend,
-                      step_loop=step_loop, threads=resolve_threads(0, backend))
+  executor = Executor(
+    client_update,
+    data,
+    jax.random.PRNGKey(_SEED.value + 1),
+    backend=backend,
+    step_loop=step_loop,
+    threads=resolve_threads(0, backend),
+  )
   if _LAZY.value:
     executor = LazyExecutor(executor, fed)
-  sim = Simulation(executor=executor,
-                   scheduler=AsynchronousScheduler(_CONCURRENCY.value, _BUFFER.value,
-                                                   LocalWork(steps=LOCAL_STEPS,
-                                                             batch_size=BATCH_SIZE)),
-                   aggregator=fedopt(optax.sgd(_SERVER_LR.value), normalization='count',
-                                     staleness=make_staleness('polynomial', a=0.5)),
-                   latency=PerStepLatency(fed.num_clients, np.random.default_rng(_SEED.value),
-                                          distribution='normal', jitter=0.05),
-                   init_params=params, client_sizes=fed.client_sizes,
-                   rng=np.random.default_rng(_SEED.value + 2))
+  sim = Simulation(
+    executor=executor,
+    scheduler=AsynchronousScheduler(
+      _CONCURRENCY.value, _BUFFER.value, LocalWork(steps=LOCAL_STEPS, batch_size=BATCH_SIZE)
+    ),
+    aggregator=fedopt(
+      optax.sgd(_SERVER_LR.value),
+      normalization='count',
+      staleness=make_staleness('polynomial', a=0.5),
+    ),
+    latency=PerStepLatency(
+      fed.num_clients, np.random.default_rng(_SEED.value), distribution='normal', jitter=0.05
+    ),
+    init_params=params,
+    client_sizes=fed.client_sizes,
+    rng=np.random.default_rng(_SEED.value + 2),
+  )
   setup_s = time.perf_counter() - start
   start = time.perf_counter()
   sim.run(StopCondition(max_client_updates=_UPDATES.value))
@@ -109,25 +127,35 @@ def main(argv):
   evaluate_s = time.perf_counter() - start
   report = sim.report()
   record = {
-      'clients': fed.num_clients, 'examples': int(fed.client_sizes.sum()),
-      'client_updates': sim.client_updates, 'server_versions': sim.version,
-      'virtual_time_s': round(sim.now, 1), 'backend': backend,
-      'threads': executor.threads, 'lazy': _LAZY.value,
-      'setup_s': round(setup_s, 1), 'simulate_s': round(simulate_s, 1),
-      'evaluate_s': round(evaluate_s, 1),
-      'updates_per_s': round(sim.client_updates / simulate_s, 1),
-      'examples_per_s': round(sim.gradient_steps * BATCH_SIZE / simulate_s, 1),
-      'mean_executed_batch_size': round(report['mean_executed_batch_size'], 1),
-      'peak_rss_mb': round(peak_rss_mb(), 1), 'test_accuracy': round(float(accuracy), 4),
+    'clients': fed.num_clients,
+    'examples': int(fed.client_sizes.sum()),
+    'client_updates': sim.client_updates,
+    'server_versions': sim.version,
+    'virtual_time_s': round(sim.now, 1),
+    'backend': backend,
+    'threads': executor.threads,
+    'lazy': _LAZY.value,
+    'setup_s': round(setup_s, 1),
+    'simulate_s': round(simulate_s, 1),
+    'evaluate_s': round(evaluate_s, 1),
+    'updates_per_s': round(sim.client_updates / simulate_s, 1),
+    'examples_per_s': round(sim.gradient_steps * BATCH_SIZE / simulate_s, 1),
+    'mean_executed_batch_size': round(report['mean_executed_batch_size'], 1),
+    'peak_rss_mb': round(peak_rss_mb(), 1),
+    'test_accuracy': round(float(accuracy), 4),
   }
   print(json.dumps(record))
-  print('| clients | updates | backend | host s (setup + simulate) | updates/s | examples/s '
-        '| peak RSS MB | test accuracy |')
+  print(
+    '| clients | updates | backend | host s (setup + simulate) | updates/s | examples/s '
+    '| peak RSS MB | test accuracy |'
+  )
   print('|---:|---:|---|---:|---:|---:|---:|---:|')
-  print(f"| {record['clients']:,} | {record['client_updates']:,} | {backend}"
-        f"{' (lazy)' if _LAZY.value else ''} | {setup_s:.0f} + {simulate_s:.0f} "
-        f"| {record['updates_per_s']:,.0f} | {record['examples_per_s']:,.0f} "
-        f"| {record['peak_rss_mb']:,.0f} | {record['test_accuracy']:.3f} |")
+  print(
+    f'| {record["clients"]:,} | {record["client_updates"]:,} | {backend}'
+    f'{" (lazy)" if _LAZY.value else ""} | {setup_s:.0f} + {simulate_s:.0f} '
+    f'| {record["updates_per_s"]:,.0f} | {record["examples_per_s"]:,.0f} '
+    f'| {record["peak_rss_mb"]:,.0f} | {record["test_accuracy"]:.3f} |'
+  )
 
 
 if __name__ == '__main__':

@@ -49,8 +49,9 @@ def main(argv):
     cli.fail(f'unexpected arguments {argv[1:]}; allowed: flags only')
   if _REPEATS.value < 1:
     cli.fail(f'--repeats={_REPEATS.value}; allowed: an integer >= 1')
-  fed = toy_federation(num_clients=100, num_classes=10, image_shape=(28, 28, 1), min_size=64,
-                       max_size=128)
+  fed = toy_federation(
+    num_clients=100, num_classes=10, image_shape=(28, 28, 1), min_size=64, max_size=128
+  )
   data = fed.device_arrays()
   model = get_model('mlp', (28, 28, 1), 10)
   params = model.init(jax.random.PRNGKey(0))
@@ -58,8 +59,11 @@ def main(argv):
   key = jax.random.PRNGKey(1)
   rows = []
   for sampling in ('shuffle', 'with_replacement'):
-    task = jax.jit(lambda p, c, s=sampling: run_local_training(
-        update, data, p, c, STEPS, key, max_steps=STEPS, sampling=s))
+    task = jax.jit(
+      lambda p, c, s=sampling: run_local_training(
+        update, data, p, c, STEPS, key, max_steps=STEPS, sampling=s
+      )
+    )
     rows.append((f'task, {sampling} sampling', _time_per_call(task, params, 3) / STEPS))
   sample = jax.jit(lambda c, s: client_batch(data, c, s, key, BATCH))
   rows.append(('batch sampling alone (shuffle)', _time_per_call(sample, 3, 2)))
@@ -69,14 +73,17 @@ def main(argv):
     def body(p, _):
       g = jax.grad(model.loss)(p, x, y, w)
       return jax.tree_util.tree_map(lambda a, b: a - 0.05 * b, p, g), None
+
     return jax.lax.scan(body, p, None, length=STEPS)[0]
 
-  rows.append(('SGD step on a fixed batch (scan)', _time_per_call(jax.jit(fixed_steps), params)
-               / STEPS))
+  rows.append(
+    ('SGD step on a fixed batch (scan)', _time_per_call(jax.jit(fixed_steps), params) / STEPS)
+  )
   big = [jnp.concatenate([a] * (1024 // BATCH)) for a in (x, y, w)]
   large_step = jax.jit(lambda p: jax.grad(model.loss)(p, *big))
-  rows.append(('SGD step at B = 1024, per 32 examples',
-               _time_per_call(large_step, params) * BATCH / 1024))
+  rows.append(
+    ('SGD step at B = 1024, per 32 examples', _time_per_call(large_step, params) * BATCH / 1024)
+  )
   print('| part | us per local step (32 examples) | examples/s |')
   print('|---|---:|---:|')
   for name, seconds in rows:

@@ -11,13 +11,13 @@ from fedsim_jax.config import fedasmu_fashion_mnist_config
 
 def get_config(reading: str = 'tables'):
   config = fedasmu_fashion_mnist_config('asofed', reading)
-  config.asofed.proximal = 0.01         # lambda
-  config.asofed.decay = 0.5             # beta
-  config.scheduler.max_staleness = 98    # t - o + 1 > tau = 99 is discarded (Table 5)
+  config.asofed.proximal = 0.01  # lambda
+  config.asofed.decay = 0.5  # beta
+  config.scheduler.max_staleness = 98  # t - o + 1 > tau = 99 is discarded (Table 5)
   # FedASMU's trigger: up to m' = 10 idle devices every 10 s (Tables 5-6), or one every 5 s
   # (appendix reading), while fewer than 10 train.
   config.scheduler.trigger_period = 5.0 if reading == 'appendix' else 10.0
   config.scheduler.trigger_count = 1 if reading == 'appendix' else 10
-  config.run.num_rounds = 5000          # "5000 ... for asynchronous approaches" (appendix)
+  config.run.num_rounds = 5000  # "5000 ... for asynchronous approaches" (appendix)
   config.run.eval_every = 100
   return config

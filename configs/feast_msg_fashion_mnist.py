@@ -16,7 +16,7 @@ from fedsim_jax.config import fashion_mnist_config
 
 def get_config():
   config = fashion_mnist_config('feast_msg')
-  config.client.local_epochs = 1.0   # the paper trains one local epoch
+  config.client.local_epochs = 1.0  # the paper trains one local epoch
   config.client.local_steps = None
   config.server.learning_rate = 1.0
   config.scheduler.cohort_size = 10

@@ -12,7 +12,7 @@ from fedsim_jax.config import fashion_mnist_config
 
 def get_config():
   config = fashion_mnist_config('fedadam')
-  config.client.local_epochs = 1.0   # the paper trains one local epoch
+  config.client.local_epochs = 1.0  # the paper trains one local epoch
   config.client.local_steps = None
   config.server.learning_rate = 0.01
   config.server.b1 = 0.9

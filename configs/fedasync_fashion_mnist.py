@@ -18,6 +18,6 @@ def get_config():
   config.latency.per_step.distribution = 'normal'
   config.latency.per_step.mean = 0.1
   config.latency.per_step.jitter = 0.05
-  config.run.num_rounds = 1000     # server versions = client updates for FedAsync
+  config.run.num_rounds = 1000  # server versions = client updates for FedAsync
   config.run.eval_every = 50
   return config

@@ -21,7 +21,7 @@ def get_config():
   config.client.local_steps = 10
   config.scheduler.cohort_size = 10
   config.latency.per_step.distribution = 'normal'
-  config.latency.per_step.mean = 0.15       # FedCompass Table 7: MNIST, batch 64
+  config.latency.per_step.mean = 0.15  # FedCompass Table 7: MNIST, batch 64
   config.latency.per_step.jitter = 0.05
   config.executor.backend = 'loop'
   config.executor.step_loop = 'host'

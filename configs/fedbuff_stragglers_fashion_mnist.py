@@ -12,7 +12,7 @@ from fedsim_jax.config import fashion_mnist_config
 
 def get_config():
   config = fashion_mnist_config('fedbuff')
-  config.client.local_epochs = 1.0   # the paper trains one local epoch
+  config.client.local_epochs = 1.0  # the paper trains one local epoch
   config.client.local_steps = None
   config.client.distillation_strength = 0.1
   config.client.proximal_strength = 0.01

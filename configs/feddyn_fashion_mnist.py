@@ -12,5 +12,5 @@ def get_config(reading: str = 'tables'):
   config = fedasmu_fashion_mnist_config('feddyn', reading)
   config.feddyn.alpha = 0.01
   config.scheduler.weighting = 'uniform'
-  config.scheduler.cohort_size = 10    # devices per round (FedASMU does not state it)
+  config.scheduler.cohort_size = 10  # devices per round (FedASMU does not state it)
   return config

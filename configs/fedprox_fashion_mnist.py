@@ -11,6 +11,6 @@ from fedsim_jax.config import fedasmu_fashion_mnist_config
 
 def get_config(reading: str = 'tables'):
   config = fedasmu_fashion_mnist_config('fedprox', reading)
-  config.client.proximal_strength = 0.01   # mu
-  config.scheduler.cohort_size = 10    # devices per round (FedASMU does not state it)
+  config.client.proximal_strength = 0.01  # mu
+  config.scheduler.cohort_size = 10  # devices per round (FedASMU does not state it)
   return config

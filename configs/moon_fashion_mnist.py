@@ -13,5 +13,5 @@ def get_config(reading: str = 'tables'):
   config = fedasmu_fashion_mnist_config('moon', reading)
   config.moon.mu = 1.0
   config.moon.temperature = 0.5
-  config.scheduler.cohort_size = 10    # devices per round (FedASMU does not state it)
+  config.scheduler.cohort_size = 10  # devices per round (FedASMU does not state it)
   return config

@@ -28,45 +28,67 @@ Invalid flags, settings or a missing dataset exit with code 2 and one line on st
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Sequence
+from collections.abc import Callable
+from typing import Any
 
 from absl import app, flags
 
 from fedsim_jax import cli
-
 from fedsim_jax.reproduce import fedcompass_tables as tables
 from fedsim_jax.reproduce import sweep
 
-_ALGORITHMS = flags.DEFINE_string('algorithms', ','.join(tables.ALGORITHMS),
-                                  f'Comma list of algorithms, from {list(tables.ALGORITHMS)}.')
-_PARTITIONS = flags.DEFINE_string('partitions', ','.join(tables.PARTITIONS),
-                                  f'Comma list of partitions, from {list(tables.PARTITIONS)}.')
-_NUM_CLIENTS = flags.DEFINE_string('num_clients', ','.join(map(str, tables.NUM_CLIENTS)),
-                                   'Comma list of client counts m, from 5,10,20.')
-_SPEEDS = flags.DEFINE_string('speeds', ','.join(tables.SPEEDS),
-                              f'Comma list of client heterogeneity settings, from '
-                              f'{list(tables.SPEEDS)}.')
-_SEEDS = flags.DEFINE_string('seeds', '0,1,2',
-                             'Comma list of seeds (integers >= 0); the paper averages ten.')
-_DATA_DIR = flags.DEFINE_string('data_dir', None,
-                                'Prepared-datasets directory (default: $FEDSIM_DATA_DIR or '
-                                '~/fedsim_data).')
+_ALGORITHMS = flags.DEFINE_string(
+  'algorithms',
+  ','.join(tables.ALGORITHMS),
+  f'Comma list of algorithms, from {list(tables.ALGORITHMS)}.',
+)
+_PARTITIONS = flags.DEFINE_string(
+  'partitions',
+  ','.join(tables.PARTITIONS),
+  f'Comma list of partitions, from {list(tables.PARTITIONS)}.',
+)
+_NUM_CLIENTS = flags.DEFINE_string(
+  'num_clients',
+  ','.join(map(str, tables.NUM_CLIENTS)),
+  'Comma list of client counts m, from 5,10,20.',
+)
+_SPEEDS = flags.DEFINE_string(
+  'speeds',
+  ','.join(tables.SPEEDS),
+  f'Comma list of client heterogeneity settings, from {list(tables.SPEEDS)}.',
+)
+_SEEDS = flags.DEFINE_string(
+  'seeds', '0,1,2', 'Comma list of seeds (integers >= 0); the paper averages ten.'
+)
+_DATA_DIR = flags.DEFINE_string(
+  'data_dir', None, 'Prepared-datasets directory (default: $FEDSIM_DATA_DIR or ~/fedsim_data).'
+)
 _WORKDIR = flags.DEFINE_string('workdir', 'runs/reproduce_fedcompass', 'Output directory.')
-_SYNC_BUDGET = flags.DEFINE_string('sync_budget', str(tables.DEFAULT_SYNC_BUDGET),
-                                   'Virtual seconds for FedAvg / FedAvgM.')
-_ASYNC_BUDGET = flags.DEFINE_string('async_budget', str(tables.DEFAULT_ASYNC_BUDGET),
-                                    'Virtual seconds for the asynchronous algorithms (FedAsync, '
-                                    'FedBuff, FedAT, FedCompass, +M, +N).')
-_EVAL_EVERY = flags.DEFINE_string('eval_every', str(tables.DEFAULT_EVAL_EVERY),
-                                  'Server versions between test-set evaluations.')
-_Q_RATIO = flags.DEFINE_string('q_ratio', '',
-                               'Comma list of Q_min/Q_max values in (0, 1] for the FedCompass '
-                               'family (Q_max as in Table 9); empty: the paper\'s 0.2.')
-_LATEST_TIME_FACTOR = flags.DEFINE_string('latest_time_factor', '',
-                                          'Comma list of lambda values >= 1 for the FedCompass '
-                                          'family; empty: the paper\'s 1.2.')
-_ONLY_EXISTING = flags.DEFINE_bool('only_existing', False,
-                                    'Write the tables from the finished runs only; run nothing.')
+_SYNC_BUDGET = flags.DEFINE_string(
+  'sync_budget', str(tables.DEFAULT_SYNC_BUDGET), 'Virtual seconds for FedAvg / FedAvgM.'
+)
+_ASYNC_BUDGET = flags.DEFINE_string(
+  'async_budget',
+  str(tables.DEFAULT_ASYNC_BUDGET),
+  'Virtual seconds for the asynchronous algorithms (FedAsync, FedBuff, FedAT, FedCompass, +M, +N).',
+)
+_EVAL_EVERY = flags.DEFINE_string(
+  'eval_every', str(tables.DEFAULT_EVAL_EVERY), 'Server versions between test-set evaluations.'
+)
+_Q_RATIO = flags.DEFINE_string(
+  'q_ratio',
+  '',
+  'Comma list of Q_min/Q_max values in (0, 1] for the FedCompass '
+  "family (Q_max as in Table 9); empty: the paper's 0.2.",
+)
+_LATEST_TIME_FACTOR = flags.DEFINE_string(
+  'latest_time_factor',
+  '',
+  "Comma list of lambda values >= 1 for the FedCompass family; empty: the paper's 1.2.",
+)
+_ONLY_EXISTING = flags.DEFINE_bool(
+  'only_existing', False, 'Write the tables from the finished runs only; run nothing.'
+)
 _OUTPUT = flags.DEFINE_string('output', None, 'Markdown tables (default: <workdir>/tables.md).')
 
 
@@ -82,26 +104,48 @@ def _finite_positive(value: float) -> bool:
 def parse_settings() -> dict[str, Any]:
   """The sweep's settings from the flags; raises `FlagError`."""
   settings = {
-      'algorithms': _parse_list('algorithms', _ALGORITHMS.value, str,
-                                lambda v: v in tables.ALGORITHMS, ','.join(tables.ALGORITHMS)),
-      'partitions': _parse_list('partitions', _PARTITIONS.value, str,
-                                lambda v: v in tables.PARTITIONS, ','.join(tables.PARTITIONS)),
-      'num_clients': _parse_list('num_clients', _NUM_CLIENTS.value, int,
-                                 lambda v: v in tables.NUM_CLIENTS, '5,10,20'),
-      'speeds': _parse_list('speeds', _SPEEDS.value, str, lambda v: v in tables.SPEEDS,
-                            ','.join(tables.SPEEDS)),
-      'seeds': _parse_list('seeds', _SEEDS.value, int, lambda v: v >= 0, 'integers >= 0'),
-      'sync_budget': _parse_number('sync_budget', _SYNC_BUDGET.value, float, _finite_positive,
-                                   'a number > 0'),
-      'async_budget': _parse_number('async_budget', _ASYNC_BUDGET.value, float,
-                                    _finite_positive, 'a number > 0'),
-      'eval_every': _parse_number('eval_every', _EVAL_EVERY.value, int, lambda v: v >= 1,
-                                  'an integer >= 1'),
-      'q_ratios': _parse_list('q_ratio', _Q_RATIO.value, float, lambda v: 0 < v <= 1,
-                              'numbers in (0, 1]') or [None],
-      'latest_time_factors': _parse_list('latest_time_factor', _LATEST_TIME_FACTOR.value, float,
-                                         lambda v: 1 <= v < float('inf'),
-                                         'numbers >= 1') or [None],
+    'algorithms': _parse_list(
+      'algorithms',
+      _ALGORITHMS.value,
+      str,
+      lambda v: v in tables.ALGORITHMS,
+      ','.join(tables.ALGORITHMS),
+    ),
+    'partitions': _parse_list(
+      'partitions',
+      _PARTITIONS.value,
+      str,
+      lambda v: v in tables.PARTITIONS,
+      ','.join(tables.PARTITIONS),
+    ),
+    'num_clients': _parse_list(
+      'num_clients', _NUM_CLIENTS.value, int, lambda v: v in tables.NUM_CLIENTS, '5,10,20'
+    ),
+    'speeds': _parse_list(
+      'speeds', _SPEEDS.value, str, lambda v: v in tables.SPEEDS, ','.join(tables.SPEEDS)
+    ),
+    'seeds': _parse_list('seeds', _SEEDS.value, int, lambda v: v >= 0, 'integers >= 0'),
+    'sync_budget': _parse_number(
+      'sync_budget', _SYNC_BUDGET.value, float, _finite_positive, 'a number > 0'
+    ),
+    'async_budget': _parse_number(
+      'async_budget', _ASYNC_BUDGET.value, float, _finite_positive, 'a number > 0'
+    ),
+    'eval_every': _parse_number(
+      'eval_every', _EVAL_EVERY.value, int, lambda v: v >= 1, 'an integer >= 1'
+    ),
+    'q_ratios': _parse_list(
+      'q_ratio', _Q_RATIO.value, float, lambda v: 0 < v <= 1, 'numbers in (0, 1]'
+    )
+    or [None],
+    'latest_time_factors': _parse_list(
+      'latest_time_factor',
+      _LATEST_TIME_FACTOR.value,
+      float,
+      lambda v: 1 <= v < float('inf'),
+      'numbers >= 1',
+    )
+    or [None],
   }
   for name in ('algorithms', 'partitions', 'num_clients', 'speeds', 'seeds'):
     if not settings[name]:
@@ -122,25 +166,37 @@ def _runs(settings: dict[str, Any], partition: str, m: int, seed: int):
 
 
 def _record(summary: dict[str, Any], **keys) -> dict[str, Any]:
-  return dict(keys, time_to_target=summary.get('time_to_target'),
-              best_accuracy=summary.get('best_accuracy'),
-              final_accuracy=summary.get('final_accuracy'),
-              final_virtual_time=summary.get('final_virtual_time'),
-              host_seconds=summary.get('host', {}).get('seconds'))
+  return dict(
+    keys,
+    time_to_target=summary.get('time_to_target'),
+    best_accuracy=summary.get('best_accuracy'),
+    final_accuracy=summary.get('final_accuracy'),
+    final_virtual_time=summary.get('final_virtual_time'),
+    host_seconds=summary.get('host', {}).get('seconds'),
+  )
 
 
 # Settings a reused run must share with the requested one (budget, evaluation cadence, ablation).
-_CHECKED_SETTINGS = ('run.max_virtual_time', 'run.eval_every', 'scheduler.q_min',
-                     'scheduler.latest_time_factor')
+_CHECKED_SETTINGS = (
+  'run.max_virtual_time',
+  'run.eval_every',
+  'scheduler.q_min',
+  'scheduler.latest_time_factor',
+)
 
 
-def run_sweep(settings: dict[str, Any], workdir: str, data_dir: str | None,
-              log: Callable[[str], None] = print) -> list[dict[str, Any]]:
+def run_sweep(
+  settings: dict[str, Any], workdir: str, data_dir: str | None, log: Callable[[str], None] = print
+) -> list[dict[str, Any]]:
   """Runs (or reuses) every run of the sweep; returns the run records."""
   from fedsim_jax.experiment import build_federated_dataset
 
-  groups = [(p, m, s) for p in settings['partitions'] for m in settings['num_clients']
-            for s in settings['seeds']]
+  groups = [
+    (p, m, s)
+    for p in settings['partitions']
+    for m in settings['num_clients']
+    for s in settings['seeds']
+  ]
   total = sum(1 for g in groups for _ in _runs(settings, *g))
   records, index, federations = [], 0, sweep.LastFederation()
   for partition, m, seed in groups:
@@ -148,14 +204,26 @@ def run_sweep(settings: dict[str, Any], workdir: str, data_dir: str | None,
       index += 1
       variant = tables.variant_name(algorithm, q_ratio, factor)
       config = tables.make_config(
-          algorithm, partition, m, speed, seed, data_dir=data_dir,
-          sync_budget=settings['sync_budget'], async_budget=settings['async_budget'],
-          eval_every=settings['eval_every'], q_ratio=q_ratio, latest_time_factor=factor)
+        algorithm,
+        partition,
+        m,
+        speed,
+        seed,
+        data_dir=data_dir,
+        sync_budget=settings['sync_budget'],
+        async_budget=settings['async_budget'],
+        eval_every=settings['eval_every'],
+        q_ratio=q_ratio,
+        latest_time_factor=factor,
+      )
       run_dir = os.path.join(workdir, partition, f'm{m}', speed, variant, f'seed{seed}')
       label = f'[{index}/{total}] {partition} m={m} {speed} {variant} seed={seed}'
-      summary, status = sweep.load_or_run(run_dir, config, lambda: federations.get(
-          (partition, m, seed), lambda: build_federated_dataset(config)),
-          run_missing=not _ONLY_EXISTING.value)
+      summary, status = sweep.load_or_run(
+        run_dir,
+        config,
+        lambda: federations.get((partition, m, seed), lambda: build_federated_dataset(config)),
+        run_missing=not _ONLY_EXISTING.value,
+      )
       if summary is None:
         log(f'{label}: missing (skipped: --only_existing)')
         continue
@@ -164,19 +232,38 @@ def run_sweep(settings: dict[str, Any], workdir: str, data_dir: str | None,
       if stale:
         note = f' (warning: run with {stale}; delete it to rerun)'
       hit = summary.get('time_to_target')
-      log(f'{label}: {status}  best {summary.get("best_accuracy", float("nan")):.4f}  '
-          f'target {"missed" if hit is None else f"at {hit:.1f}s"}  '
-          f'host {summary.get("host", {}).get("seconds", float("nan")):.1f}s{note}')
-      records.append(_record(summary, algorithm=algorithm, variant=variant, q_ratio=q_ratio,
-                             latest_time_factor=factor, partition=partition, m=m, speed=speed,
-                             seed=seed, workdir=run_dir))
+      log(
+        f'{label}: {status}  best {summary.get("best_accuracy", float("nan")):.4f}  '
+        f'target {"missed" if hit is None else f"at {hit:.1f}s"}  '
+        f'host {summary.get("host", {}).get("seconds", float("nan")):.1f}s{note}'
+      )
+      records.append(
+        _record(
+          summary,
+          algorithm=algorithm,
+          variant=variant,
+          q_ratio=q_ratio,
+          latest_time_factor=factor,
+          partition=partition,
+          m=m,
+          speed=speed,
+          seed=seed,
+          workdir=run_dir,
+        )
+      )
   return records
 
 
 def main(argv: list[str]) -> None:
-  sweep.sweep_main(argv, parse_settings=parse_settings, run_sweep=run_sweep,
-                   write_outputs=tables.write_outputs, workdir=_WORKDIR.value,
-                   output=_OUTPUT.value, data_dir=_DATA_DIR.value)
+  sweep.sweep_main(
+    argv,
+    parse_settings=parse_settings,
+    run_sweep=run_sweep,
+    write_outputs=tables.write_outputs,
+    workdir=_WORKDIR.value,
+    output=_OUTPUT.value,
+    data_dir=_DATA_DIR.value,
+  )
 
 
 if __name__ == '__main__':

@@ -36,78 +36,115 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from absl import app, flags
 
 from fedsim_jax import cli
-
 from fedsim_jax.reproduce import stragglers_tables as tables
 from fedsim_jax.reproduce import sweep
 
-_ALGORITHMS = flags.DEFINE_string('algorithms', ','.join(tables.ALGORITHMS),
-                                  f'Comma list from {list(tables.ALGORITHMS)}.')
-_LATENCY = flags.DEFINE_string('latency', ','.join(tables.LATENCY_MODELS),
-                               f'Comma list of latency models from {list(tables.LATENCY_MODELS)}'
-                               ' (Tables 1 and 2).')
-_SEEDS = flags.DEFINE_string('seeds', '0,1,2,3,4,5,6,7,8,9',
-                             'Comma list of seeds (integers >= 0); the paper: 10 trials.')
-_DATASET = flags.DEFINE_string('dataset', 'mnist',
-                               f'One of {list(tables.DATASETS)} (emnist: the paper\'s writer '
-                               'partition, where a data dir converted from TFF fed_emnist is '
-                               'prepared; digits is for smoke tests).')
-_MODEL = flags.DEFINE_string('model', 'emnist_cnn',
-                             f'One of {list(tables.MODELS)} (the paper: the EMNIST CNN).')
-_NUM_CLIENTS = flags.DEFINE_string('num_clients', str(tables.DEFAULT_NUM_CLIENTS),
-                                   'Federation size (emnist: the writers decide; the default '
-                                   f'there is the paper\'s {tables.PAPER_NUM_CLIENTS}, which sets '
-                                   'the default straggler count).')
-_NUM_STRAGGLERS = flags.DEFINE_string('num_stragglers', '',
-                                      'Straggler clients; empty: the paper\'s share 800/3,400 '
-                                      'of --num_clients.')
-_CONCENTRATION = flags.DEFINE_string('concentration', str(tables.DEFAULT_CONCENTRATION),
-                                     'Dirichlet alpha of the base split.')
-_CLIENT_UPDATES = flags.DEFINE_string('client_updates', str(tables.PAPER_CLIENT_UPDATES),
-                                      'Budget in client updates (the paper: 100,000 = 2,000 '
-                                      'rounds of 50); fewer for a reduced run.')
-_COHORT_SIZE = flags.DEFINE_string('cohort_size', str(tables.COHORT_SIZE),
-                                   'B of the synchronous algorithms (the paper: 50); '
-                                   'over-selection uses round(1.2 B).')
-_BUFFER_SIZE = flags.DEFINE_string('buffer_size', '',
-                                   'FedBuff\'s K; empty: the paper\'s 20 (Tables 12-13).')
-_CONCURRENCY = flags.DEFINE_string('concurrency', '',
-                                   'FedBuff\'s chi; empty: the paper\'s 100 (per-example) / 200 '
-                                   '(per-domain per-example).')
-_EVAL_EVERY_UPDATES = flags.DEFINE_string('eval_every_updates',
-                                          str(tables.DEFAULT_EVAL_EVERY_UPDATES),
-                                          'Client updates between evaluations.')
+_ALGORITHMS = flags.DEFINE_string(
+  'algorithms', ','.join(tables.ALGORITHMS), f'Comma list from {list(tables.ALGORITHMS)}.'
+)
+_LATENCY = flags.DEFINE_string(
+  'latency',
+  ','.join(tables.LATENCY_MODELS),
+  f'Comma list of latency models from {list(tables.LATENCY_MODELS)} (Tables 1 and 2).',
+)
+_SEEDS = flags.DEFINE_string(
+  'seeds', '0,1,2,3,4,5,6,7,8,9', 'Comma list of seeds (integers >= 0); the paper: 10 trials.'
+)
+_DATASET = flags.DEFINE_string(
+  'dataset',
+  'mnist',
+  f"One of {list(tables.DATASETS)} (emnist: the paper's writer "
+  'partition, where a data dir converted from TFF fed_emnist is '
+  'prepared; digits is for smoke tests).',
+)
+_MODEL = flags.DEFINE_string(
+  'model', 'emnist_cnn', f'One of {list(tables.MODELS)} (the paper: the EMNIST CNN).'
+)
+_NUM_CLIENTS = flags.DEFINE_string(
+  'num_clients',
+  str(tables.DEFAULT_NUM_CLIENTS),
+  'Federation size (emnist: the writers decide; the default '
+  f"there is the paper's {tables.PAPER_NUM_CLIENTS}, which sets "
+  'the default straggler count).',
+)
+_NUM_STRAGGLERS = flags.DEFINE_string(
+  'num_stragglers', '', "Straggler clients; empty: the paper's share 800/3,400 of --num_clients."
+)
+_CONCENTRATION = flags.DEFINE_string(
+  'concentration', str(tables.DEFAULT_CONCENTRATION), 'Dirichlet alpha of the base split.'
+)
+_CLIENT_UPDATES = flags.DEFINE_string(
+  'client_updates',
+  str(tables.PAPER_CLIENT_UPDATES),
+  'Budget in client updates (the paper: 100,000 = 2,000 rounds of 50); fewer for a reduced run.',
+)
+_COHORT_SIZE = flags.DEFINE_string(
+  'cohort_size',
+  str(tables.COHORT_SIZE),
+  'B of the synchronous algorithms (the paper: 50); over-selection uses round(1.2 B).',
+)
+_BUFFER_SIZE = flags.DEFINE_string(
+  'buffer_size', '', "FedBuff's K; empty: the paper's 20 (Tables 12-13)."
+)
+_CONCURRENCY = flags.DEFINE_string(
+  'concurrency',
+  '',
+  "FedBuff's chi; empty: the paper's 100 (per-example) / 200 (per-domain per-example).",
+)
+_EVAL_EVERY_UPDATES = flags.DEFINE_string(
+  'eval_every_updates',
+  str(tables.DEFAULT_EVAL_EVERY_UPDATES),
+  'Client updates between evaluations.',
+)
 _SET = flags.DEFINE_string(
-    'set', '', "Settings changed after the paper's: '[algorithm:]path=value;...', e.g. "
-    "'feast_msg:server.learning_rate=0.1' (a sensitivity run; use its own --workdir).")
-_ROUND_TIME_ONLY = flags.DEFINE_bool('round_time_only', False,
-                                     'Only the CIFAR-100-shaped round-time report (seconds, no '
-                                     'training).')
-_ROUND_TIME_ROUNDS = flags.DEFINE_string('round_time_rounds', '10000',
-                                         'Simulated rounds of the round-time report.')
-_DATA_DIR = flags.DEFINE_string('data_dir', None,
-                                'Prepared-datasets directory (default: $FEDSIM_DATA_DIR or '
-                                '~/fedsim_data).')
+  'set',
+  '',
+  "Settings changed after the paper's: '[algorithm:]path=value;...', e.g. "
+  "'feast_msg:server.learning_rate=0.1' (a sensitivity run; use its own --workdir).",
+)
+_ROUND_TIME_ONLY = flags.DEFINE_bool(
+  'round_time_only', False, 'Only the CIFAR-100-shaped round-time report (seconds, no training).'
+)
+_ROUND_TIME_ROUNDS = flags.DEFINE_string(
+  'round_time_rounds', '10000', 'Simulated rounds of the round-time report.'
+)
+_DATA_DIR = flags.DEFINE_string(
+  'data_dir', None, 'Prepared-datasets directory (default: $FEDSIM_DATA_DIR or ~/fedsim_data).'
+)
 _WORKDIR = flags.DEFINE_string('workdir', 'runs/reproduce_stragglers', 'Output directory.')
-_ONLY_EXISTING = flags.DEFINE_bool('only_existing', False,
-                                    'Write the tables from the finished runs only; run nothing.')
+_ONLY_EXISTING = flags.DEFINE_bool(
+  'only_existing', False, 'Write the tables from the finished runs only; run nothing.'
+)
 _OUTPUT = flags.DEFINE_string('output', None, 'Markdown tables (default: <workdir>/tables.md).')
 
 FlagError = sweep.FlagError
 
 # Settings a reused run must share with the requested one.
-_CHECKED_SETTINGS = ('data.name', 'data.num_clients', 'data.num_stragglers', 'data.concentration',
-                     'model.name', 'run.num_rounds', 'run.max_client_updates', 'run.eval_every',
-                     'scheduler.cohort_size', 'scheduler.num_selected', 'scheduler.buffer_size',
-                     'scheduler.concurrency')
+_CHECKED_SETTINGS = (
+  'data.name',
+  'data.num_clients',
+  'data.num_stragglers',
+  'data.concentration',
+  'model.name',
+  'run.num_rounds',
+  'run.max_client_updates',
+  'run.eval_every',
+  'scheduler.cohort_size',
+  'scheduler.num_selected',
+  'scheduler.buffer_size',
+  'scheduler.concurrency',
+)
 
 
-def _one(name: str, text: str, convert: Callable[[str], Any], check: Callable[[Any], bool],
-         allowed: str) -> Any:
+def _one(
+  name: str, text: str, convert: Callable[[str], Any], check: Callable[[Any], bool], allowed: str
+) -> Any:
   return sweep.parse_one(name, text, convert, check, allowed)
 
 
@@ -120,32 +157,48 @@ def _optional_int(name: str, text: str, minimum: int) -> int | None:
 def parse_settings() -> dict[str, Any]:
   """The sweep's settings from the flags; raises `FlagError`."""
   settings = {
-      'algorithms': sweep.parse_list('algorithms', _ALGORITHMS.value, str,
-                                     lambda v: v in tables.ALGORITHMS,
-                                     ','.join(tables.ALGORITHMS)),
-      'latency': sweep.parse_list('latency', _LATENCY.value, str,
-                                  lambda v: v in tables.LATENCY_MODELS,
-                                  ','.join(tables.LATENCY_MODELS)),
-      'seeds': sweep.parse_list('seeds', _SEEDS.value, int, lambda v: v >= 0, 'integers >= 0'),
-      'dataset': _one('dataset', _DATASET.value, str, lambda v: v in tables.DATASETS,
-                      ','.join(tables.DATASETS)),
-      'model': _one('model', _MODEL.value, str, lambda v: v in tables.MODELS,
-                    ','.join(tables.MODELS)),
-      'num_clients': _one('num_clients', _NUM_CLIENTS.value, int, lambda v: v >= 2,
-                          'an integer >= 2'),
-      'concentration': _one('concentration', _CONCENTRATION.value, float,
-                            lambda v: 0 < v < float('inf'), 'a number > 0'),
-      'client_updates': _one('client_updates', _CLIENT_UPDATES.value, int, lambda v: v >= 1,
-                             'an integer >= 1'),
-      'cohort_size': _one('cohort_size', _COHORT_SIZE.value, int, lambda v: v >= 1,
-                          'an integer >= 1'),
-      'buffer_size': _optional_int('buffer_size', _BUFFER_SIZE.value, 1),
-      'concurrency': _optional_int('concurrency', _CONCURRENCY.value, 1),
-      'eval_every_updates': _one('eval_every_updates', _EVAL_EVERY_UPDATES.value, int,
-                                 lambda v: v >= 1, 'an integer >= 1'),
-      'overrides': sweep.parse_overrides('set', _SET.value, tables.ALGORITHMS),
-      'round_time_rounds': _one('round_time_rounds', _ROUND_TIME_ROUNDS.value, int,
-                                lambda v: v >= 1, 'an integer >= 1'),
+    'algorithms': sweep.parse_list(
+      'algorithms',
+      _ALGORITHMS.value,
+      str,
+      lambda v: v in tables.ALGORITHMS,
+      ','.join(tables.ALGORITHMS),
+    ),
+    'latency': sweep.parse_list(
+      'latency',
+      _LATENCY.value,
+      str,
+      lambda v: v in tables.LATENCY_MODELS,
+      ','.join(tables.LATENCY_MODELS),
+    ),
+    'seeds': sweep.parse_list('seeds', _SEEDS.value, int, lambda v: v >= 0, 'integers >= 0'),
+    'dataset': _one(
+      'dataset', _DATASET.value, str, lambda v: v in tables.DATASETS, ','.join(tables.DATASETS)
+    ),
+    'model': _one(
+      'model', _MODEL.value, str, lambda v: v in tables.MODELS, ','.join(tables.MODELS)
+    ),
+    'num_clients': _one(
+      'num_clients', _NUM_CLIENTS.value, int, lambda v: v >= 2, 'an integer >= 2'
+    ),
+    'concentration': _one(
+      'concentration', _CONCENTRATION.value, float, lambda v: 0 < v < float('inf'), 'a number > 0'
+    ),
+    'client_updates': _one(
+      'client_updates', _CLIENT_UPDATES.value, int, lambda v: v >= 1, 'an integer >= 1'
+    ),
+    'cohort_size': _one(
+      'cohort_size', _COHORT_SIZE.value, int, lambda v: v >= 1, 'an integer >= 1'
+    ),
+    'buffer_size': _optional_int('buffer_size', _BUFFER_SIZE.value, 1),
+    'concurrency': _optional_int('concurrency', _CONCURRENCY.value, 1),
+    'eval_every_updates': _one(
+      'eval_every_updates', _EVAL_EVERY_UPDATES.value, int, lambda v: v >= 1, 'an integer >= 1'
+    ),
+    'overrides': sweep.parse_overrides('set', _SET.value, tables.ALGORITHMS),
+    'round_time_rounds': _one(
+      'round_time_rounds', _ROUND_TIME_ROUNDS.value, int, lambda v: v >= 1, 'an integer >= 1'
+    ),
   }
   for name in ('algorithms', 'latency', 'seeds'):
     if not settings[name]:
@@ -157,25 +210,39 @@ def parse_settings() -> dict[str, Any]:
   if stragglers is None:
     stragglers = tables.default_num_stragglers(num_clients)
   if stragglers >= num_clients:
-    raise FlagError(f'--num_stragglers={stragglers} is invalid; allowed values: '
-                    f'1..{num_clients - 1} (--num_clients - 1)')
+    raise FlagError(
+      f'--num_stragglers={stragglers} is invalid; allowed values: '
+      f'1..{num_clients - 1} (--num_clients - 1)'
+    )
   settings['num_stragglers'] = stragglers
   if settings['client_updates'] < settings['cohort_size']:
-    raise FlagError(f'--client_updates={settings["client_updates"]} is invalid; allowed values: '
-                    f'an integer >= --cohort_size ({settings["cohort_size"]})')
+    raise FlagError(
+      f'--client_updates={settings["client_updates"]} is invalid; allowed values: '
+      f'an integer >= --cohort_size ({settings["cohort_size"]})'
+    )
   return settings
 
 
-def make_config(settings: dict[str, Any], algorithm: str, latency: str, seed: int,
-                data_dir: str | None):
+def make_config(
+  settings: dict[str, Any], algorithm: str, latency: str, seed: int, data_dir: str | None
+):
   """The config of one run of the sweep (the paper's settings, then `--set`)."""
   config = tables.make_config(
-      algorithm, latency, seed=seed, data_dir=data_dir, dataset=settings['dataset'],
-      model=settings['model'], num_clients=settings['num_clients'],
-      num_stragglers=settings['num_stragglers'], concentration=settings['concentration'],
-      client_updates=settings['client_updates'], cohort_size=settings['cohort_size'],
-      buffer_size=settings['buffer_size'], concurrency=settings['concurrency'],
-      eval_every_updates=settings['eval_every_updates'])
+    algorithm,
+    latency,
+    seed=seed,
+    data_dir=data_dir,
+    dataset=settings['dataset'],
+    model=settings['model'],
+    num_clients=settings['num_clients'],
+    num_stragglers=settings['num_stragglers'],
+    concentration=settings['concentration'],
+    client_updates=settings['client_updates'],
+    cohort_size=settings['cohort_size'],
+    buffer_size=settings['buffer_size'],
+    concurrency=settings['concurrency'],
+    eval_every_updates=settings['eval_every_updates'],
+  )
   sweep.apply_overrides(config, algorithm, settings.get('overrides', ()))
   return config
 
@@ -187,31 +254,51 @@ def read_curve(run_dir: str) -> list[list[float]]:
   with open(os.path.join(run_dir, 'metrics.jsonl'), encoding='utf-8') as f:
     for line in f:
       row = json.loads(line)
-      curve.append([row['virtual_time'], row['client_updates'], row['test_accuracy'],
-                    row.get('test_accuracy/straggler')])
+      curve.append(
+        [
+          row['virtual_time'],
+          row['client_updates'],
+          row['test_accuracy'],
+          row.get('test_accuracy/straggler'),
+        ]
+      )
   return curve
 
 
 def _record(summary: dict[str, Any], run_dir: str, **keys) -> dict[str, Any]:
   curve = read_curve(run_dir)
   final = curve[-1] if curve else [None] * 4
-  return dict(keys, virtual_time=final[0], client_updates=final[1], total_accuracy=final[2],
-              straggler_accuracy=final[3], server_versions=summary.get('final_version'),
-              tasks=summary.get('tasks'), host_seconds=summary.get('host', {}).get('seconds'),
-              curve=curve, workdir=run_dir)
+  return dict(
+    keys,
+    virtual_time=final[0],
+    client_updates=final[1],
+    total_accuracy=final[2],
+    straggler_accuracy=final[3],
+    server_versions=summary.get('final_version'),
+    tasks=summary.get('tasks'),
+    host_seconds=summary.get('host', {}).get('seconds'),
+    curve=curve,
+    workdir=run_dir,
+  )
 
 
-def run_sweep(settings: dict[str, Any], workdir: str, data_dir: str | None,
-              log: Callable[[str], None] = print) -> list[dict[str, Any]]:
+def run_sweep(
+  settings: dict[str, Any], workdir: str, data_dir: str | None, log: Callable[[str], None] = print
+) -> list[dict[str, Any]]:
   """Runs (or reuses) every run of the sweep; returns the run records. Also puts the
   federation's one-epoch latency percentiles into `settings['latency_stats']`."""
   from fedsim_jax.experiment import build_federated_dataset
 
-  plan = [(seed, latency, algorithm) for seed in settings['seeds']
-          for latency in settings['latency'] for algorithm in settings['algorithms']]
+  plan = [
+    (seed, latency, algorithm)
+    for seed in settings['seeds']
+    for latency in settings['latency']
+    for algorithm in settings['algorithms']
+  ]
   # Every config first: an invalid setting stops the sweep before any run.
-  configs = [make_config(settings, algorithm, latency, seed, data_dir)
-             for seed, latency, algorithm in plan]
+  configs = [
+    make_config(settings, algorithm, latency, seed, data_dir) for seed, latency, algorithm in plan
+  ]
   federation = sweep.LastFederation()  # one partition for all runs (PARTITION_SEED)
 
   def dataset(config):
@@ -220,15 +307,18 @@ def run_sweep(settings: dict[str, Any], workdir: str, data_dir: str | None,
   if not _ONLY_EXISTING.value:
     built = dataset(configs[0])
     settings['latency_stats'] = {
-        latency: tables.latency_percentiles(built.client_sizes, built.straggler_mask, latency,
-                                            seed=settings['seeds'][0])
-        for latency in tables.LATENCY_MODELS}
+      latency: tables.latency_percentiles(
+        built.client_sizes, built.straggler_mask, latency, seed=settings['seeds'][0]
+      )
+      for latency in tables.LATENCY_MODELS
+    }
   records = []
   for index, ((seed, latency, algorithm), config) in enumerate(zip(plan, configs), 1):
     run_dir = os.path.join(workdir, latency, algorithm, f'seed{seed}')
     label = f'[{index}/{len(plan)}] {latency} {algorithm} seed={seed}'
-    summary, status = sweep.load_or_run(run_dir, config, lambda: dataset(config),
-                                        run_missing=not _ONLY_EXISTING.value)
+    summary, status = sweep.load_or_run(
+      run_dir, config, lambda: dataset(config), run_missing=not _ONLY_EXISTING.value
+    )
     if summary is None:
       log(f'{label}: missing (skipped: --only_existing)')
       continue
@@ -237,9 +327,11 @@ def run_sweep(settings: dict[str, Any], workdir: str, data_dir: str | None,
     note = f' (warning: run with {stale}; delete it to rerun)' if stale else ''
     record = _record(summary, run_dir, algorithm=algorithm, latency=latency, seed=seed)
     straggler = record['straggler_accuracy']
-    log(f'{label}: {status}  straggler {straggler if straggler is not None else float("nan"):.4f}'
-        f'  total {record["total_accuracy"]:.4f}  virtual time {record["virtual_time"]:,.0f}s  '
-        f'host {record["host_seconds"] or float("nan"):.1f}s{note}')
+    log(
+      f'{label}: {status}  straggler {straggler if straggler is not None else float("nan"):.4f}'
+      f'  total {record["total_accuracy"]:.4f}  virtual time {record["virtual_time"]:,.0f}s  '
+      f'host {record["host_seconds"] or float("nan"):.1f}s{note}'
+    )
     records.append(record)
   return records
 
@@ -251,8 +343,11 @@ def _round_time_only(argv: Sequence[str]) -> None:
     settings = parse_settings()
   except FlagError as error:
     cli.fail(str(error))
-  text = ('# CIFAR-100-shaped synchronous round time (latency model only)\n\n'
-          + tables.round_time_report(settings['round_time_rounds'], settings['seeds'][0]) + '\n')
+  text = (
+    '# CIFAR-100-shaped synchronous round time (latency model only)\n\n'
+    + tables.round_time_report(settings['round_time_rounds'], settings['seeds'][0])
+    + '\n'
+  )
   path = os.path.join(_WORKDIR.value, 'round_time.md')
   sweep.write_text(path, text)
   print(text)
@@ -263,9 +358,15 @@ def main(argv: list[str]) -> None:
   if _ROUND_TIME_ONLY.value:
     _round_time_only(argv)
     return
-  sweep.sweep_main(argv, parse_settings=parse_settings, run_sweep=run_sweep,
-                   write_outputs=tables.write_outputs, workdir=_WORKDIR.value,
-                   output=_OUTPUT.value, data_dir=_DATA_DIR.value)
+  sweep.sweep_main(
+    argv,
+    parse_settings=parse_settings,
+    run_sweep=run_sweep,
+    write_outputs=tables.write_outputs,
+    workdir=_WORKDIR.value,
+    output=_OUTPUT.value,
+    data_dir=_DATA_DIR.value,
+  )
 
 
 if __name__ == '__main__':

@@ -19,13 +19,18 @@ from ml_collections import config_flags
 
 from fedsim_jax import cli
 
-_CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file.',
-                                          lock_config=True)
-_WORKDIR = flags.DEFINE_string('workdir', None,
-                               'Run directory (default: runs/<config file name>/seed<seed>).')
+_CONFIG = config_flags.DEFINE_config_file(
+  'config', None, 'Experiment config file.', lock_config=True
+)
+_WORKDIR = flags.DEFINE_string(
+  'workdir', None, 'Run directory (default: runs/<config file name>/seed<seed>).'
+)
 _SEEDS = flags.DEFINE_string(
-    'seeds', None, 'Comma list of seeds (integers >= 0) to run together; each seed writes '
-    '<workdir>/seed<s> (default workdir: runs/<config file name>). Replaces config.seed.')
+  'seeds',
+  None,
+  'Comma list of seeds (integers >= 0) to run together; each seed writes '
+  '<workdir>/seed<s> (default workdir: runs/<config file name>). Replaces config.seed.',
+)
 flags.mark_flags_as_required(['config'])
 
 
@@ -58,9 +63,11 @@ def main(argv: list[str]) -> None:
   except (ConfigError, DatasetNotFoundError, CorruptDatasetError, FlagError) as error:
     cli.fail(str(error))
   for workdir, summary in runs:
-    print(f'final accuracy {summary["final_accuracy"]:.4f}  best {summary["best_accuracy"]:.4f}  '
-          f'virtual time {summary["final_virtual_time"]:.1f}s  '
-          f'host {summary["host"]["seconds"]:.1f}s  outputs: {os.path.abspath(workdir)}')
+    print(
+      f'final accuracy {summary["final_accuracy"]:.4f}  best {summary["best_accuracy"]:.4f}  '
+      f'virtual time {summary["final_virtual_time"]:.1f}s  '
+      f'host {summary["host"]["seconds"]:.1f}s  outputs: {os.path.abspath(workdir)}'
+    )
 
 
 if __name__ == '__main__':

@@ -52,7 +52,8 @@ import json
 import resource
 import sys
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -66,23 +67,36 @@ from fedsim_jax.executor import Executor, NoTrainingExecutor
 from fedsim_jax.executor.choice import cpu_cores, resolve_threads
 from fedsim_jax.models import Model, get_model
 from fedsim_jax.runtime import EventQueue, PerStepLatency, Simulation, StopCondition
-from fedsim_jax.strategy import (AsynchronousScheduler, CompassScheduler, LocalWork,
-                                 SynchronousScheduler, compass_aggregator, fedopt)
+from fedsim_jax.strategy import (
+  AsynchronousScheduler,
+  CompassScheduler,
+  LocalWork,
+  SynchronousScheduler,
+  compass_aggregator,
+  fedopt,
+)
 
 CASES = ('sync_mlp', 'sync_cnn', 'fedbuff_mlp', 'compass_mlp', 'scheduling')
 IMAGE_SHAPE = (28, 28, 1)
 NUM_CLASSES = 10
 CLIENT_LEARNING_RATE = 0.05
 TORCH_SKIP = 'skipped: torch not installed (make bench-setup)'
-FIELDS = ('case', 'strategy', 'examples_per_s', 'updates_per_s', 'compile_s', 'programs',
-          'peak_rss_mb')
+FIELDS = (
+  'case',
+  'strategy',
+  'examples_per_s',
+  'updates_per_s',
+  'compile_s',
+  'programs',
+  'peak_rss_mb',
+)
 # How each fedsim strategy builds its `Executor` (threads=0: one task per CPU core at once).
 FEDSIM_EXECUTORS: dict[str, dict[str, Any]] = {
-    'fedsim_vmap': dict(backend='vmap'),
-    'fedsim_loop': dict(backend='loop', threads=0),
-    'fedsim_loop_1thread': dict(backend='loop', threads=1),
-    'fedsim_loop_host': dict(backend='loop', step_loop='host', threads=0),
-    'fedsim_loop_host_1thread': dict(backend='loop', step_loop='host', threads=1),
+  'fedsim_vmap': dict(backend='vmap'),
+  'fedsim_loop': dict(backend='loop', threads=0),
+  'fedsim_loop_1thread': dict(backend='loop', threads=1),
+  'fedsim_loop_host': dict(backend='loop', step_loop='host', threads=0),
+  'fedsim_loop_host_1thread': dict(backend='loop', step_loop='host', threads=1),
 }
 FEDSIM_STRATEGIES = tuple(FEDSIM_EXECUTORS)
 
@@ -150,43 +164,131 @@ class CompassSizes:
 # Full sizes (`make bench`): about 15-60 s per strategy on 2 CPU cores, all cases well under
 # 20 minutes.
 FULL_SIZES: dict[str, Any] = {
-    'sync_mlp': SyncSizes(model='mlp', num_clients=100, clients_per_round=100, local_steps=10,
-                          batch_size=32, min_size=320, max_size=640, roofline_batch=1024,
-                          min_seconds=15.0, max_rounds=40),
-    # The CNN trains ~10x slower inside `lax.scan` on XLA:CPU (docs/results/performance.md)
-    # and slower still under vmap (per-task weights make grouped convolutions): a vmap round of
-    # 100 clients would take many minutes on 2 cores, so its rounds have 4 clients.
-    'sync_cnn': SyncSizes(model='mnist_cnn', num_clients=8, clients_per_round=4,
-                          local_steps=10, batch_size=32, min_size=320, max_size=640,
-                          roofline_batch=1024, min_seconds=15.0, max_rounds=20),
-    'fedbuff_mlp': AsyncSizes(num_clients=1000, concurrency=100, buffer_size=10, local_steps=10,
-                              batch_size=32, min_size=64, max_size=128, warmup_updates=1000,
-                              measure_updates=3000, chunk_updates=500),
-    'compass_mlp': CompassSizes(num_clients=5, q_min=20, q_max=100, batch_size=32,
-                                min_size=2000, max_size=4000, warmup_updates=50,
-                                measure_updates=200, chunk_updates=50),
-    'scheduling': AsyncSizes(num_clients=1000, concurrency=100, buffer_size=10, local_steps=10,
-                             batch_size=32, min_size=64, max_size=128, warmup_updates=5000,
-                             measure_updates=100_000, chunk_updates=10_000),
+  'sync_mlp': SyncSizes(
+    model='mlp',
+    num_clients=100,
+    clients_per_round=100,
+    local_steps=10,
+    batch_size=32,
+    min_size=320,
+    max_size=640,
+    roofline_batch=1024,
+    min_seconds=15.0,
+    max_rounds=40,
+  ),
+  # The CNN trains ~10x slower inside `lax.scan` on XLA:CPU (docs/results/performance.md)
+  # and slower still under vmap (per-task weights make grouped convolutions): a vmap round of
+  # 100 clients would take many minutes on 2 cores, so its rounds have 4 clients.
+  'sync_cnn': SyncSizes(
+    model='mnist_cnn',
+    num_clients=8,
+    clients_per_round=4,
+    local_steps=10,
+    batch_size=32,
+    min_size=320,
+    max_size=640,
+    roofline_batch=1024,
+    min_seconds=15.0,
+    max_rounds=20,
+  ),
+  'fedbuff_mlp': AsyncSizes(
+    num_clients=1000,
+    concurrency=100,
+    buffer_size=10,
+    local_steps=10,
+    batch_size=32,
+    min_size=64,
+    max_size=128,
+    warmup_updates=1000,
+    measure_updates=3000,
+    chunk_updates=500,
+  ),
+  'compass_mlp': CompassSizes(
+    num_clients=5,
+    q_min=20,
+    q_max=100,
+    batch_size=32,
+    min_size=2000,
+    max_size=4000,
+    warmup_updates=50,
+    measure_updates=200,
+    chunk_updates=50,
+  ),
+  'scheduling': AsyncSizes(
+    num_clients=1000,
+    concurrency=100,
+    buffer_size=10,
+    local_steps=10,
+    batch_size=32,
+    min_size=64,
+    max_size=128,
+    warmup_updates=5000,
+    measure_updates=100_000,
+    chunk_updates=10_000,
+  ),
 }
 
 # Tiny sizes for the smoke test (`--quick`): every code path, a few seconds per case.
 QUICK_SIZES: dict[str, Any] = {
-    'sync_mlp': SyncSizes(model='mlp', num_clients=6, clients_per_round=4, local_steps=2,
-                          batch_size=8, min_size=16, max_size=24, roofline_batch=32,
-                          min_seconds=0.0, max_rounds=1),
-    'sync_cnn': SyncSizes(model='mnist_cnn', num_clients=3, clients_per_round=2,
-                          local_steps=2, batch_size=4, min_size=8, max_size=12,
-                          roofline_batch=8, min_seconds=0.0, max_rounds=1),
-    'fedbuff_mlp': AsyncSizes(num_clients=20, concurrency=4, buffer_size=2, local_steps=2,
-                              batch_size=8, min_size=8, max_size=16, warmup_updates=8,
-                              measure_updates=8, chunk_updates=8),
-    'compass_mlp': CompassSizes(num_clients=3, q_min=2, q_max=3, batch_size=8, min_size=16,
-                                max_size=32, warmup_updates=6, measure_updates=6,
-                                chunk_updates=6),
-    'scheduling': AsyncSizes(num_clients=40, concurrency=8, buffer_size=4, local_steps=2,
-                             batch_size=8, min_size=8, max_size=16, warmup_updates=100,
-                             measure_updates=2000, chunk_updates=1000),
+  'sync_mlp': SyncSizes(
+    model='mlp',
+    num_clients=6,
+    clients_per_round=4,
+    local_steps=2,
+    batch_size=8,
+    min_size=16,
+    max_size=24,
+    roofline_batch=32,
+    min_seconds=0.0,
+    max_rounds=1,
+  ),
+  'sync_cnn': SyncSizes(
+    model='mnist_cnn',
+    num_clients=3,
+    clients_per_round=2,
+    local_steps=2,
+    batch_size=4,
+    min_size=8,
+    max_size=12,
+    roofline_batch=8,
+    min_seconds=0.0,
+    max_rounds=1,
+  ),
+  'fedbuff_mlp': AsyncSizes(
+    num_clients=20,
+    concurrency=4,
+    buffer_size=2,
+    local_steps=2,
+    batch_size=8,
+    min_size=8,
+    max_size=16,
+    warmup_updates=8,
+    measure_updates=8,
+    chunk_updates=8,
+  ),
+  'compass_mlp': CompassSizes(
+    num_clients=3,
+    q_min=2,
+    q_max=3,
+    batch_size=8,
+    min_size=16,
+    max_size=32,
+    warmup_updates=6,
+    measure_updates=6,
+    chunk_updates=6,
+  ),
+  'scheduling': AsyncSizes(
+    num_clients=40,
+    concurrency=8,
+    buffer_size=4,
+    local_steps=2,
+    batch_size=8,
+    min_size=8,
+    max_size=16,
+    warmup_updates=100,
+    measure_updates=2000,
+    chunk_updates=1000,
+  ),
 }
 
 
@@ -201,7 +303,7 @@ class Work:
   updates: int = 0
   events: int = 0
 
-  def add(self, other: 'Work') -> None:
+  def add(self, other: Work) -> None:
     self.examples += other.examples
     self.updates += other.updates
     self.events += other.events
@@ -217,8 +319,9 @@ class Measurement:
   units: int
 
 
-def measure(unit: Callable[[], Work], *, min_seconds: float, min_units: int,
-            max_units: int) -> Measurement:
+def measure(
+  unit: Callable[[], Work], *, min_seconds: float, min_units: int, max_units: int
+) -> Measurement:
   """Runs `unit` once as the warm-up, then until `min_seconds` passed and `min_units` ran (or
   `max_units` ran). Each unit must block until its results are computed.
 
@@ -237,7 +340,7 @@ def measure(unit: Callable[[], Work], *, min_seconds: float, min_units: int,
     seconds = time.perf_counter() - start
     if units >= max_units or (units >= min_units and seconds >= min_seconds):
       break
-  basis = ('examples' if total.examples else 'updates' if total.updates else 'events')
+  basis = 'examples' if total.examples else 'updates' if total.updates else 'events'
   rate = getattr(total, basis) / max(seconds, 1e-9)
   compile_s = first_seconds - getattr(first, basis) / rate if rate > 0 else first_seconds
   return Measurement(work=total, seconds=seconds, compile_s=max(compile_s, 0.0), units=units)
@@ -249,22 +352,39 @@ def max_rss_mb() -> float:
   return peak / (1 << 20) if sys.platform == 'darwin' else peak / 1024  # bytes / KiB
 
 
-def _record(case: str, strategy: str, m: Measurement | None, *, programs: int | None,
-            rss_before: float, skipped: str | None = None, **extra: Any) -> dict[str, Any]:
+def _record(
+  case: str,
+  strategy: str,
+  m: Measurement | None,
+  *,
+  programs: int | None,
+  rss_before: float,
+  skipped: str | None = None,
+  **extra: Any,
+) -> dict[str, Any]:
   record: dict[str, Any] = {'case': case, 'strategy': strategy}
   if m is None:
-    record.update(examples_per_s=None, updates_per_s=None, compile_s=None, programs=None,
-                  peak_rss_mb=round(max_rss_mb(), 1), skipped=skipped)
+    record.update(
+      examples_per_s=None,
+      updates_per_s=None,
+      compile_s=None,
+      programs=None,
+      peak_rss_mb=round(max_rss_mb(), 1),
+      skipped=skipped,
+    )
   else:
     seconds = max(m.seconds, 1e-9)
     record.update(
-        examples_per_s=round(m.work.examples / seconds, 1) if m.work.examples else None,
-        updates_per_s=round(m.work.updates / seconds, 1) if m.work.updates else None,
-        compile_s=round(m.compile_s, 3), programs=programs,
-        peak_rss_mb=round(max_rss_mb(), 1),
-        rss_growth_mb=round(max_rss_mb() - rss_before, 1),
-        measured_seconds=round(m.seconds, 3), measured_examples=m.work.examples,
-        measured_updates=m.work.updates)
+      examples_per_s=round(m.work.examples / seconds, 1) if m.work.examples else None,
+      updates_per_s=round(m.work.updates / seconds, 1) if m.work.updates else None,
+      compile_s=round(m.compile_s, 3),
+      programs=programs,
+      peak_rss_mb=round(max_rss_mb(), 1),
+      rss_growth_mb=round(max_rss_mb() - rss_before, 1),
+      measured_seconds=round(m.seconds, 3),
+      measured_examples=m.work.examples,
+      measured_updates=m.work.updates,
+    )
   record.update(extra)
   return record
 
@@ -278,23 +398,33 @@ def _cache_size(fn: Any) -> int:
 # ---- Data and models -----------------------------------------------------------------------
 
 
-def federation(num_clients: int, min_size: int, max_size: int, seed: int = 0
-               ) -> FederatedDataset:
+def federation(num_clients: int, min_size: int, max_size: int, seed: int = 0) -> FederatedDataset:
   """The synthetic 28x28x1, 10-class federation every strategy of a case trains on."""
-  return toy_federation(num_clients=num_clients, num_classes=NUM_CLASSES,
-                        image_shape=IMAGE_SHAPE, min_size=min_size, max_size=max_size,
-                        num_test=10, seed=seed)
+  return toy_federation(
+    num_clients=num_clients,
+    num_classes=NUM_CLASSES,
+    image_shape=IMAGE_SHAPE,
+    min_size=min_size,
+    max_size=max_size,
+    num_test=10,
+    seed=seed,
+  )
 
 
-def client_orders(fed: FederatedDataset, clients: np.ndarray, num_steps: int, batch_size: int,
-                  rng: np.random.Generator) -> list[np.ndarray]:
+def client_orders(
+  fed: FederatedDataset,
+  clients: np.ndarray,
+  num_steps: int,
+  batch_size: int,
+  rng: np.random.Generator,
+) -> list[np.ndarray]:
   """Per client, the `num_steps * batch_size` example rows of its batches in order: the
   client's examples reshuffled every epoch (shuffle -> repeat -> batch, as FedJAX's
   `shuffle_repeat_batch`). Used by the host-batched baselines."""
   orders = []
   need = num_steps * batch_size
   for c in clients:
-    rows = fed.client_indices[c, :fed.client_sizes[c]]
+    rows = fed.client_indices[c, : fed.client_sizes[c]]
     epochs = -(-need // len(rows))
     orders.append(np.concatenate([rng.permutation(rows) for _ in range(epochs)])[:need])
   return orders
@@ -310,12 +440,27 @@ def _torch_modules():
 
   def make_model(name: str) -> Any:
     if name == 'mlp':  # models.zoo.MLP (200, 200)
-      return nn.Sequential(nn.Flatten(), nn.Linear(784, 200), nn.ReLU(), nn.Linear(200, 200),
-                           nn.ReLU(), nn.Linear(200, NUM_CLASSES))
+      return nn.Sequential(
+        nn.Flatten(),
+        nn.Linear(784, 200),
+        nn.ReLU(),
+        nn.Linear(200, 200),
+        nn.ReLU(),
+        nn.Linear(200, NUM_CLASSES),
+      )
     if name == 'mnist_cnn':  # models.zoo.MnistCNN: 582,026 parameters
-      return nn.Sequential(nn.Conv2d(1, 32, 5), nn.ReLU(), nn.MaxPool2d(2),
-                           nn.Conv2d(32, 64, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                           nn.Linear(1024, 512), nn.ReLU(), nn.Linear(512, NUM_CLASSES))
+      return nn.Sequential(
+        nn.Conv2d(1, 32, 5),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 5),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(1024, 512),
+        nn.ReLU(),
+        nn.Linear(512, NUM_CLASSES),
+      )
     raise ValueError(f'no PyTorch twin of model {name!r}')
 
   return torch, make_model
@@ -328,35 +473,50 @@ def _rounds(sizes: SyncSizes) -> dict[str, Any]:
   return dict(min_seconds=sizes.min_seconds, min_units=1, max_units=sizes.max_rounds)
 
 
-def _fedsim_sync(case: str, strategy: str, fed: FederatedDataset, model: Model,
-                 sizes: SyncSizes) -> dict[str, Any]:
+def _fedsim_sync(
+  case: str, strategy: str, fed: FederatedDataset, model: Model, sizes: SyncSizes
+) -> dict[str, Any]:
   """fedsim itself: `Simulation` + `SynchronousScheduler` + the strategy's `Executor`
   (batches sampled on device, `sampling='shuffle'`)."""
   rss = max_rss_mb()
   client_update = sgd_client_update(model, optax.sgd(CLIENT_LEARNING_RATE), sizes.batch_size)
   executor = fedsim_executor(strategy, client_update, fed)
-  scheduler = SynchronousScheduler(sizes.clients_per_round,
-                                   LocalWork(steps=sizes.local_steps, batch_size=sizes.batch_size))
-  sim = Simulation(executor=executor, scheduler=scheduler, aggregator=fedopt(optax.sgd(1.0)),
-                   latency=PerStepLatency(fed.num_clients, np.random.default_rng(2)),
-                   init_params=model.init(jax.random.PRNGKey(0)),
-                   client_sizes=fed.client_sizes, rng=np.random.default_rng(3))
+  scheduler = SynchronousScheduler(
+    sizes.clients_per_round, LocalWork(steps=sizes.local_steps, batch_size=sizes.batch_size)
+  )
+  sim = Simulation(
+    executor=executor,
+    scheduler=scheduler,
+    aggregator=fedopt(optax.sgd(1.0)),
+    latency=PerStepLatency(fed.num_clients, np.random.default_rng(2)),
+    init_params=model.init(jax.random.PRNGKey(0)),
+    client_sizes=fed.client_sizes,
+    rng=np.random.default_rng(3),
+  )
 
   def one_round() -> Work:
     updates, steps = sim.client_updates, sim.gradient_steps
     sim.run(StopCondition(max_versions=sim.version + 1))
     jax.block_until_ready(sim.params)
-    return Work(examples=(sim.gradient_steps - steps) * sizes.batch_size,
-                updates=sim.client_updates - updates)
+    return Work(
+      examples=(sim.gradient_steps - steps) * sizes.batch_size, updates=sim.client_updates - updates
+    )
 
   m = measure(one_round, **_rounds(sizes))
-  return _record(case, strategy, m, programs=executor.num_compiled_programs, rss_before=rss,
-                 threads=executor.threads,
-                 computed_steps_ratio=round(executor.steps_computed / executor.steps_run, 3))
+  return _record(
+    case,
+    strategy,
+    m,
+    programs=executor.num_compiled_programs,
+    rss_before=rss,
+    threads=executor.threads,
+    computed_steps_ratio=round(executor.steps_computed / executor.steps_run, 3),
+  )
 
 
-def _jax_client_loop(case: str, fed: FederatedDataset, model: Model,
-                     sizes: SyncSizes) -> dict[str, Any]:
+def _jax_client_loop(
+  case: str, fed: FederatedDataset, model: Model, sizes: SyncSizes
+) -> dict[str, Any]:
   """FedJAX's default `for_each_client` design: jitted init / step / final per client, host
   batches, and the weighted average of the deltas op by op on the host."""
   rss = max_rss_mb()
@@ -388,9 +548,8 @@ def _jax_client_loop(case: str, fed: FederatedDataset, model: Model,
     for client, order in zip(clients, orders):
       params, opt_state = client_init(server_params)
       for s in range(sizes.local_steps):
-        rows = order[s * batch:(s + 1) * batch]
-        params, opt_state, _ = client_step(params, opt_state, fed.train_x[rows],
-                                           fed.train_y[rows])
+        rows = order[s * batch : (s + 1) * batch]
+        params, opt_state, _ = client_step(params, opt_state, fed.train_x[rows], fed.train_y[rows])
       delta = client_final(server_params, params)
       weight = float(fed.client_sizes[client])
       total_weight += weight
@@ -398,8 +557,9 @@ def _jax_client_loop(case: str, fed: FederatedDataset, model: Model,
         total_delta = jax.tree_util.tree_map(lambda d: weight * d, delta)
       else:
         total_delta = jax.tree_util.tree_map(lambda t, d: t + weight * d, total_delta, delta)
-    server_params = jax.tree_util.tree_map(lambda p, t: p + t / total_weight, server_params,
-                                           total_delta)
+    server_params = jax.tree_util.tree_map(
+      lambda p, t: p + t / total_weight, server_params, total_delta
+    )
     jax.block_until_ready(server_params)
     return Work(examples=len(clients) * sizes.local_steps * batch, updates=len(clients))
 
@@ -408,15 +568,17 @@ def _jax_client_loop(case: str, fed: FederatedDataset, model: Model,
   return _record(case, 'jax_client_loop', m, programs=programs, rss_before=rss)
 
 
-def _torch_client_loop(case: str, fed: FederatedDataset, model_name: str, sizes: SyncSizes,
-                       threads: int | None = None) -> dict[str, Any]:
+def _torch_client_loop(
+  case: str, fed: FederatedDataset, model_name: str, sizes: SyncSizes, threads: int | None = None
+) -> dict[str, Any]:
   """A PyTorch FL simulator's loop: deepcopy the global model, SGD per client, average the
   state dicts with the example weights."""
   rss = max_rss_mb()
   modules = _torch_modules()
   if modules is None:
-    return _record(case, 'torch_client_loop', None, programs=None, rss_before=rss,
-                   skipped=TORCH_SKIP)
+    return _record(
+      case, 'torch_client_loop', None, programs=None, rss_before=rss, skipped=TORCH_SKIP
+    )
   torch, make_model = modules
   threads = threads or cpu_cores()
   torch.set_num_threads(threads)
@@ -439,7 +601,7 @@ def _torch_client_loop(case: str, fed: FederatedDataset, model_name: str, sizes:
       optimizer = torch.optim.SGD(local.parameters(), lr=CLIENT_LEARNING_RATE)
       order = torch.from_numpy(order)
       for s in range(sizes.local_steps):
-        rows = order[s * batch:(s + 1) * batch]
+        rows = order[s * batch : (s + 1) * batch]
         optimizer.zero_grad()
         loss = functional.cross_entropy(local(x_all[rows]), y_all[rows])
         loss.backward()
@@ -457,12 +619,18 @@ def _torch_client_loop(case: str, fed: FederatedDataset, model_name: str, sizes:
     return Work(examples=len(clients) * sizes.local_steps * batch, updates=len(clients))
 
   m = measure(one_round, **_rounds(sizes))
-  return _record(case, 'torch_client_loop', m, programs=None, rss_before=rss,
-                 torch_version=torch.__version__, torch_threads=threads)
+  return _record(
+    case,
+    'torch_client_loop',
+    m,
+    programs=None,
+    rss_before=rss,
+    torch_version=torch.__version__,
+    torch_threads=threads,
+  )
 
 
-def _roofline(case: str, fed: FederatedDataset, model: Model, sizes: SyncSizes
-              ) -> dict[str, Any]:
+def _roofline(case: str, fed: FederatedDataset, model: Model, sizes: SyncSizes) -> dict[str, Any]:
   """Centralized training with batches of `roofline_batch`: no federation at all."""
   rss = max_rss_mb()
   optimizer = optax.sgd(CLIENT_LEARNING_RATE)
@@ -491,20 +659,24 @@ def _roofline(case: str, fed: FederatedDataset, model: Model, sizes: SyncSizes
     return Work(examples=steps * batch)
 
   m = measure(one_unit, **_rounds(sizes))
-  return _record(case, 'roofline', m, programs=_cache_size(train_step), rss_before=rss,
-                 roofline_batch=batch)
+  return _record(
+    case, 'roofline', m, programs=_cache_size(train_step), rss_before=rss, roofline_batch=batch
+  )
 
 
-def sync_case(case: str, sizes: SyncSizes, strategies: tuple[str, ...],
-              torch_threads: int | None = None) -> Iterator[dict]:
+def sync_case(
+  case: str, sizes: SyncSizes, strategies: tuple[str, ...], torch_threads: int | None = None
+) -> Iterator[dict]:
   """Synchronous FedAvg (`SynchronousScheduler` + `fedopt(sgd(1))`, example weights).
   `torch_threads` defaults to the CPU cores."""
   fed = federation(sizes.num_clients, sizes.min_size, sizes.max_size)
   model = get_model(sizes.model, IMAGE_SHAPE, NUM_CLASSES)
   num_params = model.num_params(model.init(jax.random.PRNGKey(0)))
-  setting = (f'{sizes.model} ({num_params:,} params), {sizes.clients_per_round} of '
-             f'{sizes.num_clients} clients/round x {sizes.local_steps} steps x '
-             f'B={sizes.batch_size}')
+  setting = (
+    f'{sizes.model} ({num_params:,} params), {sizes.clients_per_round} of '
+    f'{sizes.num_clients} clients/round x {sizes.local_steps} steps x '
+    f'B={sizes.batch_size}'
+  )
   for strategy in strategies:
     if strategy in FEDSIM_STRATEGIES:
       record = _fedsim_sync(case, strategy, fed, model, sizes)
@@ -542,15 +714,20 @@ def _update_chunks(sim: Simulation, batch_size: int) -> Callable[[int], Work]:
     popped, dispatched = sim.queue.popped, sim.accounting.dispatched
     sim.run(StopCondition(max_client_updates=sim.client_updates + n))
     jax.block_until_ready(sim.params)
-    return Work(examples=(sim.gradient_steps - steps) * batch_size,
-                updates=sim.client_updates - updates,
-                events=sim.queue.popped - popped + sim.accounting.dispatched - dispatched)
+    return Work(
+      examples=(sim.gradient_steps - steps) * batch_size,
+      updates=sim.client_updates - updates,
+      events=sim.queue.popped - popped + sim.accounting.dispatched - dispatched,
+    )
 
   return run
 
 
-def _measure_updates(run: Callable[[int], Work], sizes: AsyncSizes | CompassSizes,
-                     programs: Callable[[], int] = lambda: 0) -> tuple[Measurement, int]:
+def _measure_updates(
+  run: Callable[[int], Work],
+  sizes: AsyncSizes | CompassSizes,
+  programs: Callable[[], int] = lambda: 0,
+) -> tuple[Measurement, int]:
   """Warm-up of `sizes.warmup_updates` updates, then `sizes.measure_updates` in chunks of
   `sizes.chunk_updates`. Returns the measurement and the programs compiled by the warm-up
   (asynchronous runs may meet new task-count or step buckets later)."""
@@ -567,9 +744,15 @@ def _measure_updates(run: Callable[[int], Work], sizes: AsyncSizes | CompassSize
   return measure(unit, min_seconds=0.0, min_units=units, max_units=units), after_warmup[0]
 
 
-def _simulated_case(case: str, sizes: AsyncSizes | CompassSizes, strategies: tuple[str, ...],
-                    make_scheduler: Callable[[], Any], make_aggregator: Callable[[], Any],
-                    step_mean: float, setting: str) -> Iterator[dict]:
+def _simulated_case(
+  case: str,
+  sizes: AsyncSizes | CompassSizes,
+  strategies: tuple[str, ...],
+  make_scheduler: Callable[[], Any],
+  make_aggregator: Callable[[], Any],
+  step_mean: float,
+  setting: str,
+) -> Iterator[dict]:
   """A `Simulation` with real training (MLP, deferred batches, per-step latency
   N(step_mean, (0.3 step_mean)^2)) under each executor strategy on the same federation."""
   fed = federation(sizes.num_clients, sizes.min_size, sizes.max_size)
@@ -578,20 +761,41 @@ def _simulated_case(case: str, sizes: AsyncSizes | CompassSizes, strategies: tup
   for strategy in strategies:
     rss = max_rss_mb()
     executor = fedsim_executor(strategy, client_update, fed)
-    sim = Simulation(executor=executor, scheduler=make_scheduler(),
-                     aggregator=make_aggregator(),
-                     latency=PerStepLatency(fed.num_clients, np.random.default_rng(2),
-                                            mean=step_mean, distribution='normal', jitter=0.05),
-                     init_params=model.init(jax.random.PRNGKey(0)),
-                     client_sizes=fed.client_sizes, rng=np.random.default_rng(3), deferred=True)
+    sim = Simulation(
+      executor=executor,
+      scheduler=make_scheduler(),
+      aggregator=make_aggregator(),
+      latency=PerStepLatency(
+        fed.num_clients,
+        np.random.default_rng(2),
+        mean=step_mean,
+        distribution='normal',
+        jitter=0.05,
+      ),
+      init_params=model.init(jax.random.PRNGKey(0)),
+      client_sizes=fed.client_sizes,
+      rng=np.random.default_rng(3),
+      deferred=True,
+    )
     sim.queue = CountingEventQueue()
-    m, warm_programs = _measure_updates(_update_chunks(sim, sizes.batch_size), sizes,
-                                        lambda: executor.num_compiled_programs)
+    m, warm_programs = _measure_updates(
+      _update_chunks(sim, sizes.batch_size),
+      sizes,
+      lambda: executor.num_compiled_programs,  # noqa: F821
+    )
     report = sim.report()
-    yield _record(case, strategy, m, programs=executor.num_compiled_programs, rss_before=rss,
-                  setting=setting, threads=executor.threads, programs_after_warmup=warm_programs,
-                  mean_executed_batch_size=round(report['mean_executed_batch_size'], 2),
-                  computed_steps_ratio=round(executor.steps_computed / executor.steps_run, 3))
+    yield _record(
+      case,
+      strategy,
+      m,
+      programs=executor.num_compiled_programs,
+      rss_before=rss,
+      setting=setting,
+      threads=executor.threads,
+      programs_after_warmup=warm_programs,
+      mean_executed_batch_size=round(report['mean_executed_batch_size'], 2),
+      computed_steps_ratio=round(executor.steps_computed / executor.steps_run, 3),
+    )
     del sim, executor
     gc.collect()
 
@@ -599,32 +803,43 @@ def _simulated_case(case: str, sizes: AsyncSizes | CompassSizes, strategies: tup
 ASYNC_STRATEGIES = ('fedsim_vmap', 'fedsim_loop', 'fedsim_loop_1thread')
 
 
-def fedbuff_case(case: str, sizes: AsyncSizes,
-                 strategies: tuple[str, ...] = ASYNC_STRATEGIES
-                 ) -> Iterator[dict]:
+def fedbuff_case(
+  case: str, sizes: AsyncSizes, strategies: tuple[str, ...] = ASYNC_STRATEGIES
+) -> Iterator[dict]:
   """FedBuff with real training: `AsynchronousScheduler` + the `Executor`, deferred."""
   yield from _simulated_case(
-      case, sizes, strategies,
-      lambda: AsynchronousScheduler(sizes.concurrency, sizes.buffer_size,
-                                    LocalWork(steps=sizes.local_steps,
-                                              batch_size=sizes.batch_size)),
-      lambda: fedopt(optax.sgd(1.0), normalization='count'), 1.0,
-      f'mlp, {sizes.num_clients} clients, concurrency {sizes.concurrency}, '
-      f'K={sizes.buffer_size}, {sizes.local_steps} steps x B={sizes.batch_size}, per-step '
-      'latency N(1, 0.3^2), deferred')
+    case,
+    sizes,
+    strategies,
+    lambda: AsynchronousScheduler(
+      sizes.concurrency,
+      sizes.buffer_size,
+      LocalWork(steps=sizes.local_steps, batch_size=sizes.batch_size),
+    ),
+    lambda: fedopt(optax.sgd(1.0), normalization='count'),
+    1.0,
+    f'mlp, {sizes.num_clients} clients, concurrency {sizes.concurrency}, '
+    f'K={sizes.buffer_size}, {sizes.local_steps} steps x B={sizes.batch_size}, per-step '
+    'latency N(1, 0.3^2), deferred',
+  )
 
 
-def compass_case(case: str, sizes: CompassSizes,
-                 strategies: tuple[str, ...] = ASYNC_STRATEGIES
-                 ) -> Iterator[dict]:
+def compass_case(
+  case: str, sizes: CompassSizes, strategies: tuple[str, ...] = ASYNC_STRATEGIES
+) -> Iterator[dict]:
   """FedCompass cross-silo (the `fedcompass` algorithm's scheduler and aggregator), MLP. The
   silos' tasks have different step counts, which the vmap backend pads to the batch's longest
   (`computed_steps_ratio`) and the loop backend does not."""
   yield from _simulated_case(
-      case, sizes, strategies, lambda: CompassScheduler(sizes.q_min, sizes.q_max),
-      compass_aggregator, 0.15,
-      f'mlp, {sizes.num_clients} silos, Q in [{sizes.q_min}, {sizes.q_max}] x '
-      f'B={sizes.batch_size}, per-step latency N(0.15, 0.045^2), deferred')
+    case,
+    sizes,
+    strategies,
+    lambda: CompassScheduler(sizes.q_min, sizes.q_max),
+    compass_aggregator,
+    0.15,
+    f'mlp, {sizes.num_clients} silos, Q in [{sizes.q_min}, {sizes.q_max}] x '
+    f'B={sizes.batch_size}, per-step latency N(0.15, 0.045^2), deferred',
+  )
 
 
 SCHEDULING_STRATEGIES = ('fedsim_no_training', 'fedsim_timeline')
@@ -639,37 +854,69 @@ def scheduling_case(case: str, sizes: AsyncSizes) -> Iterator[dict]:
   client_sizes = rng.integers(sizes.min_size, sizes.max_size + 1, sizes.num_clients)
   for strategy in SCHEDULING_STRATEGIES:
     rss = max_rss_mb()
-    sim = Simulation(executor=NoTrainingExecutor(params),
-                     scheduler=AsynchronousScheduler(sizes.concurrency, sizes.buffer_size,
-                                                     LocalWork(steps=sizes.local_steps,
-                                                               batch_size=sizes.batch_size)),
-                     aggregator=fedopt(optax.sgd(1.0), normalization='count'),
-                     latency=PerStepLatency(sizes.num_clients, np.random.default_rng(2),
-                                            distribution='normal', jitter=0.05),
-                     init_params=params, client_sizes=client_sizes,
-                     rng=np.random.default_rng(3), deferred=True,
-                     aggregate=strategy != 'fedsim_timeline')
+    sim = Simulation(
+      executor=NoTrainingExecutor(params),
+      scheduler=AsynchronousScheduler(
+        sizes.concurrency,
+        sizes.buffer_size,
+        LocalWork(steps=sizes.local_steps, batch_size=sizes.batch_size),
+      ),
+      aggregator=fedopt(optax.sgd(1.0), normalization='count'),
+      latency=PerStepLatency(
+        sizes.num_clients, np.random.default_rng(2), distribution='normal', jitter=0.05
+      ),
+      init_params=params,
+      client_sizes=client_sizes,
+      rng=np.random.default_rng(3),
+      deferred=True,
+      aggregate=strategy != 'fedsim_timeline',
+    )
     sim.queue = CountingEventQueue()
     m, _ = _measure_updates(_update_chunks(sim, 0), sizes)
-    yield _record(case, strategy, m, programs=0, rss_before=rss,
-                  setting=(f'FedBuff event loop, {sizes.num_clients} clients, concurrency '
-                           f'{sizes.concurrency}, K={sizes.buffer_size}, no training'),
-                  events_per_s=round(m.work.events / max(m.seconds, 1e-9), 1),
-                  measured_events=m.work.events)
+    yield _record(
+      case,
+      strategy,
+      m,
+      programs=0,
+      rss_before=rss,
+      setting=(
+        f'FedBuff event loop, {sizes.num_clients} clients, concurrency '
+        f'{sizes.concurrency}, K={sizes.buffer_size}, no training'
+      ),
+      events_per_s=round(m.work.events / max(m.seconds, 1e-9), 1),
+      measured_events=m.work.events,
+    )
 
 
 # ---- Driver and report ---------------------------------------------------------------------
 
 SYNC_STRATEGIES = {
-    'sync_mlp': ('fedsim_vmap', 'fedsim_loop', 'fedsim_loop_1thread', 'jax_client_loop',
-                 'torch_client_loop', 'roofline'),
-    'sync_cnn': ('fedsim_vmap', 'fedsim_loop', 'fedsim_loop_host', 'fedsim_loop_host_1thread',
-                 'jax_client_loop', 'torch_client_loop', 'roofline'),
+  'sync_mlp': (
+    'fedsim_vmap',
+    'fedsim_loop',
+    'fedsim_loop_1thread',
+    'jax_client_loop',
+    'torch_client_loop',
+    'roofline',
+  ),
+  'sync_cnn': (
+    'fedsim_vmap',
+    'fedsim_loop',
+    'fedsim_loop_host',
+    'fedsim_loop_host_1thread',
+    'jax_client_loop',
+    'torch_client_loop',
+    'roofline',
+  ),
 }
 
 
-def run_case(case: str, quick: bool = False, measure_seconds: float | None = None,
-             torch_threads: int | None = None) -> Iterator[dict[str, Any]]:
+def run_case(
+  case: str,
+  quick: bool = False,
+  measure_seconds: float | None = None,
+  torch_threads: int | None = None,
+) -> Iterator[dict[str, Any]]:
   """Yields the records of `case` (one of `CASES`), one per strategy, as each finishes.
 
   Args:
@@ -721,23 +968,29 @@ def markdown_report(records: list[dict[str, Any]], quick: bool = False) -> str:
   def sync_mlp(strategy: str) -> float | None:
     return by_key.get(('sync_mlp', strategy), {}).get('examples_per_s')
 
-  lines = ['| case | strategy | examples/s | updates/s | compile s | programs | peak RSS MB '
-           '| / roofline | / torch loop | / sync MLP, same strategy |',
-           '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|']
+  lines = [
+    '| case | strategy | examples/s | updates/s | compile s | programs | peak RSS MB '
+    '| / roofline | / torch loop | / sync MLP, same strategy |',
+    '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|',
+  ]
   for r in records:
     eps = r.get('examples_per_s')
     roof = by_key.get((r['case'], 'roofline'), {}).get('examples_per_s')
     torch_eps = by_key.get((r['case'], 'torch_client_loop'), {}).get('examples_per_s')
     is_sync = r['case'] in SYNC_STRATEGIES
     vs_roof = _ratio(eps, roof) if is_sync and r['strategy'] != 'roofline' else '-'
-    vs_torch = (_ratio(eps, torch_eps)
-                if is_sync and r['strategy'] not in ('torch_client_loop',) else '-')
-    vs_sync = (_ratio(eps, sync_mlp(r['strategy']))
-               if r['case'] in ('fedbuff_mlp', 'compass_mlp') else '-')
+    vs_torch = (
+      _ratio(eps, torch_eps) if is_sync and r['strategy'] not in ('torch_client_loop',) else '-'
+    )
+    vs_sync = (
+      _ratio(eps, sync_mlp(r['strategy'])) if r['case'] in ('fedbuff_mlp', 'compass_mlp') else '-'
+    )
     examples = r.get('skipped') or _fmt(eps)
-    lines.append(f"| {r['case']} | {r['strategy']} | {examples} | {_fmt(r.get('updates_per_s'))} "
-                 f"| {_fmt(r.get('compile_s'))} | {_fmt(r.get('programs'))} "
-                 f"| {_fmt(r.get('peak_rss_mb'))} | {vs_roof} | {vs_torch} | {vs_sync} |")
+    lines.append(
+      f'| {r["case"]} | {r["strategy"]} | {examples} | {_fmt(r.get("updates_per_s"))} '
+      f'| {_fmt(r.get("compile_s"))} | {_fmt(r.get("programs"))} '
+      f'| {_fmt(r.get("peak_rss_mb"))} | {vs_roof} | {vs_torch} | {vs_sync} |'
+    )
   notes = ['- quick sizes (smoke test): the figures mean nothing'] if quick else []
   settings = []
   for r in records:
@@ -747,12 +1000,24 @@ def markdown_report(records: list[dict[str, Any]], quick: bool = False) -> str:
   for r in records:
     if r.get('events_per_s') is not None:
       verdict = 'meets' if r['events_per_s'] >= 100_000 else 'misses'
-      notes.append(f"- {r['case']} ({r['strategy']}): {_fmt(r['events_per_s'])} events/s "
-                   f'(arrivals, timers and dispatches); {verdict} the 100,000 events/s target')
-  best = {case: max((r.get('examples_per_s') or 0 for r in records
-                      if r['case'] == case and r['strategy'].startswith('fedsim')), default=0)
-          for case in ('fedbuff_mlp', 'sync_mlp')}
+      notes.append(
+        f'- {r["case"]} ({r["strategy"]}): {_fmt(r["events_per_s"])} events/s '
+        f'(arrivals, timers and dispatches); {verdict} the 100,000 events/s target'
+      )
+  best = {
+    case: max(
+      (
+        r.get('examples_per_s') or 0
+        for r in records
+        if r['case'] == case and r['strategy'].startswith('fedsim')
+      ),
+      default=0,
+    )
+    for case in ('fedbuff_mlp', 'sync_mlp')
+  }
   if best['fedbuff_mlp'] and best['sync_mlp']:
-    notes.append('- FedBuff / sync FedAvg (MLP), best fedsim strategy of each, examples/s: '
-                 f"{best['fedbuff_mlp'] / best['sync_mlp']:.2f} (target 0.6)")
+    notes.append(
+      '- FedBuff / sync FedAvg (MLP), best fedsim strategy of each, examples/s: '
+      f'{best["fedbuff_mlp"] / best["sync_mlp"]:.2f} (target 0.6)'
+    )
   return '\n'.join(lines + [''] + notes)

@@ -39,8 +39,8 @@ from jax.experimental.compilation_cache import compilation_cache as jax_cache
 MODES = ('process', 'off')
 
 _lock = threading.Lock()
-_managed: str | None = None          # the directory this module configured, if any
-_process_dir: str | None = None      # the 'process' directory, created on first use
+_managed: str | None = None  # the directory this module configured, if any
+_process_dir: str | None = None  # the 'process' directory, created on first use
 _saved_min_compile_time: float | None = None
 
 
@@ -105,11 +105,15 @@ def enable(setting: str) -> str | None:
       try:
         os.makedirs(directory, exist_ok=True)
       except OSError as e:
-        raise ValueError(f'run.compilation_cache={setting!r}: cannot create the directory '
-                         f'({e.strerror}); allowed: {MODES} or a writable directory') from None
+        raise ValueError(
+          f'run.compilation_cache={setting!r}: cannot create the directory '
+          f'({e.strerror}); allowed: {MODES} or a writable directory'
+        ) from None
       if not os.access(directory, os.W_OK | os.X_OK):
-        raise ValueError(f'run.compilation_cache={setting!r}: the directory is not writable; '
-                         f'allowed: {MODES} or a writable directory')
+        raise ValueError(
+          f'run.compilation_cache={setting!r}: the directory is not writable; '
+          f'allowed: {MODES} or a writable directory'
+        )
     if directory != _managed:
       _configure(directory)
     return directory

@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import ml_collections
@@ -25,8 +26,7 @@ from fedsim_jax.data.federated import FederatedDataset
 from fedsim_jax.data.lazy import LazyExecutor, LazyFederation
 from fedsim_jax.data.loading import load_dataset
 from fedsim_jax.executor import Executor
-from fedsim_jax.executor.choice import (model_has_convolution, resolve_execution,
-                                        resolve_threads)
+from fedsim_jax.executor.choice import model_has_convolution, resolve_execution, resolve_threads
 from fedsim_jax.metrics import MetricsWriter, make_evaluator, summarize, write_json
 from fedsim_jax.models import Model, get_model
 from fedsim_jax.runtime import Simulation, StopCondition
@@ -47,38 +47,59 @@ class RandomStreams:
   probe_rng: np.random.Generator  # for estimates made before the run (e.g. time limits)
 
   @classmethod
-  def from_seed(cls, seed: int) -> 'RandomStreams':
+  def from_seed(cls, seed: int) -> RandomStreams:
     init_key, train_key = jax.random.split(jax.random.PRNGKey(seed))
     scheduler, latency, availability, probe = np.random.SeedSequence(seed).spawn(4)
-    return cls(init_key=init_key, train_key=train_key,
-               scheduler_rng=np.random.default_rng(scheduler),
-               latency_rng=np.random.default_rng(latency),
-               availability_rng=np.random.default_rng(availability),
-               probe_rng=np.random.default_rng(probe))
+    return cls(
+      init_key=init_key,
+      train_key=train_key,
+      scheduler_rng=np.random.default_rng(scheduler),
+      latency_rng=np.random.default_rng(latency),
+      availability_rng=np.random.default_rng(availability),
+      probe_rng=np.random.default_rng(probe),
+    )
 
 
 def _settings(section: ml_collections.ConfigDict) -> dict[str, Any]:
   """A model's config section as keyword settings; None means 'use the default'."""
-  return {k: (tuple(v) if isinstance(v, list) else v) for k, v in section.to_dict().items()
-          if v is not None}
+  return {
+    k: (tuple(v) if isinstance(v, list) else v)
+    for k, v in section.to_dict().items()
+    if v is not None
+  }
 
 
-def build_latency(config: ml_collections.ConfigDict, dataset: FederatedDataset,
-                  model_bytes: int, rng: np.random.Generator):
+def build_latency(
+  config: ml_collections.ConfigDict,
+  dataset: FederatedDataset,
+  model_bytes: int,
+  rng: np.random.Generator,
+):
   """The configured latency model; invalid settings raise `ConfigError`."""
   name = config.latency.model
   try:
-    return make_latency(name, num_clients=dataset.num_clients, rng=rng,
-                        client_sizes=dataset.client_sizes, batch_size=config.client.batch_size,
-                        model_bytes=model_bytes, straggler_mask=dataset.straggler_mask,
-                        **_settings(config.latency[name]))
+    return make_latency(
+      name,
+      num_clients=dataset.num_clients,
+      rng=rng,
+      client_sizes=dataset.client_sizes,
+      batch_size=config.client.batch_size,
+      model_bytes=model_bytes,
+      straggler_mask=dataset.straggler_mask,
+      **_settings(config.latency[name]),
+    )
   except (ValueError, TypeError, FileNotFoundError) as error:
     raise config_lib.ConfigError(f'latency.{name}: {error}') from None
 
 
-def epoch_compute_time_percentile(config: ml_collections.ConfigDict, dataset: FederatedDataset,
-                                  model_bytes: int, percentile: float, rng: np.random.Generator,
-                                  draws_per_client: int = 20) -> float:
+def epoch_compute_time_percentile(
+  config: ml_collections.ConfigDict,
+  dataset: FederatedDataset,
+  model_bytes: int,
+  percentile: float,
+  rng: np.random.Generator,
+  draws_per_client: int = 20,
+) -> float:
   """The population-wide percentile of one local epoch's on-device compute time (overhead +
   steps x step time; communication excluded), estimated from a probe copy of the latency model
   so that the run's own latency draws are untouched (the straggler paper's time limit)."""
@@ -90,8 +111,9 @@ def epoch_compute_time_percentile(config: ml_collections.ConfigDict, dataset: Fe
   return float(np.percentile(times, percentile))
 
 
-def resolve_settings(config: ml_collections.ConfigDict, dataset: FederatedDataset,
-                     model: Model) -> ml_collections.ConfigDict:
+def resolve_settings(
+  config: ml_collections.ConfigDict, dataset: FederatedDataset, model: Model
+) -> ml_collections.ConfigDict:
   """Replaces settings given relative to the federation by their values (today:
   `scheduler.time_limit_percentile` -> `scheduler.time_limit`)."""
   percentile = config.scheduler.time_limit_percentile
@@ -99,19 +121,20 @@ def resolve_settings(config: ml_collections.ConfigDict, dataset: FederatedDatase
     return config
   streams = RandomStreams.from_seed(config.seed)
   model_bytes = 4 * model.num_params(model.init(streams.init_key))
-  limit = epoch_compute_time_percentile(config, dataset, model_bytes, percentile,
-                                        streams.probe_rng)
+  limit = epoch_compute_time_percentile(config, dataset, model_bytes, percentile, streams.probe_rng)
   config = config.copy_and_resolve_references()
   with config.unlocked():
     config.scheduler.time_limit = limit
     config.scheduler.time_limit_percentile = None
-  logging.info('scheduler.time_limit = %.2fs (percentile %g of one-epoch compute time)', limit,
-               percentile)
+  logging.info(
+    'scheduler.time_limit = %.2fs (percentile %g of one-epoch compute time)', limit, percentile
+  )
   return config
 
 
-def build_availability(config: ml_collections.ConfigDict, dataset: FederatedDataset,
-                       rng: np.random.Generator):
+def build_availability(
+  config: ml_collections.ConfigDict, dataset: FederatedDataset, rng: np.random.Generator
+):
   name = config.availability.model
   settings = _settings(config.availability[name]) if name in config.availability else {}
   try:
@@ -129,46 +152,68 @@ def build_federated_dataset(config: ml_collections.ConfigDict) -> FederatedDatas
     if data.partition == 'iid':
       parts = partition_lib.iid(len(central.train_y), data.num_clients, seed)
     elif data.partition == 'dirichlet':
-      parts = partition_lib.dirichlet(central.train_y, data.num_clients, data.concentration,
-                                      seed, min_client_size=data.min_client_size,
-                                      balance=data.balance)
+      parts = partition_lib.dirichlet(
+        central.train_y,
+        data.num_clients,
+        data.concentration,
+        seed,
+        min_client_size=data.min_client_size,
+        balance=data.balance,
+      )
     elif data.partition == 'shards':
-      parts = partition_lib.shards(central.train_y, data.num_clients, data.shards_per_client,
-                                   seed)
+      parts = partition_lib.shards(central.train_y, data.num_clients, data.shards_per_client, seed)
     elif data.partition == 'class':  # None: the paper's settings for this client count
       classes = None if data.classes_per_client is None else tuple(data.classes_per_client)
-      parts = partition_lib.class_partition(central.train_y, data.num_clients, seed,
-                                            classes_per_client=classes)
+      parts = partition_lib.class_partition(
+        central.train_y, data.num_clients, seed, classes_per_client=classes
+      )
     elif data.partition == 'dual_dirichlet':
-      parts = partition_lib.dual_dirichlet(central.train_y, data.num_clients, seed,
-                                           alpha_1=data.alpha_1, alpha_2=data.alpha_2)
+      parts = partition_lib.dual_dirichlet(
+        central.train_y, data.num_clients, seed, alpha_1=data.alpha_1, alpha_2=data.alpha_2
+      )
     elif data.partition == 'gamma_mix':
       parts = partition_lib.gamma_mix(central.train_y, data.num_clients, data.gamma, seed)
     elif data.partition == 'budget_skewed':  # the p_i the algorithm draws (same seed stream)
       from fedsim_jax.strategy.algorithms import client_budgets
 
       parts = partition_lib.budget_skewed(
-          central.train_y, data.num_clients, seed,
-          budgets=client_budgets(config, data.num_clients), skew=data.budget_skew,
-          shards_per_client=data.shards_per_client, skewed_fraction=data.skewed_fraction)
+        central.train_y,
+        data.num_clients,
+        seed,
+        budgets=client_budgets(config, data.num_clients),
+        skew=data.budget_skew,
+        shards_per_client=data.shards_per_client,
+        skewed_fraction=data.skewed_fraction,
+      )
     elif data.partition == 'natural':
       if central.train_client_ids is None:
-        raise ValueError(f'dataset {central.name!r} has no natural client ids; allowed '
-                         'datasets: those with a client_id feature (e.g. shakespeare)')
-      parts, _ = partition_lib.natural(central.train_client_ids,
-                                       min_client_size=max(data.min_client_size, 1))
+        raise ValueError(
+          f'dataset {central.name!r} has no natural client ids; allowed '
+          'datasets: those with a client_id feature (e.g. shakespeare)'
+        )
+      parts, _ = partition_lib.natural(
+        central.train_client_ids, min_client_size=max(data.min_client_size, 1)
+      )
     else:
       parts = partition_lib.two_classes_per_client(central.train_y, data.num_clients, seed)
     straggler_mask = None
     if data.straggler_classes is not None:
       parts, straggler_mask = partition_lib.straggler_domain_split(
-          central.train_y, parts, list(data.straggler_classes), data.num_stragglers)
+        central.train_y, parts, list(data.straggler_classes), data.num_stragglers
+      )
   except ValueError as error:  # an impossible partition is a settings error
     raise config_lib.ConfigError(f'data.partition={data.partition!r}: {error}') from None
   federation = LazyFederation if data.lazy else FederatedDataset
-  return federation.from_partition(central.name, central.train_x, central.train_y, parts,
-                                   central.test_x, central.test_y, central.num_classes,
-                                   straggler_mask=straggler_mask)
+  return federation.from_partition(
+    central.name,
+    central.train_x,
+    central.train_y,
+    parts,
+    central.test_x,
+    central.test_y,
+    central.num_classes,
+    straggler_mask=straggler_mask,
+  )
 
 
 def build_model(config: ml_collections.ConfigDict, dataset: FederatedDataset) -> Model:
@@ -178,8 +223,12 @@ def build_model(config: ml_collections.ConfigDict, dataset: FederatedDataset) ->
   return get_model(config.model.name, dataset.input_shape, dataset.num_classes, **kwargs)
 
 
-def build_simulation(config: ml_collections.ConfigDict, dataset: FederatedDataset, model: Model,
-                     on_version: Callable[[Simulation], None] | None = None) -> Simulation:
+def build_simulation(
+  config: ml_collections.ConfigDict,
+  dataset: FederatedDataset,
+  model: Model,
+  on_version: Callable[[Simulation], None] | None = None,
+) -> Simulation:
   """Wires model, algorithm, executor and latency model into a ready-to-run `Simulation`."""
   streams = RandomStreams.from_seed(config.seed)
   init_params = model.init(streams.init_key)
@@ -187,41 +236,64 @@ def build_simulation(config: ml_collections.ConfigDict, dataset: FederatedDatase
   latency = build_latency(config, dataset, model_bytes, streams.latency_rng)
   availability = build_availability(config, dataset, streams.availability_rng)
   try:
-    algorithm = get_algorithm(config, BuildContext(dataset.num_clients, dataset.client_sizes,
-                                                   latency))
+    algorithm = get_algorithm(
+      config, BuildContext(dataset.num_clients, dataset.client_sizes, latency)
+    )
   except ValueError as error:
     raise config_lib.ConfigError(str(error)) from None
   client = config.client
-  optimizer = client_optimizer(client.optimizer, client.learning_rate, momentum=client.momentum,
-                               weight_decay=client.weight_decay)
+  optimizer = client_optimizer(
+    client.optimizer,
+    client.learning_rate,
+    momentum=client.momentum,
+    weight_decay=client.weight_decay,
+  )
   client_update = algorithm.make_client_update(model, optimizer, client.batch_size)
   lazy = isinstance(dataset, LazyFederation)
   backend, step_loop = resolve_execution(
-      config.executor.backend, config.executor.step_loop, devices=config.executor.devices,
-      convolutional=lambda: model_has_convolution(model, init_params))
+    config.executor.backend,
+    config.executor.step_loop,
+    devices=config.executor.devices,
+    convolutional=lambda: model_has_convolution(model, init_params),
+  )
   try:
-    executor = Executor(client_update,
-                        dataset.gather([0]).data if lazy else dataset.device_arrays(),
-                        streams.train_key, backend=backend,
-                        sampling=client.sampling, unroll=config.executor.unroll,
-                        bucket_bits=config.executor.bucket_bits,
-                        step_loop=step_loop, devices=config.executor.devices,
-                        threads=resolve_threads(config.executor.threads, backend))
+    executor = Executor(
+      client_update,
+      dataset.gather([0]).data if lazy else dataset.device_arrays(),
+      streams.train_key,
+      backend=backend,
+      sampling=client.sampling,
+      unroll=config.executor.unroll,
+      bucket_bits=config.executor.bucket_bits,
+      step_loop=step_loop,
+      devices=config.executor.devices,
+      threads=resolve_threads(config.executor.threads, backend),
+    )
   except ValueError as error:  # e.g. more devices than this host has
     raise config_lib.ConfigError(str(error)) from None
   if lazy:  # gathers each batch's clients into a compact device block before running it
     executor = LazyExecutor(executor, dataset)
-  return Simulation(executor=executor, scheduler=algorithm.scheduler,
-                    aggregator=algorithm.aggregator, latency=latency, availability=availability,
-                    init_params=init_params, client_sizes=dataset.client_sizes,
-                    rng=streams.scheduler_rng, deferred=config.executor.deferred,
-                    on_version=on_version, bucket_bits=config.executor.bucket_bits)
+  return Simulation(
+    executor=executor,
+    scheduler=algorithm.scheduler,
+    aggregator=algorithm.aggregator,
+    latency=latency,
+    availability=availability,
+    init_params=init_params,
+    client_sizes=dataset.client_sizes,
+    rng=streams.scheduler_rng,
+    deferred=config.executor.deferred,
+    on_version=on_version,
+    bucket_bits=config.executor.bucket_bits,
+  )
 
 
 def stop_condition(config: ml_collections.ConfigDict) -> StopCondition:
-  return StopCondition(max_versions=config.run.num_rounds,
-                       max_virtual_time=config.run.max_virtual_time,
-                       max_client_updates=config.run.max_client_updates)
+  return StopCondition(
+    max_versions=config.run.num_rounds,
+    max_virtual_time=config.run.max_virtual_time,
+    max_client_updates=config.run.max_client_updates,
+  )
 
 
 class PreparedRun:
@@ -232,8 +304,12 @@ class PreparedRun:
   finish each.
   """
 
-  def __init__(self, config: ml_collections.ConfigDict, workdir: str | os.PathLike,
-               dataset: FederatedDataset | None = None):
+  def __init__(
+    self,
+    config: ml_collections.ConfigDict,
+    workdir: str | os.PathLike,
+    dataset: FederatedDataset | None = None,
+  ):
     config_lib.validate(config)
     try:
       cache_dir = compilation_cache.enable(config.run.compilation_cache)
@@ -246,20 +322,30 @@ class PreparedRun:
       dataset = build_federated_dataset(config)
     for name in ('cohort_size', 'concurrency', 'num_selected'):
       value = config.scheduler[name]
-      if (config_lib.uses_setting(config.algorithm, name) and value is not None
-          and value > dataset.num_clients):
-        raise config_lib.ConfigError(f'scheduler.{name}={value} is invalid; allowed values: '
-                                     f'1..{dataset.num_clients} (the federation size)')
+      if (
+        config_lib.uses_setting(config.algorithm, name)
+        and value is not None
+        and value > dataset.num_clients
+      ):
+        raise config_lib.ConfigError(
+          f'scheduler.{name}={value} is invalid; allowed values: '
+          f'1..{dataset.num_clients} (the federation size)'
+        )
     self.dataset = dataset
     model = build_model(config, dataset)
     config = resolve_settings(config, dataset, model)
     self.config = config
     write_json(os.path.join(workdir, 'config.json'), config.to_dict())
     self._evaluate = make_evaluator(
-        model, dataset.test_x, dataset.test_y, config.run.eval_batch_size,
-        class_groups={name: tuple(classes)
-                      for name, classes in config.run.eval_class_groups.items()} or None,
-        balanced_accuracy=config.run.eval_balanced_accuracy, top_k=tuple(config.run.eval_top_k))
+      model,
+      dataset.test_x,
+      dataset.test_y,
+      config.run.eval_batch_size,
+      class_groups={name: tuple(classes) for name, classes in config.run.eval_class_groups.items()}
+      or None,
+      balanced_accuracy=config.run.eval_balanced_accuracy,
+      top_k=tuple(config.run.eval_top_k),
+    )
     self.writer = MetricsWriter(workdir)
     self._last_evaluated = -1
     self.host_extra: dict[str, Any] = {}  # e.g. lockstep batching figures, for summary['host']
@@ -272,13 +358,25 @@ class PreparedRun:
     self.stop = stop_condition(config)
     executor = self.simulation.executor
     executor = getattr(executor, 'executor', executor)  # a LazyExecutor wraps the executor
-    self.host_extra.update(backend=executor.backend, step_loop=executor.step_loop,
-                           threads=executor.threads,
-                           compilation_cache=compilation_cache.in_use(cache_dir))
-    logging.info('%s on %s: %d clients, model %s (%d parameters), latency %s, backend %s '
-                 '(steps: %s, threads: %d)', config.algorithm, dataset.name,
-                 dataset.num_clients, model.name, model.num_params(self.simulation.params),
-                 config.latency.model, executor.backend, executor.step_loop, executor.threads)
+    self.host_extra.update(
+      backend=executor.backend,
+      step_loop=executor.step_loop,
+      threads=executor.threads,
+      compilation_cache=compilation_cache.in_use(cache_dir),
+    )
+    logging.info(
+      '%s on %s: %d clients, model %s (%d parameters), latency %s, backend %s '
+      '(steps: %s, threads: %d)',
+      config.algorithm,
+      dataset.name,
+      dataset.num_clients,
+      model.name,
+      model.num_params(self.simulation.params),
+      config.latency.model,
+      executor.backend,
+      executor.step_loop,
+      executor.threads,
+    )
     self.record(self.simulation)
     self.simulation_start = time.perf_counter()
 
@@ -286,15 +384,31 @@ class PreparedRun:
     """Evaluates the server model and writes a metrics row."""
     metrics = self._evaluate(sim.eval_params)
     self._last_evaluated = sim.version
-    self.writer.write({
-        'virtual_time': sim.now, 'version': sim.version, 'client_updates': sim.client_updates,
-        'gradient_steps': sim.gradient_steps, 'test_accuracy': metrics['accuracy'],
+    self.writer.write(
+      {
+        'virtual_time': sim.now,
+        'version': sim.version,
+        'client_updates': sim.client_updates,
+        'gradient_steps': sim.gradient_steps,
+        'test_accuracy': metrics['accuracy'],
         'test_loss': metrics['loss'],
-        **{f'test_{name}': value for name, value in metrics.items()
-           if name not in ('accuracy', 'loss', 'num_examples')}})
-    logging.info('version %d  virtual time %.1fs  client updates %d  test accuracy %.4f  '
-                 'loss %.4f  (host %.1fs)', sim.version, sim.now, sim.client_updates,
-                 metrics['accuracy'], metrics['loss'], time.perf_counter() - self.host_start)
+        **{
+          f'test_{name}': value
+          for name, value in metrics.items()
+          if name not in ('accuracy', 'loss', 'num_examples')
+        },
+      }
+    )
+    logging.info(
+      'version %d  virtual time %.1fs  client updates %d  test accuracy %.4f  '
+      'loss %.4f  (host %.1fs)',
+      sim.version,
+      sim.now,
+      sim.client_updates,
+      metrics['accuracy'],
+      metrics['loss'],
+      time.perf_counter() - self.host_start,
+    )
 
   def finish(self) -> dict[str, Any]:
     """Final evaluation, `summary.json` and `clients.json`; returns the summary."""
@@ -309,23 +423,32 @@ class PreparedRun:
     if scheduler_report is not None:
       summary['scheduler'] = scheduler_report()
     summary['host'] = {
-        'seconds': time.perf_counter() - self.host_start,
-        'simulation_seconds': simulation_seconds,
-        'compiled_client_programs': sim.executor.num_compiled_programs,
-        'client_examples_per_second': (sim.executor.steps_run * config.client.batch_size
-                                       / max(simulation_seconds, 1e-9)),
-        **self.host_extra,
+      'seconds': time.perf_counter() - self.host_start,
+      'simulation_seconds': simulation_seconds,
+      'compiled_client_programs': sim.executor.num_compiled_programs,
+      'client_examples_per_second': (
+        sim.executor.steps_run * config.client.batch_size / max(simulation_seconds, 1e-9)
+      ),
+      **self.host_extra,
     }
-    write_json(os.path.join(self.workdir, 'clients.json'), {
+    write_json(
+      os.path.join(self.workdir, 'clients.json'),
+      {
         'dispatched': sim.dispatch_counts.tolist(),
         'aggregated': sim.aggregated_counts.tolist(),
-        'gradient_steps': sim.steps_per_client.tolist(), 'busy_time': sim.busy_time.tolist()})
+        'gradient_steps': sim.steps_per_client.tolist(),
+        'busy_time': sim.busy_time.tolist(),
+      },
+    )
     write_json(os.path.join(self.workdir, 'summary.json'), summary)
     return summary
 
 
-def run_experiment(config: ml_collections.ConfigDict, workdir: str | os.PathLike,
-                   dataset: FederatedDataset | None = None) -> dict[str, Any]:
+def run_experiment(
+  config: ml_collections.ConfigDict,
+  workdir: str | os.PathLike,
+  dataset: FederatedDataset | None = None,
+) -> dict[str, Any]:
   """Runs the experiment described by `config`, writing its outputs into `workdir`.
 
   Args:
@@ -353,10 +476,11 @@ def _without_seeds(config: ml_collections.ConfigDict) -> dict[str, Any]:
   return settings
 
 
-def run_experiments_lockstep(configs: Sequence[ml_collections.ConfigDict],
-                             workdirs: Sequence[str | os.PathLike],
-                             datasets: Sequence[FederatedDataset | None] | None = None
-                             ) -> list[dict[str, Any]]:
+def run_experiments_lockstep(
+  configs: Sequence[ml_collections.ConfigDict],
+  workdirs: Sequence[str | os.PathLike],
+  datasets: Sequence[FederatedDataset | None] | None = None,
+) -> list[dict[str, Any]]:
   """Runs several experiments that differ only in their seeds together
   (`fedsim_jax.runtime.lockstep`); each run directory gets exactly what `run_experiment` would
   write (timings aside).
@@ -377,8 +501,10 @@ def run_experiments_lockstep(configs: Sequence[ml_collections.ConfigDict],
   reference = _without_seeds(configs[0])
   for config in configs[1:]:
     if _without_seeds(config) != reference:
-      raise config_lib.ConfigError('lockstep sweeps need configs that differ only in seed, '
-                                   'data.partition_seed and run.eval_every')
+      raise config_lib.ConfigError(
+        'lockstep sweeps need configs that differ only in seed, '
+        'data.partition_seed and run.eval_every'
+      )
   if configs[0].data.lazy:
     raise config_lib.ConfigError('data.lazy=True is invalid in a lockstep sweep; allowed: False')
   # Without `datasets`, every run loads the same dataset: `load_dataset` decodes it once and
@@ -395,18 +521,29 @@ def run_experiments_lockstep(configs: Sequence[ml_collections.ConfigDict],
     run_concurrently([r.simulation for r in runs], [r.stop for r in runs])
     info = {'simulations': len(runs), 'execution': 'concurrent'}
   else:
-    settings = dict(backend=first.backend, sampling=configs[0].client.sampling,
-                    unroll=configs[0].executor.unroll, bucket_bits=first.bucket_bits,
-                    step_loop=first.step_loop, devices=first.devices, threads=first.threads)
+    settings = dict(
+      backend=first.backend,
+      sampling=configs[0].client.sampling,
+      unroll=configs[0].executor.unroll,
+      bucket_bits=first.bucket_bits,
+      step_loop=first.step_loop,
+      devices=first.devices,
+      threads=first.threads,
+    )
     shared, executors = lockstep_executors(
-        lambda data, keys: Executor(first.client_update, data, keys, **settings),
-        [r.dataset for r in runs], [r.simulation.executor.base_key for r in runs])
+      lambda data, keys: Executor(first.client_update, data, keys, **settings),
+      [r.dataset for r in runs],
+      [r.simulation.executor.base_key for r in runs],
+    )
     for run, executor in zip(runs, executors):
       run.simulation.executor = executor
     run_lockstep([r.simulation for r in runs], [r.stop for r in runs], shared)
-    info = {'simulations': len(runs), 'execution': 'shared_batches',
-            'shared_batches': shared.batches,
-            'mean_shared_batch_size': shared.executor.tasks_run / max(shared.batches, 1)}
+    info = {
+      'simulations': len(runs),
+      'execution': 'shared_batches',
+      'shared_batches': shared.batches,
+      'mean_shared_batch_size': shared.executor.tasks_run / max(shared.batches, 1),
+    }
   for run in runs:
     run.host_extra['lockstep'] = dict(info)
   return [r.finish() for r in runs]

@@ -6,7 +6,6 @@ from fedsim_jax import compilation_cache
 from fedsim_jax.data.federated import FederatedDataset
 from fedsim_jax.data.synthetic import toy_federation as make_toy_federation
 
-
 # Every test shares compiled programs with the earlier tests of its worker, as runs of one
 # process do by default (`run.compilation_cache = 'process'`): many tests build the same
 # client, aggregation and evaluation programs afresh.
@@ -22,6 +21,7 @@ def toy_federation() -> FederatedDataset:
 def digits_data_dir(tmp_path_factory):
   """A data dir with scikit-learn digits prepared as a tfds array_record dataset."""
   from fedsim_jax.data.prepare import prepare
+
   data_dir = tmp_path_factory.mktemp('data')
   prepare('digits', data_dir)
   return data_dir

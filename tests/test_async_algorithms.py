@@ -13,9 +13,19 @@ from fedsim_jax.executor import ClientTask, Executor
 from fedsim_jax.models import get_model
 from fedsim_jax.runtime import PerStepLatency, Simulation, StopCondition, UpdateBatch
 from fedsim_jax.runtime.latency.registry import make_latency
-from fedsim_jax.strategy import (AsynchronousScheduler, LocalWork, SynchronousScheduler,
-                                 TieredScheduler, cross_tier_weights, fedasync, fedat_aggregator,
-                                 fedopt, make_staleness, speed_tiers, with_ema)
+from fedsim_jax.strategy import (
+  AsynchronousScheduler,
+  LocalWork,
+  SynchronousScheduler,
+  TieredScheduler,
+  cross_tier_weights,
+  fedasync,
+  fedat_aggregator,
+  fedopt,
+  make_staleness,
+  speed_tiers,
+  with_ema,
+)
 
 FED = toy_federation(num_clients=8, min_size=4, max_size=12)
 
@@ -28,11 +38,14 @@ def _model_and_update(lr=0.2, **kwargs):
 def _simulation(scheduler, aggregator, latency=None, update=None, seed=0):
   model, default_update = _model_and_update()
   return Simulation(
-      executor=Executor(update or default_update, FED.device_arrays(), jax.random.PRNGKey(1)),
-      scheduler=scheduler, aggregator=aggregator,
-      latency=latency or PerStepLatency(FED.num_clients, np.random.default_rng(5)),
-      init_params=model.init(jax.random.PRNGKey(0)), client_sizes=FED.client_sizes,
-      rng=np.random.default_rng(seed))
+    executor=Executor(update or default_update, FED.device_arrays(), jax.random.PRNGKey(1)),
+    scheduler=scheduler,
+    aggregator=aggregator,
+    latency=latency or PerStepLatency(FED.num_clients, np.random.default_rng(5)),
+    init_params=model.init(jax.random.PRNGKey(0)),
+    client_sizes=FED.client_sizes,
+    rng=np.random.default_rng(seed),
+  )
 
 
 def _assert_trees_close(a, b, atol=1e-6):
@@ -42,28 +55,30 @@ def _assert_trees_close(a, b, atol=1e-6):
 
 def _batch(deltas, client, staleness, weights=None):
   k = len(staleness)
-  return UpdateBatch(deltas={'w': jnp.asarray(deltas, jnp.float32)},
-                     weights=jnp.asarray(weights or [1.0] * k, jnp.float32),
-                     staleness=jnp.asarray(staleness, jnp.int32),
-                     num_steps=jnp.ones(k, jnp.int32), group=jnp.zeros(k, jnp.int32),
-                     client_params={'w': jnp.asarray(client, jnp.float32)})
+  return UpdateBatch(
+    deltas={'w': jnp.asarray(deltas, jnp.float32)},
+    weights=jnp.asarray(weights or [1.0] * k, jnp.float32),
+    staleness=jnp.asarray(staleness, jnp.int32),
+    num_steps=jnp.ones(k, jnp.int32),
+    group=jnp.zeros(k, jnp.int32),
+    client_params={'w': jnp.asarray(client, jnp.float32)},
+  )
 
 
 class TestStalenessFunctions:
-
   def test_values(self):
     u = jnp.array([0, 1, 3, 8])
     np.testing.assert_allclose(make_staleness('constant')(u), [1, 1, 1, 1])
-    np.testing.assert_allclose(make_staleness('polynomial', a=0.5)(u),
-                               [1, 2**-0.5, 0.5, 1 / 3], rtol=1e-6)
-    np.testing.assert_allclose(make_staleness('hinge', a=0.5, b=2)(u),
-                               [1, 1, 1 / 1.5, 1 / 4], rtol=1e-6)
-    np.testing.assert_allclose(make_staleness('exponential', a=0.1)(u), np.exp(-0.1 * u),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+      make_staleness('polynomial', a=0.5)(u), [1, 2**-0.5, 0.5, 1 / 3], rtol=1e-6
+    )
+    np.testing.assert_allclose(
+      make_staleness('hinge', a=0.5, b=2)(u), [1, 1, 1 / 1.5, 1 / 4], rtol=1e-6
+    )
+    np.testing.assert_allclose(make_staleness('exponential', a=0.1)(u), np.exp(-0.1 * u), rtol=1e-6)
 
 
 class TestFedAsyncRule:
-
   def test_mixing_with_staleness(self):
     aggregator = fedasync(0.9, make_staleness('polynomial', a=0.5))
     state = aggregator.init({'w': jnp.array([1.0])})
@@ -74,16 +89,17 @@ class TestFedAsyncRule:
   def test_updates_of_one_batch_mix_in_order_and_padding_is_ignored(self):
     aggregator = fedasync(0.5, make_staleness('constant'))
     state = aggregator.init({'w': jnp.array([0.0])})
-    state = aggregator.apply(state, _batch([[0], [0], [0]], [[4.0], [8.0], [1e9]], [0, 0, 0],
-                                           weights=[1.0, 1.0, 0.0]))
+    state = aggregator.apply(
+      state, _batch([[0], [0], [0]], [[4.0], [8.0], [1e9]], [0, 0, 0], weights=[1.0, 1.0, 0.0])
+    )
     np.testing.assert_allclose(state.params['w'], [0.5 * (0.5 * 0 + 0.5 * 4) + 0.5 * 8])
 
 
 class TestFedBuffRule:
-
   def test_buffer_average_over_k_scaled_by_staleness(self):
-    aggregator = fedopt(optax.sgd(2.0), normalization='count',
-                        staleness=make_staleness('polynomial', a=1.0))
+    aggregator = fedopt(
+      optax.sgd(2.0), normalization='count', staleness=make_staleness('polynomial', a=1.0)
+    )
     state = aggregator.init({'w': jnp.array([0.0])})
     # (1 * 1/1 + 3 * 1/2) / 2 = 1.25; server lr 2 -> 2.5
     state = aggregator.apply(state, _batch([[1.0], [3.0]], [[0], [0]], [0, 1]))
@@ -99,7 +115,6 @@ class TestFedBuffRule:
 
 
 class TestFedAT:
-
   def test_speed_tiers(self):
     times = np.array([1.0, 5.0, 1.5, 2.1, 9.0, 2.0, 4.0])
     tiers = speed_tiers(times, ratio=2.0)
@@ -123,11 +138,13 @@ class TestFedAT:
     np.testing.assert_allclose(state.params['w'], [3.5])
 
   def test_fedat_runs_tiers_asynchronously(self):
-    latency = PerStepLatency(FED.num_clients, np.random.default_rng(0), mean=1.0,
-                             distribution='exponential')
+    latency = PerStepLatency(
+      FED.num_clients, np.random.default_rng(0), mean=1.0, distribution='exponential'
+    )
     tiers = speed_tiers(latency.step_time, 2.0)
-    sim = _simulation(TieredScheduler(tiers, 2, LocalWork(steps=2)),
-                      fedat_aggregator(len(tiers)), latency=latency)
+    sim = _simulation(
+      TieredScheduler(tiers, 2, LocalWork(steps=2)), fedat_aggregator(len(tiers)), latency=latency
+    )
     sim.run(StopCondition(max_versions=12))
     counts = np.asarray(sim.server_state.tier_counts)
     assert counts.sum() == 12 and len(tiers) > 1
@@ -136,14 +153,14 @@ class TestFedAT:
 
 
 class TestEquivalences:
-
   @pytest.mark.parametrize('k', [3, 8])
   def test_fedbuff_with_k_equal_concurrency_equal_cohort_is_fedavg(self, k):
     local_work = LocalWork(steps=3, batch_size=4)
     fedavg = _simulation(SynchronousScheduler(k, local_work, 'uniform'), fedopt(optax.sgd(0.7)))
-    fedbuff = _simulation(AsynchronousScheduler(k, k, local_work, 'uniform'),
-                          fedopt(optax.sgd(0.7), normalization='count',
-                                 staleness=make_staleness('polynomial', a=0.5)))
+    fedbuff = _simulation(
+      AsynchronousScheduler(k, k, local_work, 'uniform'),
+      fedopt(optax.sgd(0.7), normalization='count', staleness=make_staleness('polynomial', a=0.5)),
+    )
     fedavg.run(StopCondition(max_versions=4))
     fedbuff.run(StopCondition(max_versions=4))
     _assert_trees_close(fedavg.params, fedbuff.params, atol=1e-6)
@@ -151,8 +168,11 @@ class TestEquivalences:
 
   def test_fedasync_alpha_one_single_client_is_sequential_training(self):
     _, update = _model_and_update()
-    sim = _simulation(AsynchronousScheduler(1, 1, LocalWork(steps=2, batch_size=4)),
-                      fedasync(1.0, make_staleness('polynomial', a=0.0)), update=update)
+    sim = _simulation(
+      AsynchronousScheduler(1, 1, LocalWork(steps=2, batch_size=4)),
+      fedasync(1.0, make_staleness('polynomial', a=0.0)),
+      update=update,
+    )
     order = []
     original = sim.dispatch
 
@@ -172,38 +192,48 @@ class TestEquivalences:
     _assert_trees_close(sim.params, params, atol=1e-6)
 
   def test_synchronous_trajectory_does_not_depend_on_the_latency_model(self):
-    kwargs = dict(num_clients=FED.num_clients, client_sizes=FED.client_sizes, batch_size=4,
-                  model_bytes=1000)
+    kwargs = dict(
+      num_clients=FED.num_clients, client_sizes=FED.client_sizes, batch_size=4, model_bytes=1000
+    )
     models = {
-        'homogeneous': PerStepLatency(FED.num_clients, np.random.default_rng(0)),
-        'normal': PerStepLatency(FED.num_clients, np.random.default_rng(0),
-                                 distribution='normal', jitter=0.05),
-        'lognormal': make_latency('lognormal', rng=np.random.default_rng(0), **kwargs),
-        'fedscale': make_latency('fedscale', rng=np.random.default_rng(0), **kwargs),
-        'device_ratio': make_latency('device_ratio', rng=np.random.default_rng(0),
-                                     fastest_step_time=0.2, **kwargs),
+      'homogeneous': PerStepLatency(FED.num_clients, np.random.default_rng(0)),
+      'normal': PerStepLatency(
+        FED.num_clients, np.random.default_rng(0), distribution='normal', jitter=0.05
+      ),
+      'lognormal': make_latency('lognormal', rng=np.random.default_rng(0), **kwargs),
+      'fedscale': make_latency('fedscale', rng=np.random.default_rng(0), **kwargs),
+      'device_ratio': make_latency(
+        'device_ratio', rng=np.random.default_rng(0), fastest_step_time=0.2, **kwargs
+      ),
     }
     results = {}
     for name, latency in models.items():
-      sim = _simulation(SynchronousScheduler(3, LocalWork(steps=2, batch_size=4)),
-                        fedopt(optax.sgd(1.0)), latency=latency)
+      sim = _simulation(
+        SynchronousScheduler(3, LocalWork(steps=2, batch_size=4)),
+        fedopt(optax.sgd(1.0)),
+        latency=latency,
+      )
       sim.run(StopCondition(max_versions=3))
       results[name] = sim
     reference = results['homogeneous']
     for name, sim in results.items():
-      for a, b in zip(jax.tree_util.tree_leaves(reference.params),
-                      jax.tree_util.tree_leaves(sim.params)):
+      for a, b in zip(
+        jax.tree_util.tree_leaves(reference.params), jax.tree_util.tree_leaves(sim.params)
+      ):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=name)
     assert len({round(sim.now, 6) for sim in results.values()}) == len(results)
 
 
 class TestSynchronousVariants:
-
   def test_over_selection_aggregates_the_fastest_and_drops_stragglers(self):
-    latency = PerStepLatency(FED.num_clients, np.random.default_rng(0), mean=1.0,
-                             distribution='exponential')
-    sim = _simulation(SynchronousScheduler(2, LocalWork(steps=2), num_selected=4),
-                      fedopt(optax.sgd(1.0)), latency=latency)
+    latency = PerStepLatency(
+      FED.num_clients, np.random.default_rng(0), mean=1.0, distribution='exponential'
+    )
+    sim = _simulation(
+      SynchronousScheduler(2, LocalWork(steps=2), num_selected=4),
+      fedopt(optax.sgd(1.0)),
+      latency=latency,
+    )
     aggregated = []
     original = sim.apply_updates
 
@@ -219,10 +249,14 @@ class TestSynchronousVariants:
     assert report['tasks']['aggregated'] == 12
 
   def test_deadline_closes_rounds_with_whoever_arrived(self):
-    latency = PerStepLatency(FED.num_clients, np.random.default_rng(0), mean=1.0,
-                             distribution='exponential')
-    sim = _simulation(SynchronousScheduler(4, LocalWork(steps=2), deadline=1.5),
-                      fedopt(optax.sgd(1.0)), latency=latency)
+    latency = PerStepLatency(
+      FED.num_clients, np.random.default_rng(0), mean=1.0, distribution='exponential'
+    )
+    sim = _simulation(
+      SynchronousScheduler(4, LocalWork(steps=2), deadline=1.5),
+      fedopt(optax.sgd(1.0)),
+      latency=latency,
+    )
     sim.run(StopCondition(max_virtual_time=30.0))
     report = sim.report()
     # Every round lasts at most the deadline.
@@ -231,10 +265,18 @@ class TestSynchronousVariants:
     assert report['tasks']['discarded'].get('straggler', 0) > 0
 
   def test_time_limited_clients_run_the_steps_that_fit(self):
-    latency = PerStepLatency(FED.num_clients, np.random.default_rng(0), mean=1.0,
-                             distribution='exponential', communication_time=5.0)
-    sim = _simulation(SynchronousScheduler(3, LocalWork(time_limit=4.0, steps=50)),
-                      fedopt(optax.sgd(1.0)), latency=latency)
+    latency = PerStepLatency(
+      FED.num_clients,
+      np.random.default_rng(0),
+      mean=1.0,
+      distribution='exponential',
+      communication_time=5.0,
+    )
+    sim = _simulation(
+      SynchronousScheduler(3, LocalWork(time_limit=4.0, steps=50)),
+      fedopt(optax.sgd(1.0)),
+      latency=latency,
+    )
     handles = []
     original = sim.dispatch
 

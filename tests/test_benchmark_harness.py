@@ -15,16 +15,27 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BINARY = os.path.join(ROOT, 'benchmarks', 'harness.py')
 
 EXPECTED = [
-    ('sync_mlp', 'fedsim_vmap'), ('sync_mlp', 'fedsim_loop'), ('sync_mlp', 'fedsim_loop_1thread'),
-    ('sync_mlp', 'jax_client_loop'), ('sync_mlp', 'torch_client_loop'), ('sync_mlp', 'roofline'),
-    ('sync_cnn', 'fedsim_vmap'), ('sync_cnn', 'fedsim_loop'), ('sync_cnn', 'fedsim_loop_host'),
-    ('sync_cnn', 'fedsim_loop_host_1thread'), ('sync_cnn', 'jax_client_loop'),
-    ('sync_cnn', 'torch_client_loop'), ('sync_cnn', 'roofline'),
-    ('fedbuff_mlp', 'fedsim_vmap'), ('fedbuff_mlp', 'fedsim_loop'),
-    ('fedbuff_mlp', 'fedsim_loop_1thread'),
-    ('compass_mlp', 'fedsim_vmap'), ('compass_mlp', 'fedsim_loop'),
-    ('compass_mlp', 'fedsim_loop_1thread'),
-    ('scheduling', 'fedsim_no_training'), ('scheduling', 'fedsim_timeline'),
+  ('sync_mlp', 'fedsim_vmap'),
+  ('sync_mlp', 'fedsim_loop'),
+  ('sync_mlp', 'fedsim_loop_1thread'),
+  ('sync_mlp', 'jax_client_loop'),
+  ('sync_mlp', 'torch_client_loop'),
+  ('sync_mlp', 'roofline'),
+  ('sync_cnn', 'fedsim_vmap'),
+  ('sync_cnn', 'fedsim_loop'),
+  ('sync_cnn', 'fedsim_loop_host'),
+  ('sync_cnn', 'fedsim_loop_host_1thread'),
+  ('sync_cnn', 'jax_client_loop'),
+  ('sync_cnn', 'torch_client_loop'),
+  ('sync_cnn', 'roofline'),
+  ('fedbuff_mlp', 'fedsim_vmap'),
+  ('fedbuff_mlp', 'fedsim_loop'),
+  ('fedbuff_mlp', 'fedsim_loop_1thread'),
+  ('compass_mlp', 'fedsim_vmap'),
+  ('compass_mlp', 'fedsim_loop'),
+  ('compass_mlp', 'fedsim_loop_1thread'),
+  ('scheduling', 'fedsim_no_training'),
+  ('scheduling', 'fedsim_timeline'),
 ]
 
 
@@ -35,9 +46,13 @@ def _positive(value) -> bool:
 def test_quick_run_measures_every_case_and_strategy(tmp_path):
   output = tmp_path / 'out' / 'bench.jsonl'
   # One PyTorch thread: OpenMP threads spinning on a busy machine (parallel tests) cost seconds.
-  result = subprocess.run([sys.executable, BINARY, '--quick', '--torch_threads=1',
-                           f'--output={output}'],
-                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+  result = subprocess.run(
+    [sys.executable, BINARY, '--quick', '--torch_threads=1', f'--output={output}'],
+    capture_output=True,
+    text=True,
+    cwd=ROOT,
+    timeout=600,
+  )
   assert result.returncode == 0, result.stderr[-3000:]
   lines = [line for line in result.stdout.splitlines() if line.startswith('{')]
   records = [json.loads(line) for line in lines]
@@ -67,24 +82,41 @@ def test_quick_run_measures_every_case_and_strategy(tmp_path):
     if r['strategy'].startswith('fedsim_') or r['strategy'] == 'jax_client_loop':
       assert isinstance(r['programs'], int) and r['programs'] >= 1, r
     if r['strategy'].startswith('fedsim_loop'):  # one task per core unless told otherwise
-      assert r['threads'] == (1 if r['strategy'].endswith('_1thread')
-                              else benchmarking.cpu_cores()), r
+      assert r['threads'] == (
+        1 if r['strategy'].endswith('_1thread') else benchmarking.cpu_cores()
+      ), r
     if r['strategy'] == 'torch_client_loop':
       assert r['programs'] is None
-  table = result.stdout[result.stdout.index('| case |'):]
-  rows = [tuple(cell.strip() for cell in line.split('|')[1:3]) for line in table.splitlines()
-          if line.startswith('| ') and not line.startswith('| case |')]
+  table = result.stdout[result.stdout.index('| case |') :]
+  rows = [
+    tuple(cell.strip() for cell in line.split('|')[1:3])
+    for line in table.splitlines()
+    if line.startswith('| ') and not line.startswith('| case |')
+  ]
   assert rows == EXPECTED
   assert 'x |' in table  # ratios to the roofline (and the torch loop when installed)
   assert 'quick sizes' in table and 'events/s' in table
 
 
-@pytest.mark.parametrize('args', [['--cases=sync_mlp,bogus'], ['--cases=,'],
-                                  ['--measure_seconds=-1'], ['--torch_threads=0'],
-                                  ['--no_such_flag'], ['extra']])
+@pytest.mark.parametrize(
+  'args',
+  [
+    ['--cases=sync_mlp,bogus'],
+    ['--cases=,'],
+    ['--measure_seconds=-1'],
+    ['--torch_threads=0'],
+    ['--no_such_flag'],
+    ['extra'],
+  ],
+)
 def test_bad_flags_exit_2_with_one_line(args, tmp_path):
-  result = subprocess.run([sys.executable, BINARY, *args, f'--output={tmp_path / "x.jsonl"}'],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+  result = subprocess.run(
+    [sys.executable, BINARY, *args, f'--output={tmp_path / "x.jsonl"}'],
+    capture_output=True,
+    text=True,
+    cwd=ROOT,
+    timeout=120,
+  )
   assert result.returncode == 2, result.stderr
   lines = result.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith('error: '), result.stderr
@@ -109,15 +141,29 @@ def test_measure_separates_warm_up_from_steady_state():
 
 def test_report_prints_ratios_to_roofline_torch_and_sync():
   def rec(case, strategy, eps):
-    return {'case': case, 'strategy': strategy, 'examples_per_s': eps, 'updates_per_s': 1.0,
-            'compile_s': 0.0, 'programs': 1, 'peak_rss_mb': 1.0}
+    return {
+      'case': case,
+      'strategy': strategy,
+      'examples_per_s': eps,
+      'updates_per_s': 1.0,
+      'compile_s': 0.0,
+      'programs': 1,
+      'peak_rss_mb': 1.0,
+    }
 
-  records = [rec('sync_mlp', 'fedsim_vmap', 500.0), rec('sync_mlp', 'torch_client_loop', 250.0),
-             rec('sync_mlp', 'roofline', 1000.0), rec('fedbuff_mlp', 'fedsim_vmap', 750.0),
-             {**rec('scheduling', 'fedsim_no_training', None), 'events_per_s': 200_000.0}]
+  records = [
+    rec('sync_mlp', 'fedsim_vmap', 500.0),
+    rec('sync_mlp', 'torch_client_loop', 250.0),
+    rec('sync_mlp', 'roofline', 1000.0),
+    rec('fedbuff_mlp', 'fedsim_vmap', 750.0),
+    {**rec('scheduling', 'fedsim_no_training', None), 'events_per_s': 200_000.0},
+  ]
   table = benchmarking.markdown_report(records)
-  rows = {tuple(cell.strip() for cell in line.split('|')[1:3]): line
-          for line in table.splitlines() if line.startswith('| ')}
+  rows = {
+    tuple(cell.strip() for cell in line.split('|')[1:3]): line
+    for line in table.splitlines()
+    if line.startswith('| ')
+  }
   assert rows['sync_mlp', 'fedsim_vmap'].endswith('| 0.50x | 2.00x | - |')
   assert rows['fedbuff_mlp', 'fedsim_vmap'].endswith('| - | - | 1.50x |')
   assert 'meets the 100,000 events/s target' in table

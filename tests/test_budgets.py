@@ -16,9 +16,7 @@ def _rng(seed: int = 0) -> np.random.Generator:
 
 
 def test_beta_levels_paper_example() -> None:
-  np.testing.assert_array_equal(
-      B.beta_levels(8, 4), [1, 1, 0.5, 0.5, 0.25, 0.25, 0.125, 0.125]
-  )
+  np.testing.assert_array_equal(B.beta_levels(8, 4), [1, 1, 0.5, 0.5, 0.25, 0.25, 0.125, 0.125])
 
 
 def test_beta_levels_three_groups_and_ceil_full_budget() -> None:
@@ -40,7 +38,7 @@ def test_beta_levels_random_assignment_is_a_permutation() -> None:
 def test_two_group_budgets() -> None:
   np.testing.assert_array_equal(B.two_group_budgets(8, 0.25, 4), [0.25, 0.25, 1, 1, 1, 1, 1, 1])
   np.testing.assert_array_equal(
-      B.two_group_budgets(8, 0.25, 4, constrained_first=False), [1, 1, 1, 1, 1, 1, 0.25, 0.25]
+    B.two_group_budgets(8, 0.25, 4, constrained_first=False), [1, 1, 1, 1, 1, 1, 0.25, 0.25]
   )
   assert np.sum(B.two_group_budgets(100, 0.29, 2) == 0.5) == 29  # 0.29 * 100 = 28.999...
   assert np.sum(B.two_group_budgets(10, 0.25, 2) == 0.5) == 3  # 2.5 rounds half up.
@@ -56,18 +54,18 @@ def test_uniform_budgets() -> None:
 
 
 @pytest.mark.parametrize(
-    ('call', 'setting'),
-    [
-        (lambda: B.beta_levels(0, 4), 'num_clients'),
-        (lambda: B.beta_levels(8, 0), 'beta'),
-        (lambda: B.beta_levels(8, 2.0), 'beta'),
-        (lambda: B.beta_levels(8, 4, rng=0), 'rng'),
-        (lambda: B.two_group_budgets(8, 1.5, 4), 'r'),
-        (lambda: B.two_group_budgets(8, 0.5, 0), 'w'),
-        (lambda: B.uniform_budgets(8, 0), 'w'),
-        (lambda: B.check_budgets([0.5, 0.0]), 'budgets'),
-        (lambda: B.check_budgets([1.5]), 'budgets'),
-    ],
+  ('call', 'setting'),
+  [
+    (lambda: B.beta_levels(0, 4), 'num_clients'),
+    (lambda: B.beta_levels(8, 0), 'beta'),
+    (lambda: B.beta_levels(8, 2.0), 'beta'),
+    (lambda: B.beta_levels(8, 4, rng=0), 'rng'),
+    (lambda: B.two_group_budgets(8, 1.5, 4), 'r'),
+    (lambda: B.two_group_budgets(8, 0.5, 0), 'w'),
+    (lambda: B.uniform_budgets(8, 0), 'w'),
+    (lambda: B.check_budgets([0.5, 0.0]), 'budgets'),
+    (lambda: B.check_budgets([1.5]), 'budgets'),
+  ],
 )
 def test_invalid_budget_settings_raise(call, setting: str) -> None:
   with pytest.raises(ValueError, match=setting):
@@ -86,10 +84,10 @@ def _row(mask: np.ndarray, client: int) -> str:
 def test_round_robin_zero_phase_mask() -> None:
   mask = B.RoundRobinSchedule(P).mask(16)
   assert [_row(mask, i) for i in range(4)] == [
-      'xxxxxxxxxxxxxxxx',
-      'x.x.x.x.x.x.x.x.',
-      'x...x...x...x...',
-      'x.......x.......',
+    'xxxxxxxxxxxxxxxx',
+    'x.x.x.x.x.x.x.x.',
+    'x...x...x...x...',
+    'x.......x.......',
   ]
 
 
@@ -127,10 +125,10 @@ def test_synchronised_mask() -> None:
 def test_quota_cut_off() -> None:
   mask = B.QuotaSchedule(P, total_rounds=16).mask(16)
   assert [_row(mask, i) for i in range(4)] == [
-      'xxxxxxxxxxxxxxxx',
-      'xxxxxxxx........',
-      'xxxx............',
-      'xx..............',
+    'xxxxxxxxxxxxxxxx',
+    'xxxxxxxx........',
+    'xxxx............',
+    'xx..............',
   ]
   # Paper: T = 400, p = 0.5 drops out after 200 rounds of training.
   assert B.QuotaSchedule(np.array([0.5]), 400).mask(400).sum() == 200
@@ -199,18 +197,18 @@ def test_make_schedule() -> None:
 
 
 @pytest.mark.parametrize(
-    ('call', 'setting'),
-    [
-        (lambda: B.make_schedule('fixed', P, None), 'schedule'),
-        (lambda: B.make_schedule('quota', P, None), 'total_rounds'),
-        (lambda: B.make_schedule('synchronised', P, None), 'w'),
-        (lambda: B.make_schedule('ad_hoc', P, None), 'rng'),
-        (lambda: B.QuotaSchedule(P, 0), 'total_rounds'),
-        (lambda: B.SynchronisedSchedule(0), 'w'),
-        (lambda: B.RoundRobinSchedule(P).trains(4, 0, True), 'client'),
-        (lambda: B.RoundRobinSchedule(P).trains(0, -1, True), 'round_index'),
-        (lambda: B.training_mask(B.RoundRobinSchedule(P), np.ones((3, 5), bool)), 'selected'),
-    ],
+  ('call', 'setting'),
+  [
+    (lambda: B.make_schedule('fixed', P, None), 'schedule'),
+    (lambda: B.make_schedule('quota', P, None), 'total_rounds'),
+    (lambda: B.make_schedule('synchronised', P, None), 'w'),
+    (lambda: B.make_schedule('ad_hoc', P, None), 'rng'),
+    (lambda: B.QuotaSchedule(P, 0), 'total_rounds'),
+    (lambda: B.SynchronisedSchedule(0), 'w'),
+    (lambda: B.RoundRobinSchedule(P).trains(4, 0, True), 'client'),
+    (lambda: B.RoundRobinSchedule(P).trains(0, -1, True), 'round_index'),
+    (lambda: B.training_mask(B.RoundRobinSchedule(P), np.ones((3, 5), bool)), 'selected'),
+  ],
 )
 def test_invalid_schedule_settings_raise(call, setting: str) -> None:
   with pytest.raises(ValueError, match=setting):

@@ -34,19 +34,25 @@ class ConstantDeltaExecutor:
   def run(self, tasks):
     rows = round_up_to_bucket(len(tasks))
     values = np.zeros((rows, 1), np.float32)
-    values[:len(tasks), 0] = [t.client_id + 1 for t in tasks]
-    return TaskBatchResult(deltas={'w': jnp.asarray(values)},
-                           aux={'steps_run': jnp.zeros(rows, jnp.int32)}, num_tasks=len(tasks))
+    values[: len(tasks), 0] = [t.client_id + 1 for t in tasks]
+    return TaskBatchResult(
+      deltas={'w': jnp.asarray(values)},
+      aux={'steps_run': jnp.zeros(rows, jnp.int32)},
+      num_tasks=len(tasks),
+    )
 
 
 def _run_scripted(estimator, table, rounds=3):
-  scheduler = BudgetedScheduler(3, LocalWork(steps=1), ScriptedSchedule(table),
-                                estimator=estimator)
-  sim = Simulation(executor=ConstantDeltaExecutor(), scheduler=scheduler,
-                   aggregator=fedopt(optax.sgd(1.0)),
-                   latency=PerStepLatency(3, np.random.default_rng(0)),
-                   init_params={'w': jnp.zeros(1)}, client_sizes=np.full(3, 5),
-                   rng=np.random.default_rng(0))
+  scheduler = BudgetedScheduler(3, LocalWork(steps=1), ScriptedSchedule(table), estimator=estimator)
+  sim = Simulation(
+    executor=ConstantDeltaExecutor(),
+    scheduler=scheduler,
+    aggregator=fedopt(optax.sgd(1.0)),
+    latency=PerStepLatency(3, np.random.default_rng(0)),
+    init_params={'w': jnp.zeros(1)},
+    client_sizes=np.full(3, 5),
+    rng=np.random.default_rng(0),
+  )
   trajectory = []
   sim.on_version = lambda s: trajectory.append(float(s.params['w'][0]))
   sim.run(StopCondition(max_versions=rounds))
@@ -91,17 +97,23 @@ def test_rounds_where_nobody_ever_trains_again_still_end_the_run():
 
 def test_switch_uses_strategy_3_then_strategy_2():
   early, _ = _run_scripted('last_delta', TABLE)
-  scheduler = BudgetedScheduler(3, LocalWork(steps=1), ScriptedSchedule(TABLE),
-                                estimator='switch', switch_round=2)
-  sim = Simulation(executor=ConstantDeltaExecutor(), scheduler=scheduler,
-                   aggregator=fedopt(optax.sgd(1.0)),
-                   latency=PerStepLatency(3, np.random.default_rng(0)),
-                   init_params={'w': jnp.zeros(1)}, client_sizes=np.full(3, 5),
-                   rng=np.random.default_rng(0))
+  scheduler = BudgetedScheduler(
+    3, LocalWork(steps=1), ScriptedSchedule(TABLE), estimator='switch', switch_round=2
+  )
+  sim = Simulation(
+    executor=ConstantDeltaExecutor(),
+    scheduler=scheduler,
+    aggregator=fedopt(optax.sgd(1.0)),
+    latency=PerStepLatency(3, np.random.default_rng(0)),
+    init_params={'w': jnp.zeros(1)},
+    client_sizes=np.full(3, 5),
+    rng=np.random.default_rng(0),
+  )
   sim.run(StopCondition(max_versions=3))
   # Rounds 0-1 as Strategy 3 (x2 = 4); round 2 resends last models 3, 2 and 3 (x = 4 + ...).
-  np.testing.assert_allclose(float(sim.params['w'][0]), 4 + ((3 - 4) + (2 - 4) + (3 - 4)) / 3,
-                             rtol=1e-6)
+  np.testing.assert_allclose(
+    float(sim.params['w'][0]), 4 + ((3 - 4) + (2 - 4) + (3 - 4)) / 3, rtol=1e-6
+  )
   assert early[1] == 4.0
 
 
@@ -112,19 +124,23 @@ def test_client_and_server_storage_give_the_same_models():
   table = [{0, 1, 2, 3, 4, 5}, {1, 3}, {0, 5}, set(), {2, 4}]
   results = {}
   for storage in ('client', 'server'):
-    aggregator = (fedopt(optax.sgd(1.0)) if storage == 'client'
-                  else ccfedavg_server_aggregator(fed.num_clients))
+    aggregator = (
+      fedopt(optax.sgd(1.0)) if storage == 'client' else ccfedavg_server_aggregator(fed.num_clients)
+    )
     sim = Simulation(
-        executor=Executor(update, fed.device_arrays(), jax.random.PRNGKey(1)),
-        scheduler=BudgetedScheduler(4, LocalWork(steps=3), ScriptedSchedule(table),
-                                    storage=storage),
-        aggregator=aggregator, latency=PerStepLatency(fed.num_clients, np.random.default_rng(0)),
-        init_params=model.init(jax.random.PRNGKey(0)), client_sizes=fed.client_sizes,
-        rng=np.random.default_rng(3))
+      executor=Executor(update, fed.device_arrays(), jax.random.PRNGKey(1)),
+      scheduler=BudgetedScheduler(4, LocalWork(steps=3), ScriptedSchedule(table), storage=storage),
+      aggregator=aggregator,
+      latency=PerStepLatency(fed.num_clients, np.random.default_rng(0)),
+      init_params=model.init(jax.random.PRNGKey(0)),
+      client_sizes=fed.client_sizes,
+      rng=np.random.default_rng(3),
+    )
     sim.run(StopCondition(max_versions=8))
     results[storage] = sim.params
-  for a, b in zip(jax.tree_util.tree_leaves(results['client']),
-                  jax.tree_util.tree_leaves(results['server'])):
+  for a, b in zip(
+    jax.tree_util.tree_leaves(results['client']), jax.tree_util.tree_leaves(results['server'])
+  ):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
 
 
@@ -132,5 +148,6 @@ def test_invalid_settings():
   with pytest.raises(ValueError, match='scheduler.estimator'):
     BudgetedScheduler(2, LocalWork(steps=1), ScriptedSchedule([set()]), estimator='guess')
   with pytest.raises(ValueError, match='storage'):
-    BudgetedScheduler(2, LocalWork(steps=1), ScriptedSchedule([set()]), estimator='last_model',
-                      storage='server')
+    BudgetedScheduler(
+      2, LocalWork(steps=1), ScriptedSchedule([set()]), estimator='last_model', storage='server'
+    )

@@ -1,6 +1,5 @@
 """Compiled programs shared between runs: `run.compilation_cache` (fedsim_jax/compilation_cache)."""
 
-import json
 import os
 import stat
 import subprocess
@@ -104,8 +103,11 @@ def test_a_cache_configured_through_jax_is_left_alone(tmp_path):
 def test_invalid_setting_names_the_setting(value):
   config = base_config()
   config.run.compilation_cache = value
-  with pytest.raises(ConfigError, match=r"run.compilation_cache=.*allowed values: 'process', "
-                                        r"'off' or a directory path") as error:
+  with pytest.raises(
+    ConfigError,
+    match=r"run.compilation_cache=.*allowed values: 'process', "
+    r"'off' or a directory path",
+  ) as error:
     validate(config)
   assert '\n' not in str(error.value)
 
@@ -133,8 +135,9 @@ def test_runs_give_the_same_results_with_and_without_the_cache(tmp_path, cache_h
     summary = run_experiment(_tiny_config('process'), tmp_path / name, dataset=fed)
   assert cache_hits
   assert summary['host']['compilation_cache'] == 'process'
-  metrics = {name: (tmp_path / name / 'metrics.jsonl').read_text()
-             for name in ('off', 'first', 'second')}
+  metrics = {
+    name: (tmp_path / name / 'metrics.jsonl').read_text() for name in ('off', 'first', 'second')
+  }
   assert metrics['off'] == metrics['first'] == metrics['second']
 
 
@@ -142,10 +145,18 @@ def test_binary_reports_an_unusable_directory_in_one_line(tmp_path):
   blocker = tmp_path / 'file'
   blocker.write_text('x')
   result = subprocess.run(
-      [sys.executable, os.path.join(ROOT, 'experiments', 'run.py'),
-       f'--config={os.path.join(ROOT, "configs", "fedavg_fashion_mnist.py")}',
-       f'--config.run.compilation_cache={blocker / "xla"}', f'--workdir={tmp_path / "run"}'],
-      capture_output=True, text=True, timeout=120, cwd=ROOT)
+    [
+      sys.executable,
+      os.path.join(ROOT, 'experiments', 'run.py'),
+      f'--config={os.path.join(ROOT, "configs", "fedavg_fashion_mnist.py")}',
+      f'--config.run.compilation_cache={blocker / "xla"}',
+      f'--workdir={tmp_path / "run"}',
+    ],
+    capture_output=True,
+    text=True,
+    timeout=120,
+    cwd=ROOT,
+  )
   assert result.returncode != 0
   assert 'run.compilation_cache' in result.stderr and 'Traceback' not in result.stderr
   assert len([line for line in result.stderr.splitlines() if 'run.compilation_cache' in line]) == 1

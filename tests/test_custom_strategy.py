@@ -9,8 +9,13 @@ from fedsim_jax.client import sgd_client_update
 from fedsim_jax.data import toy_federation
 from fedsim_jax.executor import Executor
 from fedsim_jax.models import get_model
-from fedsim_jax.runtime import (Aggregator, PerStepLatency, Simulation, StopCondition,
-                                weighted_mean_delta)
+from fedsim_jax.runtime import (
+  Aggregator,
+  PerStepLatency,
+  Simulation,
+  StopCondition,
+  weighted_mean_delta,
+)
 from fedsim_jax.strategy import LocalWork, SynchronousScheduler, fedopt
 
 
@@ -23,6 +28,7 @@ def damped_average(rate):
   def apply(state, updates):
     mean = weighted_mean_delta(updates)
     return State(jax.tree_util.tree_map(lambda p, d: p + rate * d, state.params, mean))
+
   return Aggregator(init=State, apply=apply)
 
 
@@ -30,12 +36,16 @@ def _run(aggregator):
   fed = toy_federation(num_clients=5)
   model = get_model('mlp', fed.input_shape, fed.num_classes, hidden_sizes=(8,))
   sim = Simulation(
-      executor=Executor(sgd_client_update(model, optax.sgd(0.1), 4), fed.device_arrays(),
-                        jax.random.PRNGKey(1)),
-      scheduler=SynchronousScheduler(3, LocalWork(steps=3)), aggregator=aggregator,
-      latency=PerStepLatency(fed.num_clients, np.random.default_rng(0)),
-      init_params=model.init(jax.random.PRNGKey(0)), client_sizes=fed.client_sizes,
-      rng=np.random.default_rng(1))
+    executor=Executor(
+      sgd_client_update(model, optax.sgd(0.1), 4), fed.device_arrays(), jax.random.PRNGKey(1)
+    ),
+    scheduler=SynchronousScheduler(3, LocalWork(steps=3)),
+    aggregator=aggregator,
+    latency=PerStepLatency(fed.num_clients, np.random.default_rng(0)),
+    init_params=model.init(jax.random.PRNGKey(0)),
+    client_sizes=fed.client_sizes,
+    rng=np.random.default_rng(1),
+  )
   sim.run(StopCondition(max_versions=3))
   return sim.params
 

@@ -34,12 +34,18 @@ class _Repeat(nn.Module):
 
 
 def _logit_model(num_classes: int, module: nn.Module | None = None) -> Model:
-  return Model(name='fixed_logits', module=module or _Identity(), input_shape=(num_classes,),
-               num_classes=num_classes, preprocess=lambda x: x.astype(jnp.float32))
+  return Model(
+    name='fixed_logits',
+    module=module or _Identity(),
+    input_shape=(num_classes,),
+    num_classes=num_classes,
+    preprocess=lambda x: x.astype(jnp.float32),
+  )
 
 
 # Hand-computable case: 4 classes, 7 examples; `x` rows are the logits.
-LOGITS = np.array([
+LOGITS = np.array(
+  [
     [5, 1, 0, 0],  # y=0: top-1 right
     [1, 5, 0, 0],  # y=0: wrong (1), top-2 right
     [0, 3, 2, 0],  # y=1: right
@@ -47,19 +53,28 @@ LOGITS = np.array([
     [0, 0, 0, 9],  # y=3: right
     [1, 2, 3, 0],  # y=3: wrong (2), top-3 {2, 1, 0} wrong
     [0, 4, 0, 0],  # y=1: right
-], np.float32)
+  ],
+  np.float32,
+)
 LABELS = np.array([0, 0, 1, 2, 3, 3, 1])
 
 
 @pytest.mark.parametrize('batch_size', [1, 3, 7, 1000])  # padded and unpadded batches
 def test_hand_computed_metrics(batch_size: int) -> None:
   model = _logit_model(4)
-  evaluate = make_evaluator(model, LOGITS, LABELS, batch_size,
-                            class_groups={'straggler': [0, 1], 'rest': [2, 3]},
-                            balanced_accuracy=True, top_k=(1, 2, 3))
+  evaluate = make_evaluator(
+    model,
+    LOGITS,
+    LABELS,
+    batch_size,
+    class_groups={'straggler': [0, 1], 'rest': [2, 3]},
+    balanced_accuracy=True,
+    top_k=(1, 2, 3),
+  )
   metrics = evaluate({})
-  expected_loss = float(optax.softmax_cross_entropy_with_integer_labels(
-      jnp.asarray(LOGITS), jnp.asarray(LABELS)).mean())
+  expected_loss = float(
+    optax.softmax_cross_entropy_with_integer_labels(jnp.asarray(LOGITS), jnp.asarray(LABELS)).mean()
+  )
   assert metrics['num_examples'] == 7
   assert metrics['accuracy'] == pytest.approx(4 / 7)
   assert metrics['loss'] == pytest.approx(expected_loss, rel=1e-6)
@@ -95,8 +110,9 @@ def test_trained_linear_model_matches_numpy() -> None:
   y = rng.integers(0, 5, 103)
   model = get_model('mlp', (4, 4, 1), 5, hidden_sizes=())
   params = model.init(jax.random.PRNGKey(1))
-  metrics = make_evaluator(model, x, y, 16, class_groups={'low': [0, 1]},
-                           balanced_accuracy=True, top_k=(2,))(params)
+  metrics = make_evaluator(
+    model, x, y, 16, class_groups={'low': [0, 1]}, balanced_accuracy=True, top_k=(2,)
+  )(params)
   logits = np.asarray(model.apply(params, jnp.asarray(x)))
   right = logits.argmax(-1) == y
   recall = [right[y == c].mean() for c in range(5)]
@@ -115,13 +131,21 @@ class _SequenceModel(Model):
     logits = self.apply(params, x)
     per_token = optax.softmax_cross_entropy_with_integer_labels(logits, y)
     w = jnp.broadcast_to(weights[:, None], y.shape)
-    return {'loss_sum': (per_token * w).sum(),
-            'correct': ((jnp.argmax(logits, -1) == y) * w).sum(), 'count': w.sum()}
+    return {
+      'loss_sum': (per_token * w).sum(),
+      'correct': ((jnp.argmax(logits, -1) == y) * w).sum(),
+      'count': w.sum(),
+    }
 
 
 def test_sequence_outputs_keep_plain_metrics_and_reject_class_metrics() -> None:
-  model = _SequenceModel(name='seq', module=_Repeat(), input_shape=(4,), num_classes=4,
-                         preprocess=lambda x: x.astype(jnp.float32))
+  model = _SequenceModel(
+    name='seq',
+    module=_Repeat(),
+    input_shape=(4,),
+    num_classes=4,
+    preprocess=lambda x: x.astype(jnp.float32),
+  )
   token_labels = np.repeat(LABELS[:, None], 3, axis=1)  # [N, T]
   metrics = make_evaluator(model, LOGITS, token_labels, 3)({})
   assert metrics['num_examples'] == 21 and metrics['accuracy'] == pytest.approx(4 / 7)
@@ -134,16 +158,16 @@ def test_sequence_outputs_keep_plain_metrics_and_reject_class_metrics() -> None:
 
 
 @pytest.mark.parametrize(
-    ('kwargs', 'setting'),
-    [
-        ({'class_groups': {'s': []}}, 'class_groups'),
-        ({'class_groups': {'s': [7]}}, 'class_groups'),
-        ({'class_groups': {'': [1]}}, 'class_groups'),
-        ({'class_groups': {'s': [0.5]}}, 'class_groups'),
-        ({'top_k': (0,)}, 'top_k'),
-        ({'top_k': (5,)}, 'top_k'),
-        ({'balanced_accuracy': 'yes'}, 'balanced_accuracy'),
-    ],
+  ('kwargs', 'setting'),
+  [
+    ({'class_groups': {'s': []}}, 'class_groups'),
+    ({'class_groups': {'s': [7]}}, 'class_groups'),
+    ({'class_groups': {'': [1]}}, 'class_groups'),
+    ({'class_groups': {'s': [0.5]}}, 'class_groups'),
+    ({'top_k': (0,)}, 'top_k'),
+    ({'top_k': (5,)}, 'top_k'),
+    ({'balanced_accuracy': 'yes'}, 'balanced_accuracy'),
+  ],
 )
 def test_invalid_settings_raise_one_line(kwargs, setting: str) -> None:
   with pytest.raises(ValueError) as info:
@@ -154,5 +178,6 @@ def test_invalid_settings_raise_one_line(kwargs, setting: str) -> None:
 
 def test_group_without_test_examples_raises() -> None:
   with pytest.raises(ValueError, match="class_groups\\['none'\\].*no example"):
-    make_evaluator(_logit_model(6), np.zeros((7, 6), np.float32), LABELS,
-                   class_groups={'none': [4, 5]})
+    make_evaluator(
+      _logit_model(6), np.zeros((7, 6), np.float32), LABELS, class_groups={'none': [4, 5]}
+    )

@@ -4,29 +4,41 @@ import jax
 import pytest
 
 from fedsim_jax import config as config_lib
-from fedsim_jax.executor.choice import (cpu_cores, model_has_convolution, resolve_execution,
-                                        resolve_threads)
+from fedsim_jax.executor.choice import (
+  cpu_cores,
+  model_has_convolution,
+  resolve_execution,
+  resolve_threads,
+)
 from fedsim_jax.models import get_model
 
 
-@pytest.mark.parametrize('name,expected', [('mlp', False), ('mnist_cnn', True),
-                                           ('lenet5', True), ('char_lstm', False)])
+@pytest.mark.parametrize(
+  'name,expected', [('mlp', False), ('mnist_cnn', True), ('lenet5', True), ('char_lstm', False)]
+)
 def test_convolution_detection(name, expected):
   shape, classes = ((80,), 90) if name == 'char_lstm' else ((28, 28, 1), 10)
   model = get_model(name, shape, classes)
   assert model_has_convolution(model, model.init(jax.random.PRNGKey(0))) is expected
 
 
-@pytest.mark.parametrize('platform,devices,conv,expected', [
+@pytest.mark.parametrize(
+  'platform,devices,conv,expected',
+  [
     ('cpu', 1, False, ('loop', 'scan')),
     ('cpu', 1, True, ('loop', 'host')),
-    ('cpu', 4, True, ('vmap', 'scan')),   # sharding needs vmap
+    ('cpu', 4, True, ('vmap', 'scan')),  # sharding needs vmap
     ('gpu', 1, True, ('vmap', 'scan')),
     ('tpu', 1, False, ('vmap', 'scan')),
-])
+  ],
+)
 def test_auto_rule(platform, devices, conv, expected):
-  assert resolve_execution('auto', 'auto', platform=platform, devices=devices,
-                           convolutional=lambda: conv) == expected
+  assert (
+    resolve_execution(
+      'auto', 'auto', platform=platform, devices=devices, convolutional=lambda: conv
+    )
+    == expected
+  )
 
 
 def test_explicit_settings_are_kept():
@@ -37,13 +49,19 @@ def test_explicit_settings_are_kept():
     return True
 
   assert resolve_execution('vmap', 'auto', platform='cpu', convolutional=convolutional) == (
-      'vmap', 'scan')
+    'vmap',
+    'scan',
+  )
   assert resolve_execution('loop', 'scan', platform='cpu', convolutional=convolutional) == (
-      'loop', 'scan')
+    'loop',
+    'scan',
+  )
   assert resolve_execution('auto', 'host', platform='gpu') == ('loop', 'host')
   assert not asked  # the model is only inspected when the answer depends on it
   assert resolve_execution('loop', 'auto', platform='cpu', convolutional=convolutional) == (
-      'loop', 'host')
+    'loop',
+    'host',
+  )
 
 
 def test_unknown_setting_is_one_line_error():

@@ -9,9 +9,8 @@ import time
 import pytest
 
 from fedsim_jax.config import ConfigError, base_config, set_by_path, validate
-from fedsim_jax.experiment import run_experiment
-
 from fedsim_jax.data.synthetic import toy_federation as make_toy_federation
+from fedsim_jax.experiment import run_experiment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -48,8 +47,14 @@ def test_run_directory_holds_config_metrics_and_summary(digits_data_dir, tmp_pat
   rows = _read_metrics(tmp_path)
   assert [r['version'] for r in rows] == [0, 2, 4, 6]
   for row in rows:
-    assert set(row) == {'virtual_time', 'version', 'client_updates', 'gradient_steps',
-                        'test_accuracy', 'test_loss'}
+    assert set(row) == {
+      'virtual_time',
+      'version',
+      'client_updates',
+      'gradient_steps',
+      'test_accuracy',
+      'test_loss',
+    }
   assert rows[-1]['client_updates'] == 24 and rows[-1]['gradient_steps'] == 120
   times = [r['virtual_time'] for r in rows]
   assert times == sorted(times) and times[-1] > 0
@@ -61,10 +66,10 @@ def test_run_directory_holds_config_metrics_and_summary(digits_data_dir, tmp_pat
 
 
 @pytest.mark.parametrize('backend,deferred', [('vmap', True), ('loop', False)])
-def test_same_config_and_seed_give_identical_metrics(digits_data_dir, tmp_path, backend,
-                                                     deferred):
-  config = _tiny_digits_config(digits_data_dir, **{'executor.backend': backend,
-                                                    'executor.deferred': deferred})
+def test_same_config_and_seed_give_identical_metrics(digits_data_dir, tmp_path, backend, deferred):
+  config = _tiny_digits_config(
+    digits_data_dir, **{'executor.backend': backend, 'executor.deferred': deferred}
+  )
   run_experiment(config, tmp_path / 'a')
   run_experiment(config, tmp_path / 'b')
   assert _read_metrics(tmp_path / 'a') == _read_metrics(tmp_path / 'b')
@@ -73,7 +78,9 @@ def test_same_config_and_seed_give_identical_metrics(digits_data_dir, tmp_path, 
   assert _read_metrics(tmp_path / 'a') != _read_metrics(tmp_path / 'c')
 
 
-@pytest.mark.parametrize('key,value,match', [
+@pytest.mark.parametrize(
+  'key,value,match',
+  [
     ('algorithm', 'fedsgdx', 'algorithm'),
     ('scheduler.cohort_size', -1, 'scheduler.cohort_size'),
     ('scheduler.cohort_size', 101, 'scheduler.cohort_size'),
@@ -84,7 +91,8 @@ def test_same_config_and_seed_give_identical_metrics(digits_data_dir, tmp_path, 
     ('server.staleness', 'linear', 'server.staleness'),
     ('executor.backend', 'gpu', 'executor.backend'),
     ('server.b2', 1.0, 'server.b2'),
-])
+  ],
+)
 def test_invalid_settings_name_the_setting(key, value, match):
   config = base_config()
   section, _, leaf = key.rpartition('.')
@@ -99,7 +107,7 @@ def test_fedbuff_count_normalization_needs_uniform_weights():
   step would shrink by about 1 / num_clients, so the pair is refused, not run."""
   config = base_config()
   config.algorithm = 'fedbuff'
-  validate(config)                                   # the default: weighted mean
+  validate(config)  # the default: weighted mean
   config.server.normalization = 'count'
   with pytest.raises(ConfigError, match=r"server.normalization='count'.*weighting='uniform'"):
     validate(config)
@@ -109,17 +117,29 @@ def test_fedbuff_count_normalization_needs_uniform_weights():
 
 def _run_binary(*args, timeout=120):
   start = time.perf_counter()
-  result = subprocess.run([sys.executable, os.path.join(ROOT, 'experiments', 'run.py'),
-                           f'--config={os.path.join(ROOT, "configs", "fedavg_fashion_mnist.py")}',
-                           *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+  result = subprocess.run(
+    [
+      sys.executable,
+      os.path.join(ROOT, 'experiments', 'run.py'),
+      f'--config={os.path.join(ROOT, "configs", "fedavg_fashion_mnist.py")}',
+      *args,
+    ],
+    capture_output=True,
+    text=True,
+    timeout=timeout,
+    cwd=ROOT,
+  )
   return result, time.perf_counter() - start
 
 
-@pytest.mark.parametrize('override,match', [
+@pytest.mark.parametrize(
+  'override,match',
+  [
     ('--config.algorithm=fedbogus', 'algorithm'),
     ('--config.scheduler.cohort_size=-3', 'scheduler.cohort_size'),
     ('--config.scheduler.cohort_size=500', 'scheduler.cohort_size'),
-])
+  ],
+)
 def test_binary_rejects_invalid_settings_with_one_line(override, match, tmp_path):
   result, _ = _run_binary(override, f'--workdir={tmp_path}')
   assert result.returncode == 2
@@ -130,8 +150,9 @@ def test_binary_rejects_invalid_settings_with_one_line(override, match, tmp_path
 
 
 def test_binary_reports_missing_data_fast(tmp_path):
-  result, seconds = _run_binary(f'--config.data.data_dir={tmp_path / "nowhere"}',
-                                f'--workdir={tmp_path / "run"}')
+  result, seconds = _run_binary(
+    f'--config.data.data_dir={tmp_path / "nowhere"}', f'--workdir={tmp_path / "run"}'
+  )
   assert result.returncode == 2
   lines = result.stderr.strip().splitlines()
   assert len(lines) == 1, result.stderr
@@ -140,8 +161,11 @@ def test_binary_reports_missing_data_fast(tmp_path):
 
 
 def test_binary_reports_unknown_dataset(tmp_path):
-  result, _ = _run_binary('--config.data.name=imagenet_xl', f'--config.data.data_dir={tmp_path}',
-                          f'--workdir={tmp_path / "run"}')
+  result, _ = _run_binary(
+    '--config.data.name=imagenet_xl',
+    f'--config.data.data_dir={tmp_path}',
+    f'--workdir={tmp_path / "run"}',
+  )
   assert result.returncode == 2
   assert len(result.stderr.strip().splitlines()) == 1
   assert 'imagenet_xl' in result.stderr
@@ -180,27 +204,34 @@ def test_trace_latency_and_availability_end_to_end(algorithm, tmp_path):
     # goes offline drop out.
     assert any(4300 < t < 7200 for t in times)
     assert tasks['discarded'].get('offline', 0) >= 1
-  assert tasks['dispatched'] == (tasks['aggregated'] + sum(tasks['discarded'].values())
-                                 + tasks['in_flight'] + tasks['waiting'])
+  assert tasks['dispatched'] == (
+    tasks['aggregated'] + sum(tasks['discarded'].values()) + tasks['in_flight'] + tasks['waiting']
+  )
 
 
 def test_binary_runs_several_seeds_together(digits_data_dir, tmp_path):
-  common = [f'--config.data.name=digits', f'--config.data.data_dir={digits_data_dir}',
-            '--config.data.num_clients=5', '--config.model.hidden_sizes=(16,)',
-            '--config.client.local_steps=3', '--config.scheduler.cohort_size=3',
-            '--config.run.num_rounds=3', '--config.run.eval_every=1']
-  result, _ = _run_binary(*common, '--seeds=0,1', f'--workdir={tmp_path / "sweep"}',
-                          timeout=300)
+  common = [
+    '--config.data.name=digits',
+    f'--config.data.data_dir={digits_data_dir}',
+    '--config.data.num_clients=5',
+    '--config.model.hidden_sizes=(16,)',
+    '--config.client.local_steps=3',
+    '--config.scheduler.cohort_size=3',
+    '--config.run.num_rounds=3',
+    '--config.run.eval_every=1',
+  ]
+  result, _ = _run_binary(*common, '--seeds=0,1', f'--workdir={tmp_path / "sweep"}', timeout=300)
   assert result.returncode == 0, result.stderr
   assert result.stdout.count('final accuracy') == 2
-  alone, _ = _run_binary(*common, '--config.seed=1', f'--workdir={tmp_path / "alone"}',
-                         timeout=300)
+  alone, _ = _run_binary(*common, '--config.seed=1', f'--workdir={tmp_path / "alone"}', timeout=300)
   assert alone.returncode == 0, alone.stderr
   # The sweep's seed-1 run is the single seed-1 run (CPU default: the loop backend).
-  assert ((tmp_path / 'sweep' / 'seed1' / 'metrics.jsonl').read_text()
-          == (tmp_path / 'alone' / 'metrics.jsonl').read_text())
-  assert ((tmp_path / 'sweep' / 'seed0' / 'metrics.jsonl').read_text()
-          != (tmp_path / 'sweep' / 'seed1' / 'metrics.jsonl').read_text())
+  assert (tmp_path / 'sweep' / 'seed1' / 'metrics.jsonl').read_text() == (
+    tmp_path / 'alone' / 'metrics.jsonl'
+  ).read_text()
+  assert (tmp_path / 'sweep' / 'seed0' / 'metrics.jsonl').read_text() != (
+    tmp_path / 'sweep' / 'seed1' / 'metrics.jsonl'
+  ).read_text()
   with open(tmp_path / 'sweep' / 'seed0' / 'summary.json') as f:
     assert json.load(f)['host']['lockstep']['simulations'] == 2
 

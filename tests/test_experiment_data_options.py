@@ -46,9 +46,15 @@ def test_lazy_federation_run_equals_eager_run(digits_data_dir, tmp_path):
 
 
 def test_straggler_split_and_evaluation_groups_reach_the_metrics(digits_data_dir, tmp_path):
-  config = _digits_config(digits_data_dir, **{
-      'data.straggler_classes': (0, 1, 2, 3, 4), 'data.num_stragglers': 3,
-      'run.eval_balanced_accuracy': True, 'run.eval_top_k': (3,)})
+  config = _digits_config(
+    digits_data_dir,
+    **{
+      'data.straggler_classes': (0, 1, 2, 3, 4),
+      'data.num_stragglers': 3,
+      'run.eval_balanced_accuracy': True,
+      'run.eval_top_k': (3,),
+    },
+  )
   config.run.eval_class_groups.straggler = (0, 1, 2, 3, 4)
   dataset = build_federated_dataset(config)
   assert int(dataset.straggler_mask.sum()) == 3
@@ -64,8 +70,10 @@ def test_straggler_split_and_evaluation_groups_reach_the_metrics(digits_data_dir
 
 
 def test_budget_skewed_partition_follows_the_algorithms_budgets(digits_data_dir):
-  config = _digits_config(digits_data_dir, **{
-      'algorithm': 'ccfedavg', 'data.partition': 'budget_skewed', 'data.num_clients': 8})
+  config = _digits_config(
+    digits_data_dir,
+    **{'algorithm': 'ccfedavg', 'data.partition': 'budget_skewed', 'data.num_clients': 8},
+  )
   dataset = build_federated_dataset(config)
   assert dataset.num_clients == 8 and dataset.client_sizes.sum() > 0
 
@@ -76,12 +84,15 @@ def test_natural_partition_needs_client_ids(digits_data_dir):
     build_federated_dataset(config)
 
 
-@pytest.mark.parametrize('key, value, message', [
+@pytest.mark.parametrize(
+  'key, value, message',
+  [
     ('data.budget_skew', 'extreme', 'data.budget_skew'),
     ('data.skewed_fraction', 1.5, 'data.skewed_fraction'),
     ('data.num_stragglers', 3, 'needs data.straggler_classes'),
     ('run.eval_top_k', (0,), 'run.eval_top_k'),
-])
+  ],
+)
 def test_invalid_data_options_are_one_line_errors(key, value, message):
   config = base_config()
   config.client.local_steps = 1

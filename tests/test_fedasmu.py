@@ -12,9 +12,14 @@ import numpy as np
 import optax
 import pytest
 
-from fedsim_jax.config import (ConfigError, base_config, fedasmu_fashion_mnist_config, set_by_path,
-                               validate)
 from fedsim_jax.client import sgd_client_update
+from fedsim_jax.config import (
+  ConfigError,
+  base_config,
+  fedasmu_fashion_mnist_config,
+  set_by_path,
+  validate,
+)
 from fedsim_jax.data import FederatedDataset, toy_federation
 from fedsim_jax.data.federated import client_batch
 from fedsim_jax.executor import ClientTask, Executor, NoTrainingExecutor
@@ -23,10 +28,16 @@ from fedsim_jax.runtime import PerStepLatency, Simulation, StopCondition, Update
 from fedsim_jax.runtime.latency import DeviceRatioLatency
 from fedsim_jax.strategy import AsynchronousScheduler, LocalWork, fedopt, make_staleness
 from fedsim_jax.strategy.algorithms import BuildContext, asynchronous_scheduler, get_algorithm
-from fedsim_jax.strategy.fedasmu import (FedasmuScheduler, ServerSettings,
-                                         blend_gradients, fedasmu_aggregator,
-                                         fedasmu_client_update, fetch_beta, fetch_inputs,
-                                         weight_polynomial)
+from fedsim_jax.strategy.fedasmu import (
+  FedasmuScheduler,
+  ServerSettings,
+  blend_gradients,
+  fedasmu_aggregator,
+  fedasmu_client_update,
+  fetch_beta,
+  fetch_inputs,
+  weight_polynomial,
+)
 from fedsim_jax.strategy.fedasmu_fetch import FixedFetch
 from fedsim_jax.strategy.periodic_trigger import PeriodicTriggerScheduler
 
@@ -52,22 +63,22 @@ class RecordingFetch:
 
 # ---- Formula 2 (α) and Formula 3 (λ, σ, ι) ---------------------------------------------------
 
-class TestServerWeight:
 
+class TestServerWeight:
   def test_formula2_appendix_form_hand_computed(self):
     settings = ServerSettings(mu_alpha=2.0)
     # t = 4, t - o + 1 = 2: ξ = 2 / (sqrt(4) * 2^1) + 0.5 = 1, α = 2 * 1 / (1 + 2) = 2/3.
     xi, alpha, d_alpha, d_lambda, d_sigma = weight_polynomial(2.0, 1.0, 0.5, 4, 2, settings)
     assert float(xi) == pytest.approx(1.0)
     assert float(alpha) == pytest.approx(2 / 3)
-    assert float(d_alpha) == pytest.approx(2 / 9)          # μ / (1 + μ ξ)^2
-    assert float(d_lambda) == pytest.approx(1 / 4)         # 1 / (sqrt(t) s^σ)
+    assert float(d_alpha) == pytest.approx(2 / 9)  # μ / (1 + μ ξ)^2
+    assert float(d_lambda) == pytest.approx(1 / 4)  # 1 / (sqrt(t) s^σ)
     assert float(d_sigma) == pytest.approx(-2 * math.log(2) / 4)  # -λ ln(s) / (sqrt(t) s^σ)
 
   def test_formula2_printed_form_hand_computed(self):
     settings = ServerSettings(mu_alpha=2.0, xi_form='printed')
     xi, alpha, *_ = weight_polynomial(2.0, 1.0, 0.5, 4, 2, settings)
-    expected = 2 / math.sqrt(4 * 2 * 1) + 0.5          # λ / sqrt(t s σ) + ι
+    expected = 2 / math.sqrt(4 * 2 * 1) + 0.5  # λ / sqrt(t s σ) + ι
     assert float(xi) == pytest.approx(expected)
     assert float(alpha) == pytest.approx(2 * expected / (1 + 2 * expected))
 
@@ -78,7 +89,7 @@ class TestServerWeight:
 
   def test_alpha_is_projected_onto_its_range(self):
     settings = ServerSettings(alpha_min=0.01)
-    for iota in (-0.95, -2.0):   # α < 0 and the pole 1 + μ ξ <= 0
+    for iota in (-0.95, -2.0):  # α < 0 and the pole 1 + μ ξ <= 0
       _, alpha, d_alpha, *_ = weight_polynomial(0.0, 0.5, iota, 3, 1, settings)
       assert float(alpha) == pytest.approx(0.01) and float(d_alpha) == 0.0
 
@@ -103,15 +114,28 @@ class TestServerWeight:
 def _upload(client_params, client_id, staleness, num_steps, weights=None):
   k = len(client_id)
   params = jnp.asarray(client_params, jnp.float32)
-  return UpdateBatch(deltas={'w': params}, weights=jnp.asarray(weights or [1.0] * k),
-                     staleness=jnp.asarray(staleness, jnp.int32),
-                     num_steps=jnp.asarray(num_steps, jnp.int32), group=jnp.zeros(k, jnp.int32),
-                     client_params={'w': params}, client_id=jnp.asarray(client_id, jnp.int32))
+  return UpdateBatch(
+    deltas={'w': params},
+    weights=jnp.asarray(weights or [1.0] * k),
+    staleness=jnp.asarray(staleness, jnp.int32),
+    num_steps=jnp.asarray(num_steps, jnp.int32),
+    group=jnp.zeros(k, jnp.int32),
+    client_params={'w': params},
+    client_id=jnp.asarray(client_id, jnp.int32),
+  )
 
 
 class TestServerAggregation:
-  SETTINGS = dict(mu_alpha=2.0, lambda_0=2.0, sigma_0=1.0, iota_0=0.5, lambda_learning_rate=0.1,
-                  sigma_learning_rate=0.1, iota_learning_rate=0.1, client_learning_rate=0.5)
+  SETTINGS = dict(
+    mu_alpha=2.0,
+    lambda_0=2.0,
+    sigma_0=1.0,
+    iota_0=0.5,
+    lambda_learning_rate=0.1,
+    sigma_learning_rate=0.1,
+    iota_learning_rate=0.1,
+    client_learning_rate=0.5,
+  )
 
   def _aggregate(self, batch, **overrides):
     aggregator = fedasmu_aggregator(3, ServerSettings(**{**self.SETTINGS, **overrides}))
@@ -124,8 +148,8 @@ class TestServerAggregation:
     # α = 2/3 (TestServerWeight): w = (1/3) (0, 0) + (2/3) (1, 2).
     np.testing.assert_allclose(state.params['w'], [2 / 3, 4 / 3], rtol=1e-6)
     # (w' - w_o).(w' - w_{o-1}) / (η 𝓛) = ((1/3, 2/3).(1, 2)) / 1 = 5/3; ∂α/∂ξ = 2/9.
-    grad_lambda = 5 / 3 * 2 / 9 * (1 / 4)                       # ∂ξ/∂λ = 1/4
-    grad_sigma = 5 / 3 * 2 / 9 * (-2 * math.log(2) / 4)        # ∂ξ/∂σ = -λ ln 2 / 4
+    grad_lambda = 5 / 3 * 2 / 9 * (1 / 4)  # ∂ξ/∂λ = 1/4
+    grad_sigma = 5 / 3 * 2 / 9 * (-2 * math.log(2) / 4)  # ∂ξ/∂σ = -λ ln 2 / 4
     grad_iota = 5 / 3 * 2 / 9
     np.testing.assert_allclose(state.lam, [2.0, 2.0 - 0.1 * grad_lambda, 2.0], rtol=1e-6)
     np.testing.assert_allclose(state.sigma, [1.0, 1.0 - 0.1 * grad_sigma, 1.0], rtol=1e-6)
@@ -140,7 +164,7 @@ class TestServerAggregation:
     state = aggregator.apply(state, first)
     lam, iota = float(state.lam[1]), float(state.iota[1])
     state = aggregator.apply(state, _upload([[0.0, 0.0]], [1], [0], [2]))
-    xi = lam / math.sqrt(5) + iota                   # t = 5, staleness 1: s^σ = 1
+    xi = lam / math.sqrt(5) + iota  # t = 5, staleness 1: s^σ = 1
     assert float(state.alpha[1]) == pytest.approx(2 * xi / (1 + 2 * xi), rel=1e-6)
 
   def test_descent_sign_flips_the_steps(self):
@@ -149,23 +173,28 @@ class TestServerAggregation:
     np.testing.assert_allclose(state.iota[1], 0.5 + 0.1 * 10 / 27, rtol=1e-6)
 
   def test_padding_rows_change_nothing(self):
-    state = self._aggregate(_upload([[1.0, 2.0], [50.0, 50.0]], [1, 0], [1, 0], [2, 2],
-                                    weights=[1.0, 0.0]))
+    state = self._aggregate(
+      _upload([[1.0, 2.0], [50.0, 50.0]], [1, 0], [1, 0], [2, 2], weights=[1.0, 0.0])
+    )
     np.testing.assert_allclose(state.params['w'], [2 / 3, 4 / 3], rtol=1e-6)
     assert float(state.lam[0]) == 2.0 and int(state.version) == 5
 
   def test_static_fedasync_rule(self):
     # FedASMU-0: α = 0.6 (u + 1)^-0.5 with u = t - o = 3: α = 0.3; no parameter update.
-    state = self._aggregate(_upload([[1.0, 2.0]], [1], [3], [2]), dynamic=False,
-                            fedasync_alpha=0.6, staleness_fn=make_staleness('polynomial', a=0.5))
+    state = self._aggregate(
+      _upload([[1.0, 2.0]], [1], [3], [2]),
+      dynamic=False,
+      fedasync_alpha=0.6,
+      staleness_fn=make_staleness('polynomial', a=0.5),
+    )
     np.testing.assert_allclose(state.params['w'], [0.3, 0.6], rtol=1e-6)
     assert float(state.lam[1]) == 2.0
 
 
 # ---- Formula 8 (β) and Formula 9 (γ, v) ------------------------------------------------------
 
-class TestDeviceBlend:
 
+class TestDeviceBlend:
   def test_formula8_hand_computed(self):
     # g = 4, o = 1: φ = (2 / sqrt(4)) (1 - 1 / sqrt(4)) = 0.5, β = 0.5 / 1.5 = 1/3.
     phi, beta = fetch_beta(2.0, 1.0, 4, 1, 1.0)
@@ -208,30 +237,32 @@ class _TwoWeights(nn.Module):
 def _two_weight_task(blend):
   model = Model('two_weights', _TwoWeights(), input_shape=(2,), num_classes=2)
   x = np.array([[1.0, 0.0]], np.float32)
-  fed = FederatedDataset.from_partition('one', x, np.array([0]), [np.array([0])], x,
-                                        np.array([0]), num_classes=2)
-  update = fedasmu_client_update(model, optax.sgd(0.5), 1, mu_beta=1.0, gamma_learning_rate=0.3,
-                                 v_learning_rate=0.2)
+  fed = FederatedDataset.from_partition(
+    'one', x, np.array([0]), [np.array([0])], x, np.array([0]), num_classes=2
+  )
+  update = fedasmu_client_update(
+    model, optax.sgd(0.5), 1, mu_beta=1.0, gamma_learning_rate=0.3, v_learning_rate=0.2
+  )
   start = {'Dense_0': {'kernel': jnp.zeros((2, 1))}}
   fresh = {'Dense_0': {'kernel': jnp.full((2, 1), 2.0)}}
-  inputs = fetch_inputs(fresh, blend=blend, gamma=2.0, v=1.0, fresh_version=4,
-                        download_version=1)
+  inputs = fetch_inputs(fresh, blend=blend, gamma=2.0, v=1.0, fresh_version=4, download_version=1)
   result = Executor(update, fed.device_arrays(), jax.random.PRNGKey(0)).run(
-      [ClientTask(0, 1, 0, start, inputs)])
-  return result.deltas['Dense_0']['kernel'][0, :, 0], {k: float(v[0])
-                                                       for k, v in result.aux.items()}
+    [ClientTask(0, 1, 0, start, inputs)]
+  )
+  return result.deltas['Dense_0']['kernel'][0, :, 0], {
+    k: float(v[0]) for k, v in result.aux.items()
+  }
 
 
 class TestDeviceClientUpdate:
-
   def test_formulas_7_to_9_on_a_two_weight_model(self):
     delta, aux = _two_weight_task(blend=True)
     # β = 1/3 (g = 4, o = 1, γ = 2, v = 1): w_a = (2/3, 2/3). Loss log(1 + exp(-w_0)).
-    sig = 1 / (1 + math.exp(2 / 3))                 # -∂loss/∂w_0 at w_a
+    sig = 1 / (1 + math.exp(2 / 3))  # -∂loss/∂w_0 at w_a
     assert aux['fetch_blended'] == 1.0 and aux['fetch_beta'] == pytest.approx(1 / 3)
     assert aux['fetch_loss_before'] == pytest.approx(math.log(2), rel=1e-6)
     assert aux['fetch_loss_after'] == pytest.approx(math.log(1 + math.exp(-2 / 3)), rel=1e-6)
-    slope = -2 * sig                                # <(-sig, 0), w_g - w_b = (2, 2)>
+    slope = -2 * sig  # <(-sig, 0), w_g - w_b = (2, 2)>
     assert aux['fetch_gamma'] == pytest.approx(2.0 - 0.3 * slope / 9, rel=1e-6)
     assert aux['fetch_v'] == pytest.approx(1.0 + 0.2 * 2 * slope / 9, rel=1e-6)
     # Then Formula 4 from the blend: w_0 = 2/3 + 0.5 sig, w_1 = 2/3 (x_1 = 0).
@@ -247,27 +278,57 @@ class TestDeviceClientUpdate:
 # ---- The two-segment task against an eager blend at the same virtual time --------------------
 
 LR, BATCH, MU_BETA, ETA_GAMMA, ETA_V = 0.3, 4, 2.0, 0.5, 0.5
-SERVER = ServerSettings(mu_alpha=1.0, lambda_0=1.0, sigma_0=0.5, iota_0=0.1,
-                        lambda_learning_rate=0.05, sigma_learning_rate=0.05,
-                        iota_learning_rate=0.05, client_learning_rate=LR)
+SERVER = ServerSettings(
+  mu_alpha=1.0,
+  lambda_0=1.0,
+  sigma_0=0.5,
+  iota_0=0.1,
+  lambda_learning_rate=0.05,
+  sigma_learning_rate=0.05,
+  iota_learning_rate=0.05,
+  client_learning_rate=LR,
+)
 
 
 def _fedasmu_run(backend, deferred):
   fed = toy_federation(num_clients=6, min_size=6, max_size=14, seed=3)
   model = get_model('mlp', fed.input_shape, fed.num_classes, hidden_sizes=(5,))
-  latency = DeviceRatioLatency(fed.num_clients, np.random.default_rng(3), fastest_step_time=0.7,
-                               ratio=3.0, communication_time=0.6)
+  latency = DeviceRatioLatency(
+    fed.num_clients,
+    np.random.default_rng(3),
+    fastest_step_time=0.7,
+    ratio=3.0,
+    communication_time=0.6,
+  )
   policy = RecordingFetch(0.5)
-  scheduler = FedasmuScheduler(1.5, 2, 3, LocalWork(epochs=3, batch_size=BATCH), tau=50,
-                               fetch_policy=policy, gamma_0=1.5, v_0=0.8)
-  update = fedasmu_client_update(model, optax.sgd(LR), BATCH, mu_beta=MU_BETA,
-                                 gamma_learning_rate=ETA_GAMMA, v_learning_rate=ETA_V)
-  sim = Simulation(executor=Executor(update, fed.device_arrays(), jax.random.PRNGKey(1),
-                                     backend=backend),
-                   scheduler=scheduler, aggregator=fedasmu_aggregator(fed.num_clients, SERVER),
-                   latency=latency, init_params=model.init(jax.random.PRNGKey(0)),
-                   client_sizes=fed.client_sizes, rng=np.random.default_rng(0),
-                   deferred=deferred)
+  scheduler = FedasmuScheduler(
+    1.5,
+    2,
+    3,
+    LocalWork(epochs=3, batch_size=BATCH),
+    tau=50,
+    fetch_policy=policy,
+    gamma_0=1.5,
+    v_0=0.8,
+  )
+  update = fedasmu_client_update(
+    model,
+    optax.sgd(LR),
+    BATCH,
+    mu_beta=MU_BETA,
+    gamma_learning_rate=ETA_GAMMA,
+    v_learning_rate=ETA_V,
+  )
+  sim = Simulation(
+    executor=Executor(update, fed.device_arrays(), jax.random.PRNGKey(1), backend=backend),
+    scheduler=scheduler,
+    aggregator=fedasmu_aggregator(fed.num_clients, SERVER),
+    latency=latency,
+    init_params=model.init(jax.random.PRNGKey(0)),
+    client_sizes=fed.client_sizes,
+    rng=np.random.default_rng(0),
+    deferred=deferred,
+  )
   record = {'dispatched': [], 'aggregated': [], 'init': sim.params}
   dispatch, apply = sim.dispatch, sim.apply_update_batch
 
@@ -277,8 +338,13 @@ def _fedasmu_run(backend, deferred):
     return handle
 
   def spy_apply(batch, handles):
-    record['aggregated'].append((handles[0], handles[0].arrival_time,
-                                 jax.tree_util.tree_map(lambda p: p[0], batch.client_params)))
+    record['aggregated'].append(
+      (
+        handles[0],
+        handles[0].arrival_time,
+        jax.tree_util.tree_map(lambda p: p[0], batch.client_params),
+      )
+    )
     apply(batch, handles)
 
   sim.dispatch, sim.apply_update_batch = spy_dispatch, spy_apply
@@ -300,15 +366,17 @@ def _sgd(model, data, params, client, seed, steps):
 
 
 def _tree_dot(a, b):
-  return sum(float(jnp.vdot(x, y)) for x, y in zip(jax.tree_util.tree_leaves(a),
-                                                   jax.tree_util.tree_leaves(b)))
+  return sum(
+    float(jnp.vdot(x, y))
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b))
+  )
 
 
 @pytest.mark.parametrize('backend,deferred', [('vmap', True), ('loop', False)])
 def test_two_segment_tasks_equal_an_eager_blend_at_the_fetch_time(backend, deferred):
   fed, model, latency, policy, scheduler, sim, record = _fedasmu_run(backend, deferred)
   data = fed.device_arrays()
-  models = [record['init']]                       # the reference's global model per version
+  models = [record['init']]  # the reference's global model per version
   aggregation_times = []
   lam, sigma, iota = (np.full(fed.num_clients, x) for x in (1.0, 0.5, 0.1))
   gamma, v = np.full(fed.num_clients, 1.5), np.full(fed.num_clients, 0.8)
@@ -317,37 +385,41 @@ def test_two_segment_tasks_equal_an_eager_blend_at_the_fetch_time(backend, defer
     client = final.client_id
     # Its first segment: the client's last intermediate dispatch before `final`.
     index = next(i for i, (h, _) in enumerate(record['dispatched']) if h is final)
-    first = next(h for h, _ in reversed(record['dispatched'][:index])
-                 if h.client_id == client and h.intermediate)
+    first = next(
+      h
+      for h, _ in reversed(record['dispatched'][:index])
+      if h.client_id == client and h.intermediate
+    )
     step_time, half_trip = latency.step_time[client], latency.communication_time[client] / 2
     n = int(fed.client_sizes[client])
     total = math.ceil(3 * n / BATCH)
-    assert first.num_steps == math.ceil(2 * n / BATCH)   # l* = 2 of 3 epochs (FixedFetch(0.5))
+    assert first.num_steps == math.ceil(2 * n / BATCH)  # l* = 2 of 3 epochs (FixedFetch(0.5))
     assert final.num_steps == total - first.num_steps
     # The request reaches the server after the download and epochs 1..l*.
     request = first.dispatch_time + half_trip + first.num_steps * step_time
     assert final.dispatch_time == pytest.approx(request)
     o = first.version
-    g = sum(t <= request for t in aggregation_times)     # versions that exist at the request
+    g = sum(t <= request for t in aggregation_times)  # versions that exist at the request
     assert final.metadata['fresh_version'] == g
     local = _sgd(model, data, models[o], client, first.task_id, first.num_steps)
-    if g > o:   # Formulas 7-9 on the first mini-batch of the rest of the training
+    if g > o:  # Formulas 7-9 on the first mini-batch of the rest of the training
       blends += 1
       phi = gamma[client] / math.sqrt(g) * (1 - v[client] / math.sqrt(g - o + 1))
       beta = MU_BETA * phi / (1 + MU_BETA * phi) if phi > 0 else 0.0
       fresh = models[g]
       blended = jax.tree_util.tree_map(lambda b, f: (1 - beta) * b + beta * f, local, fresh)
-      x, y, w = _batch(data, client, 0, jax.random.fold_in(jax.random.PRNGKey(1), final.task_id),
-                       BATCH)
+      x, y, w = _batch(
+        data, client, 0, jax.random.fold_in(jax.random.PRNGKey(1), final.task_id), BATCH
+      )
       before = float(model.loss(local, x, y, w))
       after, grad = jax.value_and_grad(model.loss)(blended, x, y, w)
       slope = _tree_dot(grad, jax.tree_util.tree_map(jnp.subtract, fresh, local))
-      d_beta = MU_BETA / (1 + MU_BETA * phi)**2 if phi > 0 else 0.0
+      d_beta = MU_BETA / (1 + MU_BETA * phi) ** 2 if phi > 0 else 0.0
       gap = math.sqrt(g - o + 1)
-      gamma[client], v[client] = (gamma[client] - ETA_GAMMA * slope * d_beta / math.sqrt(g)
-                                  * (1 - v[client] / gap),
-                                  v[client] + ETA_V * slope * d_beta * gamma[client]
-                                  / (math.sqrt(g) * gap))
+      gamma[client], v[client] = (
+        gamma[client] - ETA_GAMMA * slope * d_beta / math.sqrt(g) * (1 - v[client] / gap),
+        v[client] + ETA_V * slope * d_beta * gamma[client] / (math.sqrt(g) * gap),
+      )
       rewards.append((client, 2, before - float(after)))
       local = blended
     download = latency.extra_download_time(client) if g > o else 0.0
@@ -356,20 +428,25 @@ def test_two_segment_tasks_equal_an_eager_blend_at_the_fetch_time(backend, defer
     _close(client_params, local, atol=2e-5)
     # Server: Formulas 1-3 at t = version.
     s = version - o + 1
-    xi = lam[client] / (math.sqrt(max(version, 1)) * s**sigma[client]) + iota[client]
+    xi = lam[client] / (math.sqrt(max(version, 1)) * s ** sigma[client]) + iota[client]
     alpha = xi / (1 + xi)
     before_model = models[-1]
-    after_model = jax.tree_util.tree_map(lambda m, c: (1 - alpha) * m + alpha * c,
-                                         before_model, local)
-    estimate = _tree_dot(jax.tree_util.tree_map(jnp.subtract, local, after_model),
-                         jax.tree_util.tree_map(jnp.subtract, local, before_model)) / (LR * total)
-    scale = estimate / (1 + xi)**2 / (math.sqrt(max(version, 1)) * s**sigma[client])
+    after_model = jax.tree_util.tree_map(
+      lambda m, c: (1 - alpha) * m + alpha * c, before_model, local
+    )
+    estimate = _tree_dot(
+      jax.tree_util.tree_map(jnp.subtract, local, after_model),
+      jax.tree_util.tree_map(jnp.subtract, local, before_model),
+    ) / (LR * total)
+    scale = estimate / (1 + xi) ** 2 / (math.sqrt(max(version, 1)) * s ** sigma[client])
     lam[client], sigma[client], iota[client] = (
-        lam[client] - 0.05 * scale, sigma[client] + 0.05 * scale * lam[client] * math.log(s),
-        iota[client] - 0.05 * estimate / (1 + xi)**2)
+      lam[client] - 0.05 * scale,
+      sigma[client] + 0.05 * scale * lam[client] * math.log(s),
+      iota[client] - 0.05 * estimate / (1 + xi) ** 2,
+    )
     models.append(after_model)
     aggregation_times.append(arrival)
-  assert 0 < blends < len(record['aggregated'])   # both branches were exercised
+  assert 0 < blends < len(record['aggregated'])  # both branches were exercised
   _close(sim.params, models[-1], atol=2e-5)
   np.testing.assert_allclose(sim.server_state.lam, lam, rtol=1e-5)
   np.testing.assert_allclose(sim.server_state.sigma, sigma, rtol=1e-5)
@@ -377,8 +454,7 @@ def test_two_segment_tasks_equal_an_eager_blend_at_the_fetch_time(backend, defer
   np.testing.assert_allclose(scheduler.gamma, gamma, rtol=1e-5)
   np.testing.assert_allclose(scheduler.v, v, rtol=1e-5)
   assert [c for c, *_ in policy.observed] == [c for c, *_ in rewards]
-  np.testing.assert_allclose([r for *_, r in policy.observed], [r for *_, r in rewards],
-                             atol=1e-5)
+  np.testing.assert_allclose([r for *_, r in policy.observed], [r for *_, r in rewards], atol=1e-5)
   # A split task is one client update: dispatched once, arrived once.
   report = sim.report()
   assert report['tasks']['dispatched'] == sum(not c for _, c in record['dispatched'])
@@ -386,6 +462,7 @@ def test_two_segment_tasks_equal_an_eager_blend_at_the_fetch_time(backend, defer
 
 
 # ---- Staleness bound, accounting ---------------------------------------------------------------
+
 
 class _OfflineFrom:
   """Device 1 goes offline for good at `time`; device 0 is always online."""
@@ -407,26 +484,33 @@ def _two_device_run(tau, fetch_policy, availability=None):
   if fetch_policy is None:
     update = sgd_client_update(model, optax.sgd(0.1), 2)
   else:
-    update = fedasmu_client_update(model, optax.sgd(0.1), 2, mu_beta=1.0,
-                                   gamma_learning_rate=0.1, v_learning_rate=0.1)
-  scheduler = FedasmuScheduler(100.0, 2, 2, LocalWork(steps=2, batch_size=2), tau=tau,
-                               fetch_policy=fetch_policy)
-  sim = Simulation(executor=Executor(update, fed.device_arrays(), jax.random.PRNGKey(1)),
-                   scheduler=scheduler, aggregator=fedasmu_aggregator(2, ServerSettings()),
-                   latency=DeviceRatioLatency(2, np.random.default_rng(0), fastest_step_time=1.0,
-                                              ratio=5.0),
-                   init_params=model.init(jax.random.PRNGKey(0)), client_sizes=fed.client_sizes,
-                   rng=np.random.default_rng(0), availability=availability)
+    update = fedasmu_client_update(
+      model, optax.sgd(0.1), 2, mu_beta=1.0, gamma_learning_rate=0.1, v_learning_rate=0.1
+    )
+  scheduler = FedasmuScheduler(
+    100.0, 2, 2, LocalWork(steps=2, batch_size=2), tau=tau, fetch_policy=fetch_policy
+  )
+  sim = Simulation(
+    executor=Executor(update, fed.device_arrays(), jax.random.PRNGKey(1)),
+    scheduler=scheduler,
+    aggregator=fedasmu_aggregator(2, ServerSettings()),
+    latency=DeviceRatioLatency(2, np.random.default_rng(0), fastest_step_time=1.0, ratio=5.0),
+    init_params=model.init(jax.random.PRNGKey(0)),
+    client_sizes=fed.client_sizes,
+    rng=np.random.default_rng(0),
+    availability=availability,
+  )
   aggregated = []
   apply = sim.apply_update_batch
-  sim.apply_update_batch = lambda batch, handles: (aggregated.extend(handles),
-                                                   apply(batch, handles))
+  sim.apply_update_batch = lambda batch, handles: (
+    aggregated.extend(handles),
+    apply(batch, handles),
+  )
   sim.run(StopCondition(max_virtual_time=50.0))
   return sim, aggregated
 
 
 class TestStalenessBound:
-
   @pytest.mark.parametrize('fetch', [False, True])
   def test_uploads_beyond_tau_are_discarded(self, fetch):
     policy = RecordingFetch(0.0) if fetch else None
@@ -435,8 +519,14 @@ class TestStalenessBound:
     sim, aggregated = _two_device_run(1, policy)
     report = sim.report()
     assert [(h.client_id, h.arrival_time) for h in aggregated] == [(0, 2.0)]
-    assert report['tasks'] == {'dispatched': 2, 'arrived': 2, 'aggregated': 1,
-                               'discarded': {'stale': 1}, 'in_flight': 0, 'waiting': 0}
+    assert report['tasks'] == {
+      'dispatched': 2,
+      'arrived': 2,
+      'aggregated': 1,
+      'discarded': {'stale': 1},
+      'in_flight': 0,
+      'waiting': 0,
+    }
     if fetch:
       # Device 1 asked after its first step (t = 5), got version 1 and blended; its reward
       # reached the policy although the server then discarded its upload.
@@ -451,7 +541,7 @@ class TestStalenessBound:
     # Device 1's first segment ends at t = 5 (the request), its second would end at t = 10.
     sim, aggregated = _two_device_run(5, RecordingFetch(0.0), _OfflineFrom(offline))
     assert [h.client_id for h in aggregated] == [0]
-    report = sim.report()   # checks that every task is accounted for
+    report = sim.report()  # checks that every task is accounted for
     assert report['tasks']['dispatched'] == 2 and report['tasks']['discarded'] == {'offline': 1}
     assert sim.scheduler.fetches == (2 if offline > 5.0 else 1)
     assert sim.scheduler.in_flight == 0
@@ -465,17 +555,21 @@ class TestStalenessBound:
         pass
 
     fed = toy_federation(num_clients=2)
-    sim = Simulation(executor=NoTrainingExecutor({'w': jnp.zeros(1)}),
-                     scheduler=Abandon(1.0, 1, 1, 1, LocalWork(steps=1)),
-                     aggregator=fedopt(optax.sgd(1.0)),
-                     latency=PerStepLatency(2, np.random.default_rng(0)),
-                     init_params={'w': jnp.zeros(1)}, client_sizes=fed.client_sizes,
-                     rng=np.random.default_rng(0))
+    sim = Simulation(
+      executor=NoTrainingExecutor({'w': jnp.zeros(1)}),
+      scheduler=Abandon(1.0, 1, 1, 1, LocalWork(steps=1)),
+      aggregator=fedopt(optax.sgd(1.0)),
+      latency=PerStepLatency(2, np.random.default_rng(0)),
+      init_params={'w': jnp.zeros(1)},
+      client_sizes=fed.client_sizes,
+      rng=np.random.default_rng(0),
+    )
     with pytest.raises(RuntimeError, match='on_segment_end'):
       sim.run(StopCondition(max_versions=1))
 
 
 # ---- FedASMU-0 = FedAsync with a staleness bound ------------------------------------------------
+
 
 def _config(algorithm, **overrides):
   config = base_config()
@@ -502,11 +596,15 @@ def _run_config(config, versions=12):
   algorithm = get_algorithm(config, BuildContext(8, fed.client_sizes, latency))
   model = get_model('mlp', fed.input_shape, fed.num_classes, hidden_sizes=(6,))
   update = algorithm.make_client_update(model, optax.sgd(0.2), 4)
-  sim = Simulation(executor=Executor(update, fed.device_arrays(), jax.random.PRNGKey(1),
-                                     backend='loop'),
-                   scheduler=algorithm.scheduler, aggregator=algorithm.aggregator,
-                   latency=latency, init_params=model.init(jax.random.PRNGKey(0)),
-                   client_sizes=fed.client_sizes, rng=np.random.default_rng(0))
+  sim = Simulation(
+    executor=Executor(update, fed.device_arrays(), jax.random.PRNGKey(1), backend='loop'),
+    scheduler=algorithm.scheduler,
+    aggregator=algorithm.aggregator,
+    latency=latency,
+    init_params=model.init(jax.random.PRNGKey(0)),
+    client_sizes=fed.client_sizes,
+    rng=np.random.default_rng(0),
+  )
   sim.run(StopCondition(max_versions=versions))
   return sim
 
@@ -525,8 +623,11 @@ def test_fedasmu_0_is_fedasync_with_a_staleness_bound():
   _close(fedasmu_0.params, fedasync.params, atol=1e-6)
   # The dynamic weights (FedASMU-FA) do change the trajectory.
   fedasmu_fa = _run_config(_config('fedasmu_fa', **{'fedasmu.tau': 2, **TRIGGER}))
-  assert not np.allclose(jax.tree_util.tree_leaves(fedasmu_fa.params)[0],
-                         jax.tree_util.tree_leaves(fedasmu_0.params)[0], atol=1e-4)
+  assert not np.allclose(
+    jax.tree_util.tree_leaves(fedasmu_fa.params)[0],
+    jax.tree_util.tree_leaves(fedasmu_0.params)[0],
+    atol=1e-4,
+  )
 
 
 def test_fedasmu_variants_build_and_run():
@@ -539,15 +640,20 @@ def test_fedasmu_variants_build_and_run():
 
 # ---- The periodic trigger: timing and the concurrency cap -----------------------------------
 
+
 def _trigger_run(timing, until):
   """6 devices, 25 s per task, 𝒯 = 10, m' = 2, cap 3."""
   fed = toy_federation(num_clients=6)
   scheduler = PeriodicTriggerScheduler(10.0, 2, 3, 1, LocalWork(steps=25), timing=timing)
-  sim = Simulation(executor=NoTrainingExecutor({'w': jnp.zeros(1)}), scheduler=scheduler,
-                   aggregator=fedopt(optax.sgd(1.0)),
-                   latency=PerStepLatency(6, np.random.default_rng(0), mean=1.0),
-                   init_params={'w': jnp.zeros(1)}, client_sizes=fed.client_sizes,
-                   rng=np.random.default_rng(0))
+  sim = Simulation(
+    executor=NoTrainingExecutor({'w': jnp.zeros(1)}),
+    scheduler=scheduler,
+    aggregator=fedopt(optax.sgd(1.0)),
+    latency=PerStepLatency(6, np.random.default_rng(0), mean=1.0),
+    init_params={'w': jnp.zeros(1)},
+    client_sizes=fed.client_sizes,
+    rng=np.random.default_rng(0),
+  )
   handles = []
   dispatch = sim.dispatch
   sim.dispatch = lambda *args, **kwargs: handles.append(dispatch(*args, **kwargs)) or handles[-1]
@@ -563,8 +669,9 @@ def _starts(handles):
 
 
 def _max_concurrency(handles):
-  events = sorted([(h.dispatch_time + 25.0, -1) for h in handles]
-                  + [(h.dispatch_time, 1) for h in handles])   # at equal times, ends first
+  events = sorted(
+    [(h.dispatch_time + 25.0, -1) for h in handles] + [(h.dispatch_time, 1) for h in handles]
+  )  # at equal times, ends first
   running, peak = 0, 0
   for _, change in events:
     running += change
@@ -572,18 +679,21 @@ def _max_concurrency(handles):
   return peak
 
 
-@pytest.mark.parametrize('timing,expected', [
+@pytest.mark.parametrize(
+  'timing,expected',
+  [
     # Checks every 10 s: 2 at 0, 1 at 10 (cap 3), none at 20, 2 at 30 (the two of t = 0 ended at
     # 25), 1 at 40, none at 50, 2 at 60.
     ('periodic', {0.0: 2, 10.0: 1, 30.0: 2, 40.0: 1, 60.0: 2}),
     # Alg. 1 as printed: at the cap the thread waits for a device (25, 50) and then sleeps 𝒯.
     ('after_trigger', {0.0: 2, 10.0: 1, 25.0: 2, 35.0: 1, 50.0: 2, 60.0: 1}),
-])
+  ],
+)
 def test_periodic_trigger_timing_and_cap(timing, expected):
   sim, handles = _trigger_run(timing, 61.0)
   assert _starts(handles) == expected
   assert _max_concurrency(handles) == 3
-  for client in range(6):   # a device never trains two tasks at once
+  for client in range(6):  # a device never trains two tasks at once
     mine = sorted(h.dispatch_time for h in handles if h.client_id == client)
     assert all(b >= a + 25.0 for a, b in zip(mine, mine[1:]))
   assert sim.scheduler.report()['triggered_devices'] == len(handles)
@@ -592,21 +702,37 @@ def test_periodic_trigger_timing_and_cap(timing, expected):
 def test_asynchronous_scheduler_uses_the_trigger_when_a_period_is_set():
   config = _config('fedbuff')
   assert isinstance(asynchronous_scheduler(config, 3), AsynchronousScheduler)
-  config = _config('fedbuff', **{'scheduler.trigger_period': 5.0, 'scheduler.trigger_count': 1,
-                                 'scheduler.trigger_timing': 'after_trigger'})
+  config = _config(
+    'fedbuff',
+    **{
+      'scheduler.trigger_period': 5.0,
+      'scheduler.trigger_count': 1,
+      'scheduler.trigger_timing': 'after_trigger',
+    },
+  )
   scheduler = asynchronous_scheduler(config, 3)
   assert isinstance(scheduler, PeriodicTriggerScheduler)
-  assert (scheduler.trigger_period, scheduler.trigger_count, scheduler.buffer_size,
-          scheduler.timing) == (5.0, 1, 3, 'after_trigger')
+  assert (
+    scheduler.trigger_period,
+    scheduler.trigger_count,
+    scheduler.buffer_size,
+    scheduler.timing,
+  ) == (5.0, 1, 3, 'after_trigger')
 
 
 # ---- Settings ----------------------------------------------------------------------------------
 
+
 def test_fedasmu_config_readings():
   tables = fedasmu_fashion_mnist_config('fedasmu')
   validate(tables)
-  assert (tables.scheduler.trigger_period, tables.scheduler.trigger_count, tables.fedasmu.tau,
-          tables.scheduler.concurrency, tables.run.num_rounds) == (10.0, 10, 99, 10, 500)
+  assert (
+    tables.scheduler.trigger_period,
+    tables.scheduler.trigger_count,
+    tables.fedasmu.tau,
+    tables.scheduler.concurrency,
+    tables.run.num_rounds,
+  ) == (10.0, 10, 99, 10, 500)
   assert tables.fedasmu.lambda_learning_rate == tables.fedasmu.v_learning_rate == 1e-4
   assert tables.client.learning_rate == 0.005
   appendix = fedasmu_fashion_mnist_config('fedasmu_h3', 'appendix')
@@ -615,7 +741,9 @@ def test_fedasmu_config_readings():
     fedasmu_fashion_mnist_config('fedasmu', 'both')
 
 
-@pytest.mark.parametrize('algorithm,key,value,match', [
+@pytest.mark.parametrize(
+  'algorithm,key,value,match',
+  [
     ('fedasmu', 'scheduler.max_staleness', 5, 'scheduler.max_staleness'),
     ('fedasmu', 'scheduler.trigger_period', None, 'scheduler.trigger_period'),
     ('fedasmu', 'client.local_epochs', 2.5, 'client.local_epochs'),
@@ -627,7 +755,8 @@ def test_fedasmu_config_readings():
     ('fedasmu', 'scheduler.trigger_timing', 'sometimes', 'scheduler.trigger_timing'),
     ('fedasmu', 'fedasmu.mu_beta', 0.0, 'fedasmu.mu_beta'),
     ('fedasync', 'scheduler.trigger_period', -1.0, 'scheduler.trigger_period'),
-])
+  ],
+)
 def test_invalid_fedasmu_settings_name_the_setting(algorithm, key, value, match):
   config = fedasmu_fashion_mnist_config(algorithm)
   set_by_path(config, key, value)

@@ -18,16 +18,33 @@ from fedsim_jax.data import toy_federation
 from fedsim_jax.executor import Executor
 from fedsim_jax.models import get_model
 from fedsim_jax.runtime import PerStepLatency, Simulation, StopCondition, UpdateBatch
-from fedsim_jax.strategy import (AsynchronousScheduler, BuildContext, LocalWork,
-                                 SynchronousScheduler, fedasync, fedopt, get_algorithm,
-                                 make_staleness)
-from fedsim_jax.strategy.asofed import (AsoFedClients, AsoFedInputs, asofed_aggregator,
-                                        asofed_client_update, decayed_gradient, step_scale)
-from fedsim_jax.strategy.feddyn import (FedDynInputs, FedDynScheduler, feddyn_aggregator,
-                                        feddyn_client_update, updated_client_gradient)
+from fedsim_jax.strategy import (
+  AsynchronousScheduler,
+  BuildContext,
+  LocalWork,
+  SynchronousScheduler,
+  fedasync,
+  fedopt,
+  get_algorithm,
+  make_staleness,
+)
+from fedsim_jax.strategy.asofed import (
+  AsoFedClients,
+  AsoFedInputs,
+  asofed_aggregator,
+  asofed_client_update,
+  decayed_gradient,
+  step_scale,
+)
+from fedsim_jax.strategy.feddyn import (
+  FedDynInputs,
+  FedDynScheduler,
+  feddyn_aggregator,
+  feddyn_client_update,
+  updated_client_gradient,
+)
 from fedsim_jax.strategy.fedsa import fedsa_aggregator, fedsa_weights
-from fedsim_jax.strategy.moon import (MoonInputs, MoonScheduler, contrastive_loss,
-                                      moon_client_update)
+from fedsim_jax.strategy.moon import MoonInputs, MoonScheduler, contrastive_loss, moon_client_update
 from fedsim_jax.strategy.port import port_aggregator, port_weights, update_similarity
 
 FED = toy_federation(num_clients=8, min_size=4, max_size=12)
@@ -46,10 +63,14 @@ def _latency(seed=5):
 def _simulation(scheduler, aggregator, client_update, seed=0):
   model = _model()
   return Simulation(
-      executor=Executor(client_update, FED.device_arrays(), jax.random.PRNGKey(1)),
-      scheduler=scheduler, aggregator=aggregator, latency=_latency(),
-      init_params=model.init(jax.random.PRNGKey(0)), client_sizes=FED.client_sizes,
-      rng=np.random.default_rng(seed))
+    executor=Executor(client_update, FED.device_arrays(), jax.random.PRNGKey(1)),
+    scheduler=scheduler,
+    aggregator=aggregator,
+    latency=_latency(),
+    init_params=model.init(jax.random.PRNGKey(0)),
+    client_sizes=FED.client_sizes,
+    rng=np.random.default_rng(seed),
+  )
 
 
 def _run(sim, versions):
@@ -63,18 +84,23 @@ def _assert_trees_close(a, b, atol=1e-6):
 
 
 def _max_difference(a, b):
-  return max(float(jnp.abs(x - y).max()) for x, y in zip(jax.tree_util.tree_leaves(a),
-                                                           jax.tree_util.tree_leaves(b)))
+  return max(
+    float(jnp.abs(x - y).max())
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b))
+  )
 
 
 def _batch(deltas, staleness, client_id, weights=None, client=None):
   k = len(staleness)
-  return UpdateBatch(deltas={'w': jnp.asarray(deltas, jnp.float32)},
-                     weights=jnp.asarray(weights or [1.0] * k, jnp.float32),
-                     staleness=jnp.asarray(staleness, jnp.int32),
-                     num_steps=jnp.ones(k, jnp.int32), group=jnp.zeros(k, jnp.int32),
-                     client_params=None if client is None else {'w': jnp.asarray(client)},
-                     client_id=jnp.asarray(client_id, jnp.int32))
+  return UpdateBatch(
+    deltas={'w': jnp.asarray(deltas, jnp.float32)},
+    weights=jnp.asarray(weights or [1.0] * k, jnp.float32),
+    staleness=jnp.asarray(staleness, jnp.int32),
+    num_steps=jnp.ones(k, jnp.int32),
+    group=jnp.zeros(k, jnp.int32),
+    client_params=None if client is None else {'w': jnp.asarray(client)},
+    client_id=jnp.asarray(client_id, jnp.int32),
+  )
 
 
 def _sgd_update(**kwargs):
@@ -92,8 +118,10 @@ def test_features_are_the_input_of_the_output_layer():
   model = _model()
   params = model.init(jax.random.PRNGKey(0))
   x = jax.random.randint(jax.random.PRNGKey(2), (5, *FED.input_shape), 0, 255).astype(jnp.uint8)
-  hidden = jax.nn.relu(x.reshape(5, -1).astype(jnp.float32) / 255 @ params['Dense_0']['kernel']
-                       + params['Dense_0']['bias'])
+  hidden = jax.nn.relu(
+    x.reshape(5, -1).astype(jnp.float32) / 255 @ params['Dense_0']['kernel']
+    + params['Dense_0']['bias']
+  )
   np.testing.assert_allclose(model.features(params, x), hidden, rtol=1e-5, atol=1e-6)
   logits, features = jax.jit(lambda p: model.capture_features(model.apply, p, x))(params)
   np.testing.assert_allclose(logits, model.apply(params, x), rtol=1e-6)
@@ -110,7 +138,6 @@ def test_lenet5_features_are_its_84_dim_layer():
 
 
 class TestMoon:
-
   def test_contrastive_loss_on_hand_computed_vectors(self):
     z = jnp.array([[1.0, 0.0], [1.0, 1.0]])
     z_global = jnp.array([[2.0, 0.0], [1.0, 0.0]])
@@ -119,10 +146,12 @@ class TestMoon:
     first = math.log(1 + math.exp(-2.0))
     # Example 1: cos = 1/sqrt 2 and -1/sqrt 2 -> -log(e^{s} / (e^{s} + e^{-s})), s = sqrt 2.
     second = math.log(1 + math.exp(-2 * math.sqrt(2)))
-    np.testing.assert_allclose(contrastive_loss(z, z_global, z_previous, 0.5),
-                               (first + second) / 2, rtol=1e-6)
     np.testing.assert_allclose(
-        contrastive_loss(z, z_global, z_previous, 0.5, jnp.array([1.0, 0.0])), first, rtol=1e-6)
+      contrastive_loss(z, z_global, z_previous, 0.5), (first + second) / 2, rtol=1e-6
+    )
+    np.testing.assert_allclose(
+      contrastive_loss(z, z_global, z_previous, 0.5, jnp.array([1.0, 0.0])), first, rtol=1e-6
+    )
 
   def test_previous_equal_to_global_gives_log2_and_no_gradient(self):
     z = jnp.array([[0.3, -1.2, 2.0]])
@@ -144,27 +173,34 @@ class TestMoon:
     def expected_objective(params):
       z = model.features(params, x)
       return model.loss(params, x, batch[1], batch[2]) + 2.0 * contrastive_loss(
-          z, model.features(start, x), model.features(previous, x), 0.5, batch[2])
+        z, model.features(start, x), model.features(previous, x), 0.5, batch[2]
+      )
 
-    expected = jax.tree_util.tree_map(lambda p, g: p - LR * g, start,
-                                      jax.grad(expected_objective)(start))
+    expected = jax.tree_util.tree_map(
+      lambda p, g: p - LR * g, start, jax.grad(expected_objective)(start)
+    )
     _assert_trees_close(state.params, expected)
     np.testing.assert_allclose(state.loss_sum, expected_objective(start), rtol=1e-6)
 
   def test_mu_zero_is_fedavg(self):
     fedavg = _run(_simulation(_synchronous(3), fedopt(optax.sgd(1.0)), _sgd_update()), 3)
-    moon = _run(_simulation(MoonScheduler(3, LocalWork(steps=3), 'num_examples', contrast=False),
-                            fedopt(optax.sgd(1.0)),
-                            moon_client_update(_model(), optax.sgd(LR), 4, mu=0.0,
-                                               temperature=0.5)), 3)
+    moon = _run(
+      _simulation(
+        MoonScheduler(3, LocalWork(steps=3), 'num_examples', contrast=False),
+        fedopt(optax.sgd(1.0)),
+        moon_client_update(_model(), optax.sgd(LR), 4, mu=0.0, temperature=0.5),
+      ),
+      3,
+    )
     _assert_trees_close(moon, fedavg)
 
   def test_first_participation_is_fedavg_and_later_rounds_contrast(self):
     def moon_sim():
-      return _simulation(MoonScheduler(8, LocalWork(steps=3), 'num_examples'),
-                         fedopt(optax.sgd(1.0)),
-                         moon_client_update(_model(), optax.sgd(LR), 4, mu=5.0,
-                                            temperature=0.5))
+      return _simulation(
+        MoonScheduler(8, LocalWork(steps=3), 'num_examples'),
+        fedopt(optax.sgd(1.0)),
+        moon_client_update(_model(), optax.sgd(LR), 4, mu=5.0, temperature=0.5),
+      )
 
     # Round 1: every client contrasts against previous = global, so l_con has no gradient.
     sim = moon_sim()
@@ -176,8 +212,11 @@ class TestMoon:
 
   def test_previous_model_is_the_clients_last_local_model(self):
     scheduler = MoonScheduler(8, LocalWork(steps=3), 'num_examples')
-    sim = _simulation(scheduler, fedopt(optax.sgd(1.0)),
-                      moon_client_update(_model(), optax.sgd(LR), 4, mu=1.0, temperature=0.5))
+    sim = _simulation(
+      scheduler,
+      fedopt(optax.sgd(1.0)),
+      moon_client_update(_model(), optax.sgd(LR), 4, mu=1.0, temperature=0.5),
+    )
     start = sim.params
     recorded = {}
     # Capture every client's local model from the round's updates before they aggregate.
@@ -186,8 +225,7 @@ class TestMoon:
     def spy(sim_, round_):
       batch = sim_.updates(round_.aggregated, round_.weights, with_client_params=True)
       for row, handle in enumerate(round_.aggregated):
-        recorded[handle.client_id] = jax.tree_util.tree_map(lambda a: a[row],
-                                                            batch.client_params)
+        recorded[handle.client_id] = jax.tree_util.tree_map(lambda a: a[row], batch.client_params)
       closing(sim_, round_)
 
     scheduler.rounds.round_closing = spy
@@ -201,7 +239,6 @@ class TestMoon:
 
 
 class TestFedDyn:
-
   def test_client_state_update_on_scalars(self):
     # grad_k <- grad_k - alpha (theta_k - theta^{t-1}): 0.5 - 0.1 * 2 = 0.3
     new = updated_client_gradient({'w': jnp.array(0.5)}, {'w': jnp.array(2.0)}, 0.1)
@@ -217,16 +254,18 @@ class TestFedDyn:
     np.testing.assert_allclose(state.params['w'], [5.5])
     # One real delta -1 and a padding row: h = -0.75 + 0.5 / 4 = -0.625;
     # theta = 5.5 - 1 + 1.25 = 5.75
-    state = aggregator.apply(state, _batch([[-1.0], [100.0]], [0, 0], [2, 0],
-                                           weights=[1.0, 0.0]))
+    state = aggregator.apply(state, _batch([[-1.0], [100.0]], [0, 0], [2, 0], weights=[1.0, 0.0]))
     np.testing.assert_allclose(state.h['w'], [-0.625])
     np.testing.assert_allclose(state.params['w'], [5.75])
 
   def _batch_and_start(self):
     model = _model()
     x = jax.random.randint(jax.random.PRNGKey(2), (4, *FED.input_shape), 0, 255)
-    return model, model.init(jax.random.PRNGKey(0)), (x.astype(jnp.uint8),
-                                                      jnp.array([0, 1, 2, 3]), jnp.ones(4))
+    return (
+      model,
+      model.init(jax.random.PRNGKey(0)),
+      (x.astype(jnp.uint8), jnp.array([0, 1, 2, 3]), jnp.ones(4)),
+    )
 
   def test_linear_term_shifts_the_first_step_by_lr_times_the_client_gradient(self):
     model, start, batch = self._batch_and_start()
@@ -236,8 +275,9 @@ class TestFedDyn:
     state = update.step(update.init(start, inputs), batch, inputs)
     plain = sgd_client_update(model, optax.sgd(LR), 4)
     plain_state = plain.step(plain.init(start, None), batch, None)
-    _assert_trees_close(state.params, jax.tree_util.tree_map(lambda p: p + LR * 0.3,
-                                                             plain_state.params))
+    _assert_trees_close(
+      state.params, jax.tree_util.tree_map(lambda p: p + LR * 0.3, plain_state.params)
+    )
 
   def test_zero_client_gradient_is_fedprox_with_mu_alpha(self):
     model, start, batch = self._batch_and_start()
@@ -253,24 +293,32 @@ class TestFedDyn:
   def test_server_h_is_the_mean_of_all_client_gradients(self):
     alpha = 0.3
     scheduler = FedDynScheduler(alpha, 3, LocalWork(steps=3), 'uniform')
-    sim = _simulation(scheduler, feddyn_aggregator(alpha, FED.num_clients),
-                      feddyn_client_update(_model(), optax.sgd(LR), 4, alpha=alpha))
+    sim = _simulation(
+      scheduler,
+      feddyn_aggregator(alpha, FED.num_clients),
+      feddyn_client_update(_model(), optax.sgd(LR), 4, alpha=alpha),
+    )
     _run(sim, 4)
     assert 3 <= len(scheduler.client_gradients) <= FED.num_clients
-    mean = jax.tree_util.tree_map(lambda *g: sum(g) / FED.num_clients,
-                                  *scheduler.client_gradients.values())
+    mean = jax.tree_util.tree_map(
+      lambda *g: sum(g) / FED.num_clients, *scheduler.client_gradients.values()
+    )
     _assert_trees_close(sim.server_state.h, mean)
 
   def test_round_is_mean_model_minus_h_over_alpha(self):
     alpha = 0.3
     scheduler = FedDynScheduler(alpha, 3, LocalWork(steps=3), 'uniform')
-    sim = _simulation(scheduler, feddyn_aggregator(alpha, FED.num_clients),
-                      feddyn_client_update(_model(), optax.sgd(LR), 4, alpha=alpha))
+    sim = _simulation(
+      scheduler,
+      feddyn_aggregator(alpha, FED.num_clients),
+      feddyn_client_update(_model(), optax.sgd(LR), 4, alpha=alpha),
+    )
     start = sim.params
     _run(sim, 1)
     # First round: every grad_k was 0, so grad_k = -alpha delta_k and h = -alpha/m sum delta_k.
-    deltas = [jax.tree_util.tree_map(lambda g: -g / alpha, g)
-              for g in scheduler.client_gradients.values()]
+    deltas = [
+      jax.tree_util.tree_map(lambda g: -g / alpha, g) for g in scheduler.client_gradients.values()
+    ]
     mean = jax.tree_util.tree_map(lambda *d: sum(d) / 3, *deltas)
     h = jax.tree_util.tree_map(lambda *d: -alpha / FED.num_clients * sum(d), *deltas)
     expected = jax.tree_util.tree_map(lambda p, d, h: p + d - h / alpha, start, mean, h)
@@ -301,42 +349,58 @@ def _config(algorithm, **overrides):
 
 def _run_registered(config, versions=3):
   algorithm = get_algorithm(config, BuildContext(FED.num_clients, FED.client_sizes, _latency()))
-  update = algorithm.make_client_update(_model(), optax.sgd(config.client.learning_rate),
-                                        config.client.batch_size)
+  update = algorithm.make_client_update(
+    _model(), optax.sgd(config.client.learning_rate), config.client.batch_size
+  )
   return _run(_simulation(algorithm.scheduler, algorithm.aggregator, update), versions)
 
 
 class TestFedProx:
-
   def test_mu_zero_is_fedavg_and_mu_positive_is_not(self):
     fedavg = _run_registered(_config('fedavg'))
     _assert_trees_close(_run_registered(_config('fedprox')), fedavg)
-    assert _max_difference(_run_registered(_config('fedprox', client__proximal_strength=1.0)),
-                           fedavg) > 1e-4
+    assert (
+      _max_difference(_run_registered(_config('fedprox', client__proximal_strength=1.0)), fedavg)
+      > 1e-4
+    )
 
 
 # ---- PORT --------------------------------------------------------------------------------
 
 
 class TestPort:
-
   def test_weights_on_given_staleness_and_similarity(self):
     # raw_0 = 1 (1 * (1 + 1) / 2 + 10 / 10) = 2; raw_1 = 3 (0 + 10 / 20) = 1.5
-    p = port_weights(jnp.array([1.0, 3.0]), jnp.array([0, 10]), jnp.array([1.0, -1.0]),
-                     similarity_weight=1.0, staleness_weight=1.0, staleness_bound=10.0)
+    p = port_weights(
+      jnp.array([1.0, 3.0]),
+      jnp.array([0, 10]),
+      jnp.array([1.0, -1.0]),
+      similarity_weight=1.0,
+      staleness_weight=1.0,
+      staleness_bound=10.0,
+    )
     np.testing.assert_allclose(p, [2 / 3.5, 1.5 / 3.5], rtol=1e-6)
     # Padding rows (0 examples) get 0.
-    p = port_weights(jnp.array([2.0, 0.0]), jnp.array([4, 0]), jnp.array([0.0, 1.0]),
-                     similarity_weight=1.0, staleness_weight=2.0, staleness_bound=4.0)
+    p = port_weights(
+      jnp.array([2.0, 0.0]),
+      jnp.array([4, 0]),
+      jnp.array([0.0, 1.0]),
+      similarity_weight=1.0,
+      staleness_weight=2.0,
+      staleness_bound=4.0,
+    )
     np.testing.assert_allclose(p, [1.0, 0.0])
 
   def test_similarity(self):
-    np.testing.assert_allclose(update_similarity({'a': jnp.array([1.0, 1.0])},
-                                                 {'a': jnp.array([2.0, 0.0])}), 2**-0.5,
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+      update_similarity({'a': jnp.array([1.0, 1.0])}, {'a': jnp.array([2.0, 0.0])}),
+      2**-0.5,
+      rtol=1e-6,
+    )
     # No reference yet (zero): 1.
-    np.testing.assert_allclose(update_similarity({'a': jnp.array([1.0, 1.0])},
-                                                 {'a': jnp.zeros(2)}), 1.0)
+    np.testing.assert_allclose(
+      update_similarity({'a': jnp.array([1.0, 1.0])}, {'a': jnp.zeros(2)}), 1.0
+    )
 
   def test_buffer_update_against_the_last_server_update(self):
     aggregator = port_aggregator(np.array([1.0, 1.0, 2.0]))
@@ -353,12 +417,14 @@ class TestPort:
     raw = np.array([1 + 1.0, 2 * (1 + 10 / 11)])
     p = raw / raw.sum()
     new = aggregator.apply(state, _batch([[2.0, 0.0], [0.0, 2.0]], [0, 1], [0, 2]))
-    np.testing.assert_allclose(new.params['w'], p[0] * np.array([2.0, 0.0])
-                               + p[1] * np.array([0.0, 2.0]), rtol=1e-6)
+    np.testing.assert_allclose(
+      new.params['w'], p[0] * np.array([2.0, 0.0]) + p[1] * np.array([0.0, 2.0]), rtol=1e-6
+    )
 
   def test_similarity_to_the_progress_since_download(self):
-    aggregator = port_aggregator(np.array([1.0, 1.0]), staleness_weight=0.0,
-                                 similarity_reference='since_download')
+    aggregator = port_aggregator(
+      np.array([1.0, 1.0]), staleness_weight=0.0, similarity_reference='since_download'
+    )
     assert aggregator.needs_client_params
     state = aggregator.init({'w': jnp.array([3.0, 1.0])})
     # Row 0: download w_o = client - delta = [1, 1], progress since [2, 0], cos = 1/sqrt 2.
@@ -377,8 +443,9 @@ class TestPort:
 
   def test_buffer_of_one_is_fedasync_with_alpha_one(self):
     def async_sim(aggregator):
-      return _simulation(AsynchronousScheduler(3, 1, LocalWork(steps=3), 'uniform'), aggregator,
-                         _sgd_update())
+      return _simulation(
+        AsynchronousScheduler(3, 1, LocalWork(steps=3), 'uniform'), aggregator, _sgd_update()
+      )
 
     fedasync_params = _run(async_sim(fedasync(1.0, make_staleness('constant'), 'delta')), 10)
     _assert_trees_close(_run(async_sim(port_aggregator(FED.client_sizes)), 10), fedasync_params)
@@ -394,7 +461,6 @@ class TestPort:
 
 
 class TestAsoFed:
-
   def test_step_scale(self):
     np.testing.assert_allclose(step_scale(math.e**2), 2.0)
     assert step_scale(1.5) == 1.0 and step_scale(0.0) == 1.0
@@ -410,8 +476,9 @@ class TestAsoFed:
   def test_server_update_uses_the_clients_share_of_examples(self):
     aggregator = asofed_aggregator(np.array([1.0, 3.0]))
     state = aggregator.init({'w': jnp.array([1.0])})
-    state = jax.jit(aggregator.apply)(state, _batch([[4.0], [50.0]], [7, 0], [1, 0],
-                                                    weights=[1.0, 0.0]))
+    state = jax.jit(aggregator.apply)(
+      state, _batch([[4.0], [50.0]], [7, 0], [1, 0], weights=[1.0, 0.0])
+    )
     np.testing.assert_allclose(state.params['w'], [1.0 + 0.75 * 4.0])
 
   def test_client_step_scales_the_corrected_step(self):
@@ -432,25 +499,33 @@ class TestAsoFed:
     _assert_trees_close(state.previous_gradient, g)
 
   def test_without_its_adaptive_parts_it_is_fedasync_with_example_shares(self):
-    fedasync_sim = _simulation(AsynchronousScheduler(3, 1, LocalWork(steps=3), 'num_examples'),
-                               fedasync(1.0, make_staleness('constant'), 'delta'), _sgd_update())
+    fedasync_sim = _simulation(
+      AsynchronousScheduler(3, 1, LocalWork(steps=3), 'num_examples'),
+      fedasync(1.0, make_staleness('constant'), 'delta'),
+      _sgd_update(),
+    )
     clients = AsoFedClients(dynamic_step_size=False)
     asofed_sim = _simulation(
-        clients.scheduler(AsynchronousScheduler(3, 1, LocalWork(steps=3), 'uniform')),
-        asofed_aggregator(FED.client_sizes),
-        asofed_client_update(_model(), optax.sgd(LR), 4, proximal=0.0, decay=0.0))
+      clients.scheduler(AsynchronousScheduler(3, 1, LocalWork(steps=3), 'uniform')),
+      asofed_aggregator(FED.client_sizes),
+      asofed_client_update(_model(), optax.sgd(LR), 4, proximal=0.0, decay=0.0),
+    )
     _assert_trees_close(_run(asofed_sim, 10), _run(fedasync_sim, 10), atol=1e-5)
 
   def test_clients_carry_state_and_delays_across_tasks(self):
     clients = AsoFedClients(delay_measure='training_time')
     scheduler = clients.scheduler(AsynchronousScheduler(3, 1, LocalWork(steps=3), 'uniform'))
-    sim = _simulation(scheduler, asofed_aggregator(FED.client_sizes),
-                      asofed_client_update(_model(), optax.sgd(LR), 4, proximal=0.01,
-                                           decay=0.5))
+    sim = _simulation(
+      scheduler,
+      asofed_aggregator(FED.client_sizes),
+      asofed_client_update(_model(), optax.sgd(LR), 4, proximal=0.01, decay=0.5),
+    )
     arrivals = []
     observe = clients.observe_arrival
-    clients.observe_arrival = lambda s, h: (arrivals.append((h.client_id, h.arrival_time
-                                                             - h.dispatch_time)), observe(s, h))
+    clients.observe_arrival = lambda s, h: (
+      arrivals.append((h.client_id, h.arrival_time - h.dispatch_time)),
+      observe(s, h),
+    )
     scheduler.observe_arrival = clients.observe_arrival
     carried = []
 
@@ -468,8 +543,9 @@ class TestAsoFed:
     assert len(arrivals) >= 15 and len({c for c, _ in arrivals}) > 1
     for client in {c for c, _ in arrivals}:
       durations = [d for c, d in arrivals if c == client]
-      np.testing.assert_allclose(clients.step_scale(client),
-                                 max(1.0, math.log(np.mean(durations))), rtol=1e-6)
+      np.testing.assert_allclose(
+        clients.step_scale(client), max(1.0, math.log(np.mean(durations))), rtol=1e-6
+      )
       h, g_prev = clients.states[client]
       assert _max_difference(h, jax.tree_util.tree_map(jnp.zeros_like, h)) > 0
     # A redispatched client's task carries its state and step scale.
@@ -480,31 +556,32 @@ class TestAsoFed:
 
 
 class TestFedSA:
-
   def test_weights(self):
     # n = (1, 3) -> shares 0.25, 0.75; s = (0 + 1)^-0.5, (3 + 1)^-0.5
-    p = fedsa_weights(jnp.array([1.0, 3.0]), jnp.array([0, 3]),
-                      make_staleness('polynomial', a=0.5))
+    p = fedsa_weights(jnp.array([1.0, 3.0]), jnp.array([0, 3]), make_staleness('polynomial', a=0.5))
     np.testing.assert_allclose(p, [0.25, 0.375], rtol=1e-6)
 
   def test_buffer_update(self):
     aggregator = fedsa_aggregator(np.array([1.0, 3.0, 5.0]), make_staleness('polynomial', a=1.0))
     state = aggregator.init({'w': jnp.array([1.0])})
     # Rows: client 0 (stale 1) delta 4, client 1 (fresh) delta 8, padding.
-    state = aggregator.apply(state, _batch([[4.0], [8.0], [99.0]], [1, 0, 0], [0, 1, 2],
-                                           weights=[1.0, 1.0, 0.0]))
+    state = aggregator.apply(
+      state, _batch([[4.0], [8.0], [99.0]], [1, 0, 0], [0, 1, 2], weights=[1.0, 1.0, 0.0])
+    )
     np.testing.assert_allclose(state.params['w'], [1.0 + 0.25 * 0.5 * 4 + 0.75 * 8])
 
   def test_buffer_of_one_is_fedasync_with_alpha_one_and_the_same_staleness(self):
     staleness = make_staleness('polynomial', a=0.5)
 
     def async_sim(aggregator):
-      return _simulation(AsynchronousScheduler(3, 1, LocalWork(steps=3), 'uniform'), aggregator,
-                         _sgd_update())
+      return _simulation(
+        AsynchronousScheduler(3, 1, LocalWork(steps=3), 'uniform'), aggregator, _sgd_update()
+      )
 
     fedasync_params = _run(async_sim(fedasync(1.0, staleness, 'delta')), 10)
-    _assert_trees_close(_run(async_sim(fedsa_aggregator(FED.client_sizes, staleness)), 10),
-                        fedasync_params)
+    _assert_trees_close(
+      _run(async_sim(fedsa_aggregator(FED.client_sizes, staleness)), 10), fedasync_params
+    )
     # Stale updates did occur: without the staleness discount the model differs.
     constant = _run(async_sim(fedsa_aggregator(FED.client_sizes, make_staleness('constant'))), 10)
     assert _max_difference(constant, fedasync_params) > 1e-4
@@ -520,7 +597,9 @@ def test_registered_algorithms_run(algorithm):
   assert all(np.isfinite(np.asarray(leaf)).all() for leaf in jax.tree_util.tree_leaves(params))
 
 
-@pytest.mark.parametrize('path,value,match', [
+@pytest.mark.parametrize(
+  'path,value,match',
+  [
     ('moon.temperature', 0.0, 'moon.temperature'),
     ('moon.mu', -1.0, 'moon.mu'),
     ('feddyn.alpha', 0.0, 'feddyn.alpha'),
@@ -529,11 +608,17 @@ def test_registered_algorithms_run(algorithm):
     ('asofed.decay', 1.0, 'asofed.decay'),
     ('asofed.delay_measure', 'wall', 'asofed.delay_measure'),
     ('client.proximal_strength', 0.1, 'client.proximal_strength'),
-])
+  ],
+)
 def test_invalid_settings_name_the_setting(path, value, match):
   config = config_lib.base_config()
-  config.algorithm = {'moon': 'moon', 'feddyn': 'feddyn', 'port': 'port',
-                      'asofed': 'asofed', 'client': 'feddyn'}[path.split('.')[0]]
+  config.algorithm = {
+    'moon': 'moon',
+    'feddyn': 'feddyn',
+    'port': 'port',
+    'asofed': 'asofed',
+    'client': 'feddyn',
+  }[path.split('.')[0]]
   if path == 'port.similarity_weight':
     config.port.staleness_weight = 0.0
   config_lib.set_by_path(config, path, value)

@@ -9,22 +9,33 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedsim_jax.config import ConfigError, base_config, validate
-from fedsim_jax.strategy.fedasmu_fetch import (ACTIONS, FIXED_FETCH_PRESETS, FixedFetch,
-                                               LearnedFetch, MetaSpec, QTable,
-                                               make_fetch_policy, reinforce_update,
-                                               slot_log_probs)
+from fedsim_jax.strategy.fedasmu_fetch import (
+  ACTIONS,
+  FIXED_FETCH_PRESETS,
+  FixedFetch,
+  LearnedFetch,
+  MetaSpec,
+  QTable,
+  make_fetch_policy,
+  reinforce_update,
+  slot_log_probs,
+)
 
 ADD, STAY, MINUS = (ACTIONS.index(name) for name in ('add', 'stay', 'minus'))
 
 
 # --- FixedFetch: the ablation's heuristics ---------------------------------------------------
 
-@pytest.mark.parametrize('num_epochs, h1, h2, h3', [
-    (2, 1, 1, 1),     # a single valid slot
-    (5, 1, 3, 4),     # middle of 5 epochs: 2.5, rounded up
-    (10, 1, 5, 9),    # after the 1st, the 5th (middle), the 9th (last but one) epoch
+
+@pytest.mark.parametrize(
+  'num_epochs, h1, h2, h3',
+  [
+    (2, 1, 1, 1),  # a single valid slot
+    (5, 1, 3, 4),  # middle of 5 epochs: 2.5, rounded up
+    (10, 1, 5, 9),  # after the 1st, the 5th (middle), the 9th (last but one) epoch
     (20, 1, 10, 19),
-])
+  ],
+)
 def test_fixed_fetch_presets(num_epochs, h1, h2, h3):
   got = [FixedFetch.preset(name).propose(0, num_epochs) for name in ('h1', 'h2', 'h3')]
   assert got == [h1, h2, h3]
@@ -39,6 +50,7 @@ def test_fixed_fetch_rejects_bad_values():
 
 
 # --- Q-table (Formula 6) ----------------------------------------------------------------------
+
 
 def test_q_update_formula6_hand_computed():
   # φ = 0.5, ψ = 0.9, state 2 of slots 1..3 (all three actions valid).
@@ -61,10 +73,10 @@ def test_q_update_repeated_stay():
 
 def test_q_update_max_ignores_invalid_actions_and_next_bootstrap():
   same = QTable(learning_rate=1.0, discount=0.5, bootstrap='same')
-  same.row(1)[:] = [0.0, 0.0, 10.0]   # 'minus' is invalid in state 1
+  same.row(1)[:] = [0.0, 0.0, 10.0]  # 'minus' is invalid in state 1
   assert same.update(1, STAY, 1.0, next_state=1, num_slots=3) == pytest.approx(1.0)
   nxt = QTable(learning_rate=1.0, discount=0.5, bootstrap='next')
-  nxt.row(3)[:] = [0.0, 4.0, 2.0]     # 'add' invalid in state 3 of 3
+  nxt.row(3)[:] = [0.0, 4.0, 2.0]  # 'add' invalid in state 3 of 3
   # 𝓗(2, add) = 0 + 1 (1 + 0.5 * max_a 𝓗(3, a) - 0) = 1 + 0.5 * 4
   assert nxt.update(2, ADD, 1.0, next_state=3, num_slots=3) == pytest.approx(3.0)
 
@@ -101,21 +113,26 @@ def test_meta_mode_with_epsilon_zero_is_deterministic():
 
 # --- Meta model (Formula 5) -------------------------------------------------------------------
 
+
 def test_slot_distribution_is_a_stopping_time():
   spec = MetaSpec(hidden_size=4)
   params = LearnedFetch(1, seed=0, hidden_size=4).params
   log_probs = slot_log_probs(spec, params, jnp.asarray(6), 8)
   probs = np.exp(np.asarray(log_probs))
-  assert np.all(probs[5:] == 0)        # slots 1..5 only
+  assert np.all(probs[5:] == 0)  # slots 1..5 only
   assert probs[:5].sum() == pytest.approx(1.0, abs=1e-5)
   # the uniform hazard prior: a zero head output proposes every slot with probability 1/K
   zero = jax.tree_util.tree_map(jnp.zeros_like, params)
-  np.testing.assert_allclose(np.exp(np.asarray(slot_log_probs(spec, zero, jnp.asarray(6), 8)))[:5],
-                             0.2, atol=1e-6)
+  np.testing.assert_allclose(
+    np.exp(np.asarray(slot_log_probs(spec, zero, jnp.asarray(6), 8)))[:5], 0.2, atol=1e-6
+  )
   # without the prior a zero output is a hazard of 1/2 per epoch: 1/2, 1/4, 1/8, 1/16, 1/16
   none = MetaSpec(hidden_size=4, hazard_prior='none')
-  np.testing.assert_allclose(np.exp(np.asarray(slot_log_probs(none, zero, jnp.asarray(6), 8)))[:5],
-                             [0.5, 0.25, 0.125, 0.0625, 0.0625], atol=1e-6)
+  np.testing.assert_allclose(
+    np.exp(np.asarray(slot_log_probs(none, zero, jnp.asarray(6), 8)))[:5],
+    [0.5, 0.25, 0.125, 0.0625, 0.0625],
+    atol=1e-6,
+  )
 
 
 @pytest.mark.parametrize('advantage', [1.0, -1.0])
@@ -130,8 +147,9 @@ def test_reinforce_step_moves_log_probability_with_the_advantage(advantage):
 def test_reinforce_learns_the_rewarded_epoch():
   # Every device's first fetch comes from θ; the reward favours fetching after epoch 2 of 4.
   num_clients = 200
-  policy = LearnedFetch(num_clients, seed=0, hidden_size=8, learning_rate=1.0, epsilon=0.0,
-                        baseline_decay=0.1)
+  policy = LearnedFetch(
+    num_clients, seed=0, hidden_size=8, learning_rate=1.0, epsilon=0.0, baseline_decay=0.1
+  )
   start = policy.meta_probabilities(4)
   for client in range(num_clients):
     slot = policy.propose(client, 4)
@@ -143,8 +161,9 @@ def test_reinforce_learns_the_rewarded_epoch():
 
 
 def test_moving_baseline_arithmetic_and_order():
-  policy = LearnedFetch(3, seed=0, hidden_size=4, learning_rate=0.01, baseline_decay=0.2,
-                        baseline_init=0.5, epsilon=0.0)
+  policy = LearnedFetch(
+    3, seed=0, hidden_size=4, learning_rate=0.01, baseline_decay=0.2, baseline_init=0.5, epsilon=0.0
+  )
   params = policy.params
   slot = policy.propose(0, 5)
   policy.observe(0, slot, 1.5)
@@ -154,7 +173,7 @@ def test_moving_baseline_arithmetic_and_order():
   jax.tree_util.tree_map(np.testing.assert_allclose, policy.params, expected)
   slot = policy.propose(1, 5)
   policy.observe(1, slot, -1.0)
-  assert policy.baseline == pytest.approx(0.8 * 0.7 - 0.2)   # 0.36
+  assert policy.baseline == pytest.approx(0.8 * 0.7 - 0.2)  # 0.36
   # a Q-table reward moves b under scope 'all' ...
   slot = policy.propose(0, 5)
   policy.observe(0, slot, 2.0)
@@ -169,12 +188,12 @@ def test_moving_baseline_arithmetic_and_order():
 
 # --- The device phases and the Q-table through the policy --------------------------------------
 
+
 def test_device_switches_from_meta_model_to_its_q_table():
-  policy = LearnedFetch(2, seed=0, hidden_size=4, epsilon=0.0, q_learning_rate=0.5,
-                        q_discount=0.9)
+  policy = LearnedFetch(2, seed=0, hidden_size=4, epsilon=0.0, q_learning_rate=0.5, q_discount=0.9)
   first = policy.propose(0, 6)
   assert policy.q_table(0) is None
-  policy.propose(0, 6)                   # no reward yet (nothing newer): still the meta model
+  policy.propose(0, 6)  # no reward yet (nothing newer): still the meta model
   first = policy.propose(0, 6)
   policy.observe(0, first, 0.3)
   table = policy.q_table(0)
@@ -184,7 +203,7 @@ def test_device_switches_from_meta_model_to_its_q_table():
   assert second - first in (1, 0, -1)
   action = (1, 0, -1).index(second - first)
   policy.observe(0, second, 1.0)
-  assert table.row(first)[action] == pytest.approx(0.5)   # 0 + 0.5 (1 + 0.9 * 0 - 0)
+  assert table.row(first)[action] == pytest.approx(0.5)  # 0 + 0.5 (1 + 0.9 * 0 - 0)
   assert policy.meta_updates == 1
 
 
@@ -204,13 +223,24 @@ def test_observe_checks_the_pending_proposal():
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 2), st.integers(2, 9),
-                          st.floats(-2, 2, allow_nan=False), st.booleans()),
-                min_size=1, max_size=25),
-       st.sampled_from([0.0, 0.3, 1.0]))
+@given(
+  st.lists(
+    st.tuples(
+      st.integers(0, 2), st.integers(2, 9), st.floats(-2, 2, allow_nan=False), st.booleans()
+    ),
+    min_size=1,
+    max_size=25,
+  ),
+  st.sampled_from([0.0, 0.3, 1.0]),
+)
 def test_proposals_stay_in_the_valid_range(events, epsilon):
-  policies = [LearnedFetch(3, seed=7, hidden_size=4, epsilon=epsilon, learning_rate=0.1),
-              FixedFetch(0.0), FixedFetch(0.5), FixedFetch(1.0), FixedFetch(0.37)]
+  policies = [
+    LearnedFetch(3, seed=7, hidden_size=4, epsilon=epsilon, learning_rate=0.1),
+    FixedFetch(0.0),
+    FixedFetch(0.5),
+    FixedFetch(1.0),
+    FixedFetch(0.37),
+  ]
   for policy in policies:
     for client, num_epochs, reward, rewarded in events:
       slot = policy.propose(client, num_epochs)
@@ -242,6 +272,7 @@ def test_same_seed_same_run_other_seed_other_run():
 
 # --- Pre-training from history and the config -------------------------------------------------
 
+
 def test_pretraining_replays_history_through_formula5(tmp_path):
   _, source = _run(3, steps=12)
   path = str(tmp_path / 'history.npz')
@@ -251,8 +282,9 @@ def test_pretraining_replays_history_through_formula5(tmp_path):
   fresh = LearnedFetch(5, seed=1, hidden_size=4, learning_rate=0.1)
   manual = LearnedFetch(5, seed=1, hidden_size=4, learning_rate=0.1)
   manual.pretrain(history, passes=2)
-  loaded = LearnedFetch(5, seed=1, hidden_size=4, learning_rate=0.1, pretrain_history=path,
-                        pretrain_passes=2)
+  loaded = LearnedFetch(
+    5, seed=1, hidden_size=4, learning_rate=0.1, pretrain_history=path, pretrain_passes=2
+  )
   jax.tree_util.tree_map(np.testing.assert_allclose, loaded.params, manual.params)
   assert loaded.meta_updates == 24 and loaded.baseline == pytest.approx(manual.baseline)
   assert not np.allclose(loaded.meta_probabilities(6), fresh.meta_probabilities(6))
@@ -278,13 +310,26 @@ def test_make_fetch_policy_from_config():
   assert policy.spec.hidden_size == 6 and policy.learning_rate == 0.001
 
 
-@pytest.mark.parametrize('field, value', [
-    ('policy', 'h4'), ('hidden_size', 0), ('features', ('progress', 'speed')), ('features', ()),
-    ('hazard_prior', 'flat'), ('learning_rate', 0.0), ('baseline_decay', 0.0),
-    ('baseline_decay', 1.5), ('baseline_scope', 'device'), ('epsilon', 1.5),
-    ('meta_exploit', 'max'), ('q_learning_rate', 0.0), ('q_discount', 1.0),
-    ('q_bootstrap', 'last'), ('pretrain_passes', 0),
-])
+@pytest.mark.parametrize(
+  'field, value',
+  [
+    ('policy', 'h4'),
+    ('hidden_size', 0),
+    ('features', ('progress', 'speed')),
+    ('features', ()),
+    ('hazard_prior', 'flat'),
+    ('learning_rate', 0.0),
+    ('baseline_decay', 0.0),
+    ('baseline_decay', 1.5),
+    ('baseline_scope', 'device'),
+    ('epsilon', 1.5),
+    ('meta_exploit', 'max'),
+    ('q_learning_rate', 0.0),
+    ('q_discount', 1.0),
+    ('q_bootstrap', 'last'),
+    ('pretrain_passes', 0),
+  ],
+)
 def test_validate_rejects_bad_fetch_settings(field, value):
   config = base_config()
   config.fedasmu_fetch[field] = value

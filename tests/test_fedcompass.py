@@ -14,8 +14,14 @@ from fedsim_jax.data import toy_federation
 from fedsim_jax.executor import Executor, NoTrainingExecutor
 from fedsim_jax.models import get_model
 from fedsim_jax.runtime import Simulation, StopCondition, TaskLatency
-from fedsim_jax.strategy import (AsynchronousScheduler, CompassScheduler, LocalWork,
-                                 compass_aggregator, fedasync, make_staleness)
+from fedsim_jax.strategy import (
+  AsynchronousScheduler,
+  CompassScheduler,
+  LocalWork,
+  compass_aggregator,
+  fedasync,
+  make_staleness,
+)
 
 PARAMS = {'w': jnp.zeros(2)}
 
@@ -37,8 +43,11 @@ class ScriptedLatency:
     k = self.tasks[client]
     self.tasks[client] += 1
     self._pending[client] = k
-    return TaskLatency(0.0, 0.0, self.step_times[client]) if (client, k) not in self.overrides \
-        else _Fixed(self.overrides[(client, k)])
+    return (
+      TaskLatency(0.0, 0.0, self.step_times[client])
+      if (client, k) not in self.overrides
+      else _Fixed(self.overrides[(client, k)])
+    )
 
 
 class _Fixed(TaskLatency):
@@ -55,10 +64,15 @@ class _Fixed(TaskLatency):
 
 def _compass_sim(step_times, overrides=None, q_min=20, q_max=100, lam=1.2):
   scheduler = CompassScheduler(q_min, q_max, lam, weighting='uniform')
-  sim = Simulation(executor=NoTrainingExecutor(PARAMS), scheduler=scheduler,
-                   aggregator=compass_aggregator(), latency=ScriptedLatency(step_times, overrides),
-                   init_params=PARAMS, client_sizes=np.full(len(step_times), 10),
-                   rng=np.random.default_rng(0))
+  sim = Simulation(
+    executor=NoTrainingExecutor(PARAMS),
+    scheduler=scheduler,
+    aggregator=compass_aggregator(),
+    latency=ScriptedLatency(step_times, overrides),
+    init_params=PARAMS,
+    client_sizes=np.full(len(step_times), 10),
+    rng=np.random.default_rng(0),
+  )
   log = []
   dispatch = sim.dispatch
 
@@ -77,20 +91,35 @@ FIGURE_1_STEP_TIMES = [0.1, 0.2, 0.25, 0.4, 0.5]
 def test_figure_1_example_step_by_step():
   sim, scheduler, log = _compass_sim(FIGURE_1_STEP_TIMES)
   sim.run(StopCondition(max_virtual_time=33.0))
-  assert log[:5] == [(0.0, c, 20, -1) for c in range(1, 6)]          # warm-up: Q_min
+  assert log[:5] == [(0.0, c, 20, -1) for c in range(1, 6)]  # warm-up: Q_min
   # (time, client, Q, group): client 1 creates group 0 with Q_max (T_a = 12:00); clients 2
   # and 3 join it with 40 and 28 steps; client 4 would need 10 < Q_min, so it creates group 1
   # with T_a = 22:00 (= 12:00 + fastest member's 0.1 min x Q_max); client 5 joins group 1.
-  assert log[5:10] == [(2.0, 1, 100, 0), (4.0, 2, 40, 0), (5.0, 3, 28, 0), (8.0, 4, 35, 1),
-                       (10.0, 5, 24, 1)]
+  assert log[5:10] == [
+    (2.0, 1, 100, 0),
+    (4.0, 2, 40, 0),
+    (5.0, 3, 28, 0),
+    (8.0, 4, 35, 1),
+    (10.0, 5, 24, 1),
+  ]
   # At 12:00 group 0 aggregates and clients 1-3 join group 1, fastest first.
   assert log[10:13] == [(12.0, 1, 100, 1), (12.0, 2, 50, 1), (12.0, 3, 40, 1)]
   # At 22:00 all five arrive together: one group, fixed Q per client (equilibrium).
   assert [(t, c, q) for t, c, q, _ in log[13:18]] == [
-      (22.0, 1, 100), (22.0, 2, 50), (22.0, 3, 40), (22.0, 4, 25), (22.0, 5, 20)]
+    (22.0, 1, 100),
+    (22.0, 2, 50),
+    (22.0, 3, 40),
+    (22.0, 4, 25),
+    (22.0, 5, 20),
+  ]
   assert len({g for *_, g in log[13:18]}) == 1
   assert [(t, c, q) for t, c, q, _ in log[18:23]] == [
-      (32.0, 1, 100), (32.0, 2, 50), (32.0, 3, 40), (32.0, 4, 25), (32.0, 5, 20)]
+    (32.0, 1, 100),
+    (32.0, 2, 50),
+    (32.0, 3, 40),
+    (32.0, 4, 25),
+    (32.0, 5, 20),
+  ]
   # Five first-arrival updates, then one update per group aggregation.
   assert sim.version == 5 + 3
   assert sim.report()['tasks']['aggregated'] == 5 + 3 + 5 + 5
@@ -169,38 +198,50 @@ def test_q_min_equal_q_max_is_fedasync():
     else:
       scheduler = AsynchronousScheduler(3, 1, LocalWork(steps=8), weighting='num_examples')
       aggregator = fedasync(0.9, make_staleness('polynomial', a=0.5), form='delta')
-    sim = Simulation(executor=Executor(update, fed.device_arrays(), jax.random.PRNGKey(1)),
-                     scheduler=scheduler, aggregator=aggregator,
-                     latency=ScriptedLatency(step_times),
-                     init_params=model.init(jax.random.PRNGKey(0)),
-                     client_sizes=fed.client_sizes, rng=np.random.default_rng(0))
+    sim = Simulation(
+      executor=Executor(update, fed.device_arrays(), jax.random.PRNGKey(1)),
+      scheduler=scheduler,
+      aggregator=aggregator,
+      latency=ScriptedLatency(step_times),
+      init_params=model.init(jax.random.PRNGKey(0)),
+      client_sizes=fed.client_sizes,
+      rng=np.random.default_rng(0),
+    )
     if name == 'fedasync':  # FedCompass weighs by p_i = n_i / n
       sizes = fed.client_sizes / fed.client_sizes.sum()
       apply = sim.apply_updates
       sim.apply_updates = lambda hs, ws, staleness=None: apply(
-          hs, [sizes[h.client_id] for h in hs], staleness)
+        hs, [sizes[h.client_id] for h in hs], staleness
+      )
     sim.run(StopCondition(max_virtual_time=60.0))
     runs[name] = sim
   assert runs['compass'].version == runs['fedasync'].version >= 20
-  for a, b in zip(jax.tree_util.tree_leaves(runs['compass'].params),
-                  jax.tree_util.tree_leaves(runs['fedasync'].params)):
+  for a, b in zip(
+    jax.tree_util.tree_leaves(runs['compass'].params),
+    jax.tree_util.tree_leaves(runs['fedasync'].params),
+  ):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
 
 
 def test_compass_aggregator_variants():
   from fedsim_jax.runtime import UpdateBatch
-  batch = UpdateBatch(deltas={'w': jnp.array([[1.0, 0.0], [0.0, 2.0]])},
-                      weights=jnp.array([0.25, 0.75]), staleness=jnp.array([0, 3]),
-                      num_steps=jnp.array([10, 40]), group=jnp.zeros(2, jnp.int32))
+
+  batch = UpdateBatch(
+    deltas={'w': jnp.array([[1.0, 0.0], [0.0, 2.0]])},
+    weights=jnp.array([0.25, 0.75]),
+    staleness=jnp.array([0, 3]),
+    num_steps=jnp.array([10, 40]),
+    group=jnp.zeros(2, jnp.int32),
+  )
   st = np.array([0.9 * 1.0, 0.9 * 4**-0.5])
   plain = compass_aggregator().apply(compass_aggregator().init(PARAMS), batch)
   np.testing.assert_allclose(plain.params['w'], [st[0] * 0.25, st[1] * 0.75 * 2], rtol=1e-6)
   nova = compass_aggregator(variant='normalized')
   state = nova.apply(nova.init(PARAMS), batch)
   tau_eff = 0.25 * 10 + 0.75 * 40
-  np.testing.assert_allclose(state.params['w'],
-                             [st[0] * 0.25 / 10 * tau_eff, st[1] * 0.75 * 2 / 40 * tau_eff],
-                             rtol=1e-6)
+  np.testing.assert_allclose(
+    state.params['w'], [st[0] * 0.25 / 10 * tau_eff, st[1] * 0.75 * 2 / 40 * tau_eff], rtol=1e-6
+  )
   momentum = compass_aggregator(variant='momentum', momentum=0.5)
   state = momentum.apply(momentum.init(PARAMS), batch)
   state = momentum.apply(state, batch)

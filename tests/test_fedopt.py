@@ -8,20 +8,22 @@ import optax
 import pytest
 
 from fedsim_jax.client import sgd_client_update
+from fedsim_jax.data.synthetic import toy_federation as make_toy_federation
 from fedsim_jax.executor import Executor
 from fedsim_jax.models import get_model
 from fedsim_jax.runtime import PerStepLatency, Simulation, StopCondition, UpdateBatch
 from fedsim_jax.strategy import LocalWork, SynchronousScheduler, fedopt, server_optimizer
 
-from fedsim_jax.data.synthetic import toy_federation as make_toy_federation
-
 
 def _updates(deltas, weights):
   k = len(weights)
-  return UpdateBatch(deltas={'w': jnp.asarray(deltas, jnp.float32)},
-                     weights=jnp.asarray(weights, jnp.float32),
-                     staleness=jnp.zeros(k, jnp.int32), num_steps=jnp.ones(k, jnp.int32),
-                     group=jnp.zeros(k, jnp.int32))
+  return UpdateBatch(
+    deltas={'w': jnp.asarray(deltas, jnp.float32)},
+    weights=jnp.asarray(weights, jnp.float32),
+    staleness=jnp.zeros(k, jnp.int32),
+    num_steps=jnp.ones(k, jnp.int32),
+    group=jnp.zeros(k, jnp.int32),
+  )
 
 
 def _apply_rounds(optimizer, rounds, x0=(1.0, 2.0)):
@@ -33,7 +35,6 @@ def _apply_rounds(optimizer, rounds, x0=(1.0, 2.0)):
 
 
 class TestFedOptAggregator:
-
   def test_fedavg_is_the_weighted_mean_of_deltas(self):
     # mean delta = (1*[1,0] + 3*[3,2]) / 4 = [2.5, 1.5]
     x = _apply_rounds(optax.sgd(1.0), [([[1, 0], [3, 2]], [1, 3])])
@@ -49,8 +50,9 @@ class TestFedOptAggregator:
 
   def test_fedavgm_accumulates_momentum(self):
     # v1 = D1 = [1, 1]; v2 = 0.9 v1 + D2 = [1.9, -0.1]; x = x0 + v1 + v2.
-    x = _apply_rounds(server_optimizer('momentum', 1.0, momentum=0.9),
-                      [([[1, 1]], [1]), ([[1, -1]], [1])])
+    x = _apply_rounds(
+      server_optimizer('momentum', 1.0, momentum=0.9), [([[1, 1]], [1]), ([[1, -1]], [1])]
+    )
     np.testing.assert_allclose(x, [1 + 1 + 1.9, 2 + 1 - 0.1], rtol=1e-6)
 
   @pytest.mark.parametrize('rule', ['adam', 'yogi', 'adagrad'])
@@ -67,14 +69,20 @@ class TestFedOptAggregator:
       else:
         v = b2 * v + (1 - b2) * d * d
       x = x + eta * m / (np.sqrt(v) + tau)
-    got = _apply_rounds(server_optimizer(rule, eta, b1=b1, b2=b2, eps=tau),
-                        [([[d]], [1.0]) for d in deltas], x0=(1.0,))
+    got = _apply_rounds(
+      server_optimizer(rule, eta, b1=b1, b2=b2, eps=tau),
+      [([[d]], [1.0]) for d in deltas],
+      x0=(1.0,),
+    )
     np.testing.assert_allclose(got, [x], rtol=1e-5)
 
   def test_optax_form_of_adam_is_bias_corrected(self):
     # optax.adam's first step moves each coordinate by about lr, whatever the delta's size.
-    got = _apply_rounds(server_optimizer('adam', 0.1, eps=1e-8, adaptive_form='optax'),
-                        [([[5.0, -0.01]], [1.0])], x0=(0.0, 0.0))
+    got = _apply_rounds(
+      server_optimizer('adam', 0.1, eps=1e-8, adaptive_form='optax'),
+      [([[5.0, -0.01]], [1.0])],
+      x0=(0.0, 0.0),
+    )
     np.testing.assert_allclose(got, [0.1, -0.1], rtol=1e-4)
 
   def test_unknown_server_optimizer(self):
@@ -115,15 +123,19 @@ def test_fedavg_matches_a_hand_written_reference(backend):
   lr, steps, rounds = 0.5, 3, 4
   update = sgd_client_update(model, optax.sgd(lr), batch_size=16)  # >= every client: full batch
   sim = Simulation(
-      executor=Executor(update, fed.device_arrays(), jax.random.PRNGKey(1), backend=backend),
-      scheduler=SynchronousScheduler(fed.num_clients, LocalWork(steps=steps, batch_size=16)),
-      aggregator=fedopt(optax.sgd(1.0)),
-      latency=PerStepLatency(fed.num_clients, np.random.default_rng(0)),
-      init_params=params, client_sizes=fed.client_sizes, rng=np.random.default_rng(0))
+    executor=Executor(update, fed.device_arrays(), jax.random.PRNGKey(1), backend=backend),
+    scheduler=SynchronousScheduler(fed.num_clients, LocalWork(steps=steps, batch_size=16)),
+    aggregator=fedopt(optax.sgd(1.0)),
+    latency=PerStepLatency(fed.num_clients, np.random.default_rng(0)),
+    init_params=params,
+    client_sizes=fed.client_sizes,
+    rng=np.random.default_rng(0),
+  )
   sim.run(StopCondition(max_versions=rounds))
   dense = params['Dense_0']
-  w, b = _numpy_fedavg_reference(fed, np.asarray(dense['kernel']), np.asarray(dense['bias']),
-                                 lr, steps, rounds)
+  w, b = _numpy_fedavg_reference(
+    fed, np.asarray(dense['kernel']), np.asarray(dense['bias']), lr, steps, rounds
+  )
   np.testing.assert_allclose(np.asarray(sim.params['Dense_0']['kernel']), w, atol=1e-5)
   np.testing.assert_allclose(np.asarray(sim.params['Dense_0']['bias']), b, atol=1e-5)
   assert sim.version == rounds
@@ -137,11 +149,15 @@ def test_uniform_weighting_and_cohort_sampling():
   aggregator = fedopt(optax.sgd(1.0))
   model = get_model('mlp', fed.input_shape, fed.num_classes, hidden_sizes=())
   update = sgd_client_update(model, optax.sgd(0.1), 4)
-  sim = Simulation(executor=Executor(update, fed.device_arrays(), jax.random.PRNGKey(1)),
-                   scheduler=scheduler, aggregator=aggregator,
-                   latency=PerStepLatency(fed.num_clients, np.random.default_rng(0)),
-                   init_params=model.init(jax.random.PRNGKey(0)),
-                   client_sizes=fed.client_sizes, rng=np.random.default_rng(3))
+  sim = Simulation(
+    executor=Executor(update, fed.device_arrays(), jax.random.PRNGKey(1)),
+    scheduler=scheduler,
+    aggregator=aggregator,
+    latency=PerStepLatency(fed.num_clients, np.random.default_rng(0)),
+    init_params=model.init(jax.random.PRNGKey(0)),
+    client_sizes=fed.client_sizes,
+    rng=np.random.default_rng(3),
+  )
   original = sim.apply_updates
 
   def spy(handles, weights):

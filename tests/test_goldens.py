@@ -17,8 +17,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'goldens'))
 
-from cases import (CASES, GOLDEN_DIR, SHIPPED_CONFIGS, environment,  # noqa: E402
-                   load_config_file, run_case)
+from cases import CASES, GOLDEN_DIR, SHIPPED_CONFIGS, environment, load_config_file, run_case  # noqa: E402
 
 from fedsim_jax.config import validate  # noqa: E402
 

@@ -54,16 +54,20 @@ def large_federation() -> LazyFederation:
   total = int(sizes.sum())
   labels = (np.arange(total) * 7 + np.arange(total) // 3) % 10
   test_x = _SyntheticImages(total + 10)[np.arange(total, total + 10)]
-  return LazyFederation.from_client_sizes('synthetic', _SyntheticImages(total), labels, sizes,
-                                          test_x, np.arange(10) % 10, 10)
+  return LazyFederation.from_client_sizes(
+    'synthetic', _SyntheticImages(total), labels, sizes, test_x, np.arange(10) % 10, 10
+  )
 
 
 @functools.partial(jax.jit, static_argnames=('num_steps', 'batch_size', 'sampling'))
 def _batches(data, client_ids, key, num_steps, batch_size, sampling):
   """Every client's batches for steps 0..num_steps-1: leaves [clients, steps, batch, ...]."""
+
   def one_client(client_id):
-    return jax.vmap(lambda step: client_batch(data, client_id, step, key, batch_size,
-                                              sampling))(np.arange(num_steps))
+    return jax.vmap(lambda step: client_batch(data, client_id, step, key, batch_size, sampling))(
+      np.arange(num_steps)
+    )
+
   return jax.vmap(one_client)(client_ids)
 
 
@@ -87,15 +91,22 @@ def test_gathered_block_matches_eager_restriction(large_federation, sampling) ->
   assert block.data.indices.shape == (64, lazy.max_client_size) == (64, 20)
   assert block.data.sizes.shape == (64,)
   assert sum(a.nbytes for a in jax.tree_util.tree_leaves(block.data)) < (
-      round_up_to_bucket(64 * 20) * (784 + 4) + 64 * 21 * 4)
+    round_up_to_bucket(64 * 20) * (784 + 4) + 64 * 21 * 4
+  )
 
   # The eager federation of only these clients, built independently of `gather`.
   rows = [np.arange(lazy.client_offsets[c], lazy.client_offsets[c + 1]) for c in clients]
   all_rows = np.concatenate(rows)
   bounds = np.concatenate([[0], np.cumsum([r.size for r in rows])])
   eager = FederatedDataset.from_partition(
-      'restricted', lazy.train_x[all_rows], lazy.train_y[all_rows],
-      [np.arange(bounds[i], bounds[i + 1]) for i in range(64)], lazy.test_x, lazy.test_y, 10)
+    'restricted',
+    lazy.train_x[all_rows],
+    lazy.train_y[all_rows],
+    [np.arange(bounds[i], bounds[i + 1]) for i in range(64)],
+    lazy.test_x,
+    lazy.test_y,
+    10,
+  )
   key = jax.random.PRNGKey(7)
   local = np.arange(64, dtype=np.int32)
   lazy_batches = _batches(block.data, local, key, 6, 8, sampling)
@@ -103,7 +114,7 @@ def test_gathered_block_matches_eager_restriction(large_federation, sampling) ->
   _assert_same_batches(lazy_batches, eager_batches)
   # And the examples are the right ones: each client's batches hold only its own rows.
   x, _, w = lazy_batches
-  for i, client in enumerate(clients):
+  for i in range(len(clients)):
     seen = _row_ids(np.asarray(x[i]).reshape(-1, *IMAGE))[np.asarray(w[i]).reshape(-1) > 0]
     assert set(seen) <= set(rows[i].tolist())
 
@@ -115,8 +126,10 @@ def test_gather_is_deterministic_and_bucketed(large_federation) -> None:
   for a, b in zip(jax.tree_util.tree_leaves(first.data), jax.tree_util.tree_leaves(again.data)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   assert first.data.sizes.shape == (3,)
-  assert np.asarray(first.data.sizes).tolist() == large_federation.client_sizes[
-      [5, 12, 299_999]].tolist()
+  assert (
+    np.asarray(first.data.sizes).tolist()
+    == large_federation.client_sizes[[5, 12, 299_999]].tolist()
+  )
   twelve = large_federation.gather(np.arange(12))  # 12 clients: a bucket; 13 -> 14 slots
   assert twelve.data.sizes.shape == (12,)
   assert large_federation.gather(np.arange(13)).data.sizes.shape == (14,)
@@ -145,39 +158,46 @@ def test_memmap_blocks_match_the_full_eager_federation(tmp_path, sampling) -> No
 
 def test_lazy_executor_gives_the_eager_executors_results() -> None:
   fed = toy_federation(num_clients=9, seed=4)
-  parts = [fed.client_indices[c, :fed.client_sizes[c]] for c in range(fed.num_clients)]
-  lazy = LazyFederation.from_partition('toy', fed.train_x, fed.train_y, parts, fed.test_x,
-                                       fed.test_y, fed.num_classes)
+  parts = [fed.client_indices[c, : fed.client_sizes[c]] for c in range(fed.num_clients)]
+  lazy = LazyFederation.from_partition(
+    'toy', fed.train_x, fed.train_y, parts, fed.test_x, fed.test_y, fed.num_classes
+  )
   model = get_model('mlp', fed.input_shape, fed.num_classes, hidden_sizes=(8,))
   params = model.init(jax.random.PRNGKey(0))
   update = sgd_client_update(model, optax.sgd(0.1), 4)
   key = jax.random.PRNGKey(5)
   eager = Executor(update, fed.device_arrays(), key)
   lazy_executor = LazyExecutor(Executor(update, lazy.gather([0]).data, key), lazy)
-  tasks = [ClientTask(client_id=c, num_steps=s, seed=i, start_params=params)
-           for i, (c, s) in enumerate([(7, 3), (2, 5), (7, 1), (0, 4)])]
+  tasks = [
+    ClientTask(client_id=c, num_steps=s, seed=i, start_params=params)
+    for i, (c, s) in enumerate([(7, 3), (2, 5), (7, 1), (0, 4)])
+  ]
   expected = eager.run(tasks)
   got = lazy_executor.run(tasks)
   assert got.num_tasks == 4 and lazy_executor.tasks_run == 4
-  for a, b in zip(jax.tree_util.tree_leaves((expected.deltas, expected.aux)),
-                  jax.tree_util.tree_leaves((got.deltas, got.aux))):
+  for a, b in zip(
+    jax.tree_util.tree_leaves((expected.deltas, expected.aux)),
+    jax.tree_util.tree_leaves((got.deltas, got.aux)),
+  ):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-6)
   assert len(lazy_executor.block_shapes) == 1
 
 
 @pytest.mark.parametrize(
-    'call',
-    [
-        lambda lazy: lazy.gather([]),
-        lambda lazy: lazy.gather([3]),
-        lambda lazy: lazy.gather([-1]),
-        lambda lazy: LazyFederation.from_client_sizes('x', np.zeros((4, 1)), np.zeros(4), [2, 3],
-                                                      np.zeros((1, 1)), np.zeros(1), 2),
-    ],
+  'call',
+  [
+    lambda lazy: lazy.gather([]),
+    lambda lazy: lazy.gather([3]),
+    lambda lazy: lazy.gather([-1]),
+    lambda lazy: LazyFederation.from_client_sizes(
+      'x', np.zeros((4, 1)), np.zeros(4), [2, 3], np.zeros((1, 1)), np.zeros(1), 2
+    ),
+  ],
 )
 def test_invalid_inputs_raise_one_line(call) -> None:
-  lazy = LazyFederation.from_client_sizes('x', np.zeros((4, 1)), np.zeros(4), [1, 0, 3],
-                                          np.zeros((1, 1)), np.zeros(1), 2)
+  lazy = LazyFederation.from_client_sizes(
+    'x', np.zeros((4, 1)), np.zeros(4), [1, 0, 3], np.zeros((1, 1)), np.zeros(1), 2
+  )
   with pytest.raises(ValueError) as info:
     call(lazy)
   assert 'allowed' in str(info.value) and '\n' not in str(info.value)

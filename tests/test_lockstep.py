@@ -50,17 +50,25 @@ def _outputs(workdir):
   return metrics, summary
 
 
-@pytest.mark.parametrize('algorithm, backend', [('fedavg', 'vmap'), ('fedbuff', 'vmap'),
-                                                ('fedcompass', 'vmap'), ('fedbuff', 'loop'),
-                                                ('fedcompass', 'loop')])
+@pytest.mark.parametrize(
+  'algorithm, backend',
+  [
+    ('fedavg', 'vmap'),
+    ('fedbuff', 'vmap'),
+    ('fedcompass', 'vmap'),
+    ('fedbuff', 'loop'),
+    ('fedcompass', 'loop'),
+  ],
+)
 def test_lockstep_runs_equal_sequential_runs(digits_data_dir, tmp_path, algorithm, backend):
   seeds = (0, 1, 2)
   configs = [_config(digits_data_dir, s, algorithm, backend) for s in seeds]
   for seed, config in zip(seeds, configs):
     run_experiment(config, tmp_path / f'sequential{seed}')
   summaries = run_experiments_lockstep(
-      [_config(digits_data_dir, s, algorithm, backend) for s in seeds],
-      [tmp_path / f'lockstep{s}' for s in seeds])
+    [_config(digits_data_dir, s, algorithm, backend) for s in seeds],
+    [tmp_path / f'lockstep{s}' for s in seeds],
+  )
   assert len(summaries) == 3
   lockstep = summaries[0]['host']['lockstep']
   assert lockstep['simulations'] == 3
@@ -74,7 +82,9 @@ def test_lockstep_runs_equal_sequential_runs(digits_data_dir, tmp_path, algorith
   assert lockstep['execution'] == 'shared_batches' and lockstep['shared_batches'] < alone
   for seed in seeds:
     (lock_rows, lock_summary), (seq_rows, seq_summary) = (
-        _outputs(tmp_path / f'lockstep{seed}'), _outputs(tmp_path / f'sequential{seed}'))
+      _outputs(tmp_path / f'lockstep{seed}'),
+      _outputs(tmp_path / f'sequential{seed}'),
+    )
     # Scheduling is identical; arithmetic can differ in the last bits when XLA picks another
     # matrix-multiply path for a larger shared batch (see fedsim_jax.runtime.lockstep).
     assert [_schedule(r) for r in lock_rows] == [_schedule(r) for r in seq_rows]
@@ -89,8 +99,7 @@ def test_lockstep_configs_must_differ_only_in_seeds(digits_data_dir, tmp_path):
   other = _config(digits_data_dir, 1)
   other.client.learning_rate = 0.2
   with pytest.raises(ConfigError, match='differ only in seed'):
-    run_experiments_lockstep([_config(digits_data_dir, 0), other],
-                             [tmp_path / 'a', tmp_path / 'b'])
+    run_experiments_lockstep([_config(digits_data_dir, 0), other], [tmp_path / 'a', tmp_path / 'b'])
 
 
 class _FakeExecutor:
@@ -123,8 +132,9 @@ def test_concurrent_sweeps_start_the_others_after_the_first_batch():
   executor = sims[0].executor
   run_concurrently(sims, [None] * 4)
   assert log[:2] == ['s0 start', 's0 batch']  # the others wait for the first batch
-  assert sorted(log) == sorted(f's{i} {what}' for i in range(4)
-                               for what in ('start', 'batch', 'batch'))
+  assert sorted(log) == sorted(
+    f's{i} {what}' for i in range(4) for what in ('start', 'batch', 'batch')
+  )
   assert sims[0].executor is executor  # the signalling wrapper is removed
 
 

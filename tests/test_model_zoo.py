@@ -23,23 +23,23 @@ def _shape_params(model):
 # (name, input shape, classes, kwargs, trainable parameters). "paper": stated by the source;
 # "computed": follows from the layer list only (no figure stated), pinned against drift.
 PARAMETER_COUNTS = [
-    ('fedavg_cnn', (28, 28, 1), 10, {}, 1_663_370),  # paper: McMahan et al. 2017, Sec. 3
-    ('fedavg_cnn', (28, 28, 1), 62, {}, 1_690_046),  # computed (the figure quoted for EMNIST-62)
-    ('fedasmu_cnn', (32, 32, 3), 10, {}, 297_066),  # computed (FedASMU Table 3 gives layers only)
-    ('fedasmu_cnn', (32, 32, 3), 100, {}, 2_889_156),  # computed
-    ('emnist_cnn', (28, 28, 1), 62, {}, 1_206_590),  # computed (Reddi et al. Table 7 layers)
-    # paper: FedCompass Tables 10-11, 1,728 + 128 + 2 x 73,984 + 230,144 + 295,424 + 919,040
-    # + 1,180,672 + 3,673,088 + 4,720,640 + 5,130.
-    ('resnet18', (32, 32, 3), 10, {'norm': 'batch'}, 11_173_962),
-    ('resnet18', (32, 32, 3), 100, {'norm': 'group'}, 11_220_132),  # computed (100-way head)
-    ('resnet20', (32, 32, 3), 10, {}, 269_722),  # paper: He et al. 2016 Table 6, "0.27M"
-    ('resnet20', (32, 32, 3), 100, {}, 275_572),  # computed (FedASMU's CIFAR-100 head)
-    ('alexnet', (32, 32, 3), 10, {}, 2_472_266),  # computed (CIFAR AlexNet variant)
-    ('vgg11', (32, 32, 3), 10, {}, 9_225_610),  # computed (CIFAR VGG-11, no norm)
-    ('vgg11', (32, 32, 3), 10, {'norm': 'batch'}, 9_231_114),  # computed
-    ('char_lstm', (80,), 90, {}, 820_522),  # computed (TFF Shakespeare vocabulary of 90)
-    ('word_lstm', (20,), 10_004, {}, 4_050_748),  # computed; the ~4.05M quoted for Reddi et al.
-    ('text_cnn', (400,), 2, {}, 3_360_902),  # computed (Kim 2014 sizes, 10k-word vocabulary)
+  ('fedavg_cnn', (28, 28, 1), 10, {}, 1_663_370),  # paper: McMahan et al. 2017, Sec. 3
+  ('fedavg_cnn', (28, 28, 1), 62, {}, 1_690_046),  # computed (the figure quoted for EMNIST-62)
+  ('fedasmu_cnn', (32, 32, 3), 10, {}, 297_066),  # computed (FedASMU Table 3 gives layers only)
+  ('fedasmu_cnn', (32, 32, 3), 100, {}, 2_889_156),  # computed
+  ('emnist_cnn', (28, 28, 1), 62, {}, 1_206_590),  # computed (Reddi et al. Table 7 layers)
+  # paper: FedCompass Tables 10-11, 1,728 + 128 + 2 x 73,984 + 230,144 + 295,424 + 919,040
+  # + 1,180,672 + 3,673,088 + 4,720,640 + 5,130.
+  ('resnet18', (32, 32, 3), 10, {'norm': 'batch'}, 11_173_962),
+  ('resnet18', (32, 32, 3), 100, {'norm': 'group'}, 11_220_132),  # computed (100-way head)
+  ('resnet20', (32, 32, 3), 10, {}, 269_722),  # paper: He et al. 2016 Table 6, "0.27M"
+  ('resnet20', (32, 32, 3), 100, {}, 275_572),  # computed (FedASMU's CIFAR-100 head)
+  ('alexnet', (32, 32, 3), 10, {}, 2_472_266),  # computed (CIFAR AlexNet variant)
+  ('vgg11', (32, 32, 3), 10, {}, 9_225_610),  # computed (CIFAR VGG-11, no norm)
+  ('vgg11', (32, 32, 3), 10, {'norm': 'batch'}, 9_231_114),  # computed
+  ('char_lstm', (80,), 90, {}, 820_522),  # computed (TFF Shakespeare vocabulary of 90)
+  ('word_lstm', (20,), 10_004, {}, 4_050_748),  # computed; the ~4.05M quoted for Reddi et al.
+  ('text_cnn', (400,), 2, {}, 3_360_902),  # computed (Kim 2014 sizes, 10k-word vocabulary)
 ]
 
 
@@ -71,25 +71,26 @@ def test_batchnorm_models_carry_running_statistics_outside_the_trainable_count()
 
 
 OUTPUT_SHAPES = [
-    ('fedavg_cnn', (28, 28, 1), 62, {}),
-    ('fedasmu_cnn', (32, 32, 3), 10, {}),
-    ('emnist_cnn', (28, 28, 1), 62, {}),
-    ('resnet18', (32, 32, 3), 10, {'norm': 'batch'}),
-    ('resnet18', (32, 32, 3), 100, {'norm': 'group'}),
-    ('resnet20', (32, 32, 3), 100, {}),
-    ('alexnet', (32, 32, 3), 10, {}),
-    ('vgg11', (32, 32, 3), 10, {}),
-    ('char_lstm', (80,), 90, {}),
-    ('word_lstm', (20,), 10_004, {}),
-    ('text_cnn', (400,), 2, {}),
+  ('fedavg_cnn', (28, 28, 1), 62, {}),
+  ('fedasmu_cnn', (32, 32, 3), 10, {}),
+  ('emnist_cnn', (28, 28, 1), 62, {}),
+  ('resnet18', (32, 32, 3), 10, {'norm': 'batch'}),
+  ('resnet18', (32, 32, 3), 100, {'norm': 'group'}),
+  ('resnet20', (32, 32, 3), 100, {}),
+  ('alexnet', (32, 32, 3), 10, {}),
+  ('vgg11', (32, 32, 3), 10, {}),
+  ('char_lstm', (80,), 90, {}),
+  ('word_lstm', (20,), 10_004, {}),
+  ('text_cnn', (400,), 2, {}),
 ]
 
 
 @pytest.mark.parametrize('name,shape,classes,kwargs', OUTPUT_SHAPES)
 def test_output_shapes(name, shape, classes, kwargs):
   model = get_model(name, shape, classes, **kwargs)
-  x = jax.ShapeDtypeStruct((3, *shape), jnp.uint8 if model.input_dtype == jnp.float32 else
-                           jnp.int32)
+  x = jax.ShapeDtypeStruct(
+    (3, *shape), jnp.uint8 if model.input_dtype == jnp.float32 else jnp.int32
+  )
   logits = jax.eval_shape(model.apply, _shape_params(model), x)
   per_position = name in ('char_lstm', 'word_lstm')
   assert logits.shape == ((3, shape[0], classes) if per_position else (3, classes))
@@ -119,22 +120,22 @@ def _one_step(model, optimizer=None, batch=None):
 
 # Small inputs / narrow widths keep compiles cheap; the architectures are those of the zoo.
 LOCAL_STEP = [
-    ('fedasmu_cnn', (32, 32, 3), 10, {}),
-    ('emnist_cnn', (28, 28, 1), 62, {}),
-    ('fedavg_cnn', (28, 28, 1), 10, {}),
-    ('resnet20', (16, 16, 3), 10, {'norm': 'group'}),  # BatchNorm: the resnet18 tests below
-    ('alexnet', (32, 32, 3), 10, {}),
-    ('char_lstm', (12,), 90, {}),  # word_lstm: same layers (embed, LSTM, dense), slow set
-    ('text_cnn', (12,), 2, {'vocab_size': 50}),
+  ('fedasmu_cnn', (32, 32, 3), 10, {}),
+  ('emnist_cnn', (28, 28, 1), 62, {}),
+  ('fedavg_cnn', (28, 28, 1), 10, {}),
+  ('resnet20', (16, 16, 3), 10, {'norm': 'group'}),  # BatchNorm: the resnet18 tests below
+  ('alexnet', (32, 32, 3), 10, {}),
+  ('char_lstm', (12,), 90, {}),  # word_lstm: same layers (embed, LSTM, dense), slow set
+  ('text_cnn', (12,), 2, {'vocab_size': 50}),
 ]
 FULL_SIZE_STEP = [
-    ('resnet18', (32, 32, 3), 10, {}),
-    ('resnet18', (32, 32, 3), 100, {'norm': 'group'}),
-    ('resnet20', (32, 32, 3), 100, {}),
-    ('vgg11', (32, 32, 3), 10, {}),
-    ('vgg11', (32, 32, 3), 10, {'norm': 'batch'}),
-    ('word_lstm', (20,), 10_004, {}),
-    ('text_cnn', (64,), 2, {}),
+  ('resnet18', (32, 32, 3), 10, {}),
+  ('resnet18', (32, 32, 3), 100, {'norm': 'group'}),
+  ('resnet20', (32, 32, 3), 100, {}),
+  ('vgg11', (32, 32, 3), 10, {}),
+  ('vgg11', (32, 32, 3), 10, {'norm': 'batch'}),
+  ('word_lstm', (20,), 10_004, {}),
+  ('text_cnn', (64,), 2, {}),
 ]
 
 
@@ -181,24 +182,30 @@ def test_batch_stats_change_and_are_set_not_optimised(bn_step):
   # The statistics are exactly the train-mode update of the start model on the real examples:
   # no gradient, momentum or weight decay reached them.
   _, expected = model.apply_train(params, x, weights)
-  jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
-                         stats_end, expected)
+  jax.tree_util.tree_map(
+    lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), stats_end, expected
+  )
   # The optimizer state (momentum traces) covers the trainable part only.
-  paths = [jax.tree_util.keystr(p) for p, _ in
-           jax.tree_util.tree_flatten_with_path(state.opt_state)[0]]
+  paths = [
+    jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(state.opt_state)[0]
+  ]
   assert any('Conv_0' in p for p in paths) and not any('batch_stats' in p for p in paths)
   # The upload carries the statistics' delta, so the server averages them like weights.
-  np.testing.assert_allclose(model.split(delta)[1]['batch_stats']['BatchNorm_0']['mean'],
-                             stats_end['batch_stats']['BatchNorm_0']['mean'] -
-                             stats_start['batch_stats']['BatchNorm_0']['mean'], atol=1e-7)
+  np.testing.assert_allclose(
+    model.split(delta)[1]['batch_stats']['BatchNorm_0']['mean'],
+    stats_end['batch_stats']['BatchNorm_0']['mean']
+    - stats_start['batch_stats']['BatchNorm_0']['mean'],
+    atol=1e-7,
+  )
 
 
 def test_batch_statistics_skip_zero_weight_examples(bn_step):
   model, params, _, _, (x, _, weights) = bn_step
   _, masked = model.apply_train(params, x, weights)
   _, real_only = model.apply_train(params, x[:3])
-  jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
-                         masked, real_only)
+  jax.tree_util.tree_map(
+    lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), masked, real_only
+  )
   _, unchanged = model.apply_train(params, x, jnp.zeros(4))
   jax.tree_util.tree_map(np.testing.assert_array_equal, unchanged, model.split(params)[1])
 
@@ -236,18 +243,28 @@ def test_stateful_module_needs_state_collections():
 
 def test_executor_backends_carry_batch_statistics(toy_federation):
   fed = toy_federation
-  model = Model('tiny_bn', _TinyBN(fed.num_classes), fed.input_shape, fed.num_classes,
-                state_collections=('batch_stats',))
+  model = Model(
+    'tiny_bn',
+    _TinyBN(fed.num_classes),
+    fed.input_shape,
+    fed.num_classes,
+    state_collections=('batch_stats',),
+  )
   params = model.init(KEY)
   update = sgd_client_update(model, optax.sgd(0.1), batch_size=8)  # small clients pad slots
-  tasks = [ClientTask(client_id=c, num_steps=2 + c % 2, seed=c, start_params=params)
-           for c in range(fed.num_clients)]
-  results = {backend: Executor(update, fed.device_arrays(), jax.random.PRNGKey(1),
-                               backend=backend).run(tasks) for backend in ('vmap', 'loop')}
+  tasks = [
+    ClientTask(client_id=c, num_steps=2 + c % 2, seed=c, start_params=params)
+    for c in range(fed.num_clients)
+  ]
+  results = {
+    backend: Executor(update, fed.device_arrays(), jax.random.PRNGKey(1), backend=backend).run(
+      tasks
+    )
+    for backend in ('vmap', 'loop')
+  }
   stats = {b: r.deltas['batch_stats']['BatchNorm_0'] for b, r in results.items()}
   rows = len(tasks)
-  np.testing.assert_allclose(stats['vmap']['mean'][:rows], stats['loop']['mean'][:rows],
-                             atol=1e-5)
+  np.testing.assert_allclose(stats['vmap']['mean'][:rows], stats['loop']['mean'][:rows], atol=1e-5)
   assert np.all(np.isfinite(stats['vmap']['var'][:rows]))
   assert np.all(np.abs(stats['vmap']['mean'][:rows]).max(axis=1) > 0)
 
@@ -293,8 +310,7 @@ def test_char_lstm_loss_ignores_pad_tokens(char_lstm):
   np.testing.assert_allclose(loss(params, x, y, first_only), per_token[0, :5].mean(), rtol=1e-6)
   assert float(evaluate(params, x, y, first_only)['count']) == 5.0
   # Without weights every non-pad token counts.
-  np.testing.assert_allclose(model.cross_entropy(jnp.zeros((2, 8, 20)), y), np.log(20.0),
-                             rtol=1e-6)
+  np.testing.assert_allclose(model.cross_entropy(jnp.zeros((2, 8, 20)), y), np.log(20.0), rtol=1e-6)
 
 
 def test_pad_id_can_be_disabled():

@@ -9,16 +9,25 @@ from fedsim_jax.data.synthetic import toy_federation, toy_text_federation
 from fedsim_jax.experiment import run_experiment
 from fedsim_jax.models.zoo import MODELS
 
-IMAGE_SHAPES = {'mlp': (8, 8, 1), 'mnist_cnn': (28, 28, 1), 'lenet5': (28, 28, 1),
-                'fedavg_cnn': (28, 28, 1), 'fedasmu_cnn': (32, 32, 3),
-                'emnist_cnn': (28, 28, 1), 'resnet18': (32, 32, 3), 'resnet20': (16, 16, 3),
-                'alexnet': (32, 32, 3), 'vgg11': (32, 32, 3)}
+IMAGE_SHAPES = {
+  'mlp': (8, 8, 1),
+  'mnist_cnn': (28, 28, 1),
+  'lenet5': (28, 28, 1),
+  'fedavg_cnn': (28, 28, 1),
+  'fedasmu_cnn': (32, 32, 3),
+  'emnist_cnn': (28, 28, 1),
+  'resnet18': (32, 32, 3),
+  'resnet20': (16, 16, 3),
+  'alexnet': (32, 32, 3),
+  'vgg11': (32, 32, 3),
+}
 NEXT_TOKEN = ('char_lstm', 'word_lstm')
 SLOW = ('resnet18', 'vgg11', 'word_lstm')  # full-size compiles take tens of seconds on CPU
 
 
-def _classification_text_federation(num_clients: int = 2, length: int = 12,
-                                    vocabulary_size: int = 50) -> FederatedDataset:
+def _classification_text_federation(
+  num_clients: int = 2, length: int = 12, vocabulary_size: int = 50
+) -> FederatedDataset:
   rng = np.random.default_rng(0)
   x = rng.integers(1, vocabulary_size, (24, length)).astype(np.int32)
   y = (x[:, 0] % 2).astype(np.int32)
@@ -34,8 +43,9 @@ def _federation(name: str) -> FederatedDataset:
   return toy_federation(num_clients=2, num_classes=10, image_shape=IMAGE_SHAPES[name])
 
 
-@pytest.mark.parametrize('name', [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
-                                  for n in MODELS])
+@pytest.mark.parametrize(
+  'name', [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in MODELS]
+)
 def test_one_federated_round(name, tmp_path):
   config = base_config()
   config.model.name = name

@@ -15,7 +15,7 @@ from fedsim_jax.config import ConfigError, base_config, validate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-_SCRIPT = textwrap.dedent('''
+_SCRIPT = textwrap.dedent("""
     import json, os, sys, tempfile
     import jax, numpy as np, optax
     from fedsim_jax.client import sgd_client_update
@@ -61,21 +61,24 @@ _SCRIPT = textwrap.dedent('''
       assert a['test_accuracy'] == b['test_accuracy'], (a, b)
       assert abs(a['test_loss'] - b['test_loss']) < 1e-5, (a, b)
     print('OK')
-''')
+""")
 
 
 def test_four_devices_give_the_results_of_one():
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=4',
-             JAX_PLATFORMS='cpu')
-  result = subprocess.run([sys.executable, '-c', _SCRIPT], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=4', JAX_PLATFORMS='cpu')
+  result = subprocess.run(
+    [sys.executable, '-c', _SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+  )
   assert result.returncode == 0 and 'OK' in result.stdout, result.stderr[-3000:]
 
 
-@pytest.mark.parametrize('backend, devices, message', [
+@pytest.mark.parametrize(
+  'backend, devices, message',
+  [
     ('vmap', 0, 'executor.devices'),
     ('loop', 2, "devices > 1 with backend 'vmap'"),
-])
+  ],
+)
 def test_invalid_device_settings(backend, devices, message):
   config = base_config()
   config.executor.backend = backend

@@ -116,8 +116,11 @@ def test_straggler_split_hand_case() -> None:
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 10_000), num_stragglers=st.integers(1, 12),
-       alpha=st.sampled_from([0.1, 0.5, 5.0]))
+@given(
+  seed=st.integers(0, 10_000),
+  num_stragglers=st.integers(1, 12),
+  alpha=st.sampled_from([0.1, 0.5, 5.0]),
+)
 def test_straggler_split_properties(seed: int, num_stragglers: int, alpha: float) -> None:
   straggler_classes = [0, 1, 2, 3, 4]
   base = partition.dirichlet(LABELS, 40, alpha, seed=seed, min_client_size=1)
@@ -153,15 +156,14 @@ def test_straggler_split_is_deterministic_and_accepts_natural_base() -> None:
 
 
 @pytest.mark.parametrize(
-    ('kwargs', 'setting'),
-    [
-        ({'straggler_classes': [], 'num_stragglers': 1}, 'straggler_classes'),
-        ({'straggler_classes': [42], 'num_stragglers': 1}, 'straggler_classes'),
-        ({'straggler_classes': [0], 'num_stragglers': 0}, 'num_stragglers'),
-        ({'straggler_classes': [0], 'num_stragglers': 3}, 'num_stragglers'),  # 2 holders
-        ({'straggler_classes': [0], 'num_stragglers': 1, 'min_client_size': 2},
-         'min_client_size'),
-    ],
+  ('kwargs', 'setting'),
+  [
+    ({'straggler_classes': [], 'num_stragglers': 1}, 'straggler_classes'),
+    ({'straggler_classes': [42], 'num_stragglers': 1}, 'straggler_classes'),
+    ({'straggler_classes': [0], 'num_stragglers': 0}, 'num_stragglers'),
+    ({'straggler_classes': [0], 'num_stragglers': 3}, 'num_stragglers'),  # 2 holders
+    ({'straggler_classes': [0], 'num_stragglers': 1, 'min_client_size': 2}, 'min_client_size'),
+  ],
 )
 def test_straggler_split_invalid_settings(kwargs, setting: str) -> None:
   labels = np.array([0, 1, 0, 1, 1])
@@ -177,8 +179,9 @@ def test_straggler_split_invalid_settings(kwargs, setting: str) -> None:
 
 @pytest.mark.parametrize('skew', partition.BUDGET_SKEWS)
 def test_budget_skewed_covers_and_is_deterministic(skew: str) -> None:
-  run = lambda seed: partition.partition('budget_skewed', LABELS, 100, seed=seed,
-                                         budgets=BETA_4, skew=skew)
+  run = lambda seed: partition.partition(
+    'budget_skewed', LABELS, 100, seed=seed, budgets=BETA_4, skew=skew
+  )
   first, again, other = run(1), run(1), run(2)
   _assert_cover_once(first, LABELS.size)
   assert {p.size for p in first} == {60}  # 200 shards of 30, 2 per client
@@ -190,14 +193,16 @@ def test_budget_skewed_covers_and_is_deterministic(skew: str) -> None:
 
 def test_budget_skewed_none_is_random_shards() -> None:
   ours = partition.budget_skewed(LABELS, 100, 4, budgets=BETA_4, skew='none')
-  assert all(np.array_equal(a, b)
-             for a, b in zip(ours, partition.shards(LABELS, 100, 2, seed=4), strict=True))
+  assert all(
+    np.array_equal(a, b)
+    for a, b in zip(ours, partition.shards(LABELS, 100, 2, seed=4), strict=True)
+  )
 
 
 @pytest.mark.parametrize('seed', [0, 1, 2])
 def test_budget_skewed_high_five_levels_is_the_papers_setting(seed: int) -> None:
   # Appendix D: two classes per 20 clients, the same p_i for the same class.
-  budgets = np.random.default_rng(seed).permutation(np.repeat([1, .5, .25, .125, .0625], 20))
+  budgets = np.random.default_rng(seed).permutation(np.repeat([1, 0.5, 0.25, 0.125, 0.0625], 20))
   parts = partition.budget_skewed(LABELS, 100, seed, budgets=budgets, skew='high')
   seen: set[int] = set()
   for level in np.unique(budgets):
@@ -216,8 +221,12 @@ def test_budget_skewed_high_beta_4_shares_only_boundary_classes() -> None:
   for a in range(4):
     for b in range(a + 1, 4):
       assert len(levels[a] & levels[b]) == (2 if b == a + 1 else 0)
-  counts = [np.bincount(LABELS[np.concatenate([parts[c] for c in np.flatnonzero(BETA_4 == p)])],
-                        minlength=NUM_CLASSES) for p in (1.0, 0.5, 0.25, 0.125)]
+  counts = [
+    np.bincount(
+      LABELS[np.concatenate([parts[c] for c in np.flatnonzero(BETA_4 == p)])], minlength=NUM_CLASSES
+    )
+    for p in (1.0, 0.5, 0.25, 0.125)
+  ]
   # The top and bottom levels hold 2 classes whole; the other 6 classes straddle two levels.
   assert [int(np.sum(c == 600)) for c in counts] == [2, 0, 0, 2]
   assert sum(int(np.sum((c > 0) & (c < 600))) for c in counts) == 12
@@ -238,15 +247,15 @@ def test_budget_skewed_moderate_puts_the_skewed_clients_on_adequate_budgets() ->
 
 
 @pytest.mark.parametrize(
-    ('kwargs', 'setting'),
-    [
-        ({'budgets': BETA_4[:50]}, 'budgets'),
-        ({'budgets': np.full(100, np.nan)}, 'budgets'),
-        ({'budgets': BETA_4, 'skew': 'extreme'}, 'skew'),
-        ({'budgets': BETA_4, 'skew': 'moderate', 'skewed_fraction': 0.3}, 'skewed_fraction'),
-        ({'budgets': BETA_4, 'skew': 'moderate', 'skewed_fraction': 0.001}, 'skewed_fraction'),
-        ({'budgets': BETA_4, 'shards_per_client': 0}, 'shards_per_client'),
-    ],
+  ('kwargs', 'setting'),
+  [
+    ({'budgets': BETA_4[:50]}, 'budgets'),
+    ({'budgets': np.full(100, np.nan)}, 'budgets'),
+    ({'budgets': BETA_4, 'skew': 'extreme'}, 'skew'),
+    ({'budgets': BETA_4, 'skew': 'moderate', 'skewed_fraction': 0.3}, 'skewed_fraction'),
+    ({'budgets': BETA_4, 'skew': 'moderate', 'skewed_fraction': 0.001}, 'skewed_fraction'),
+    ({'budgets': BETA_4, 'shards_per_client': 0}, 'shards_per_client'),
+  ],
 )
 def test_budget_skewed_invalid_settings(kwargs, setting: str) -> None:
   with pytest.raises(ValueError) as info:

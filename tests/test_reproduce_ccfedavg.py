@@ -48,8 +48,7 @@ def test_cross_device_configs(algorithm, participation):
 @pytest.mark.parametrize('schedule', tables.SCHEDULES)
 def test_cross_silo_configs(algorithm, schedule):
   for gamma in tables.GAMMAS:
-    config = tables.make_config(algorithm, 'cross_silo', gamma=gamma, schedule=schedule,
-                                rounds=40)
+    config = tables.make_config(algorithm, 'cross_silo', gamma=gamma, schedule=schedule, rounds=40)
     validate(config)
     assert config.data.num_clients == 8 and config.scheduler.cohort_size == 8
     assert config.data.partition == 'gamma_mix' and config.data.gamma == gamma
@@ -82,14 +81,40 @@ def _synthetic_records() -> list[dict]:
   records = []
   for seed, (best, final) in enumerate([(0.80, 0.70), (0.82, 0.60), (0.84, 0.50)]):
     for algorithm in ('fedavg', 'fedavg_dropout', 'ccfedavg'):
-      records.append(dict(algorithm=algorithm, setting='cross_device', participation=0.2,
-                          seed=seed, best_accuracy=best, final_accuracy=final))
+      records.append(
+        dict(
+          algorithm=algorithm,
+          setting='cross_device',
+          participation=0.2,
+          seed=seed,
+          best_accuracy=best,
+          final_accuracy=final,
+        )
+      )
       for schedule in tables.SCHEDULES:
-        records.append(dict(algorithm=algorithm, setting='cross_silo', gamma=0.1,
-                            schedule=schedule, seed=seed, best_accuracy=best,
-                            final_accuracy=final))
-    records.append(dict(algorithm='ccfedavg', setting='cross_device', participation=0.2, r=0.5,
-                        w=4, seed=seed, best_accuracy=best, final_accuracy=final))
+        records.append(
+          dict(
+            algorithm=algorithm,
+            setting='cross_silo',
+            gamma=0.1,
+            schedule=schedule,
+            seed=seed,
+            best_accuracy=best,
+            final_accuracy=final,
+          )
+        )
+    records.append(
+      dict(
+        algorithm='ccfedavg',
+        setting='cross_device',
+        participation=0.2,
+        r=0.5,
+        w=4,
+        seed=seed,
+        best_accuracy=best,
+        final_accuracy=final,
+      )
+    )
   return records
 
 
@@ -106,8 +131,7 @@ def test_table2_mean_std_and_dropout_best_last():
 def test_table1_and_figure5():
   markdown = tables.table1(_synthetic_records())
   assert '| Method | RR gamma=0.1 | AH gamma=0.1 |' in markdown
-  assert _row(markdown, 'FedAvg (dropout, last)') == ['60.00±10.00 (50.63)',
-                                                      '60.00±10.00 (50.63)']
+  assert _row(markdown, 'FedAvg (dropout, last)') == ['60.00±10.00 (50.63)', '60.00±10.00 (50.63)']
   assert _row(markdown, 'CC-FedAvg') == ['82.00±2.00 (65.79)', '82.00±2.00 (66.41)']
   grid = tables.figure5_table(_synthetic_records())
   assert '### cross_device, CC-FedAvg' in grid
@@ -125,11 +149,17 @@ def test_write_outputs_writes_results_and_tables(tmp_path):
   assert '82.00±2.00 (78.40±2.50)' in text
 
 
-@pytest.mark.parametrize('flag', ['--experiment=table9', '--participation=0,0.2',
-                                  '--rounds=0', '--no_such_flag=1'])
+@pytest.mark.parametrize(
+  'flag', ['--experiment=table9', '--participation=0,0.2', '--rounds=0', '--no_such_flag=1']
+)
 def test_binary_rejects_bad_flags_with_one_line(flag, tmp_path):
-  result = subprocess.run([sys.executable, _BINARY, flag, f'--workdir={tmp_path}'],
-                          capture_output=True, text=True, cwd=_REPO, timeout=120)
+  result = subprocess.run(
+    [sys.executable, _BINARY, flag, f'--workdir={tmp_path}'],
+    capture_output=True,
+    text=True,
+    cwd=_REPO,
+    timeout=120,
+  )
   assert result.returncode == 2, result.stderr
   lines = result.stderr.strip().splitlines()
   assert len(lines) == 1, result.stderr

@@ -37,9 +37,13 @@ def test_paper_tables():
 
 def test_method_settings_name_each_section_once():
   assert tables.fedasmu_settings('fedasmu_h2', ('lenet5', 'cifar10')) == {
-      'fedasmu.lambda_learning_rate': 0.001, 'fedasmu.sigma_learning_rate': 0.001,
-      'fedasmu.iota_learning_rate': 0.1, 'fedasmu.gamma_learning_rate': 0.1,
-      'fedasmu.v_learning_rate': 0.001, 'fedasmu_fetch.policy': 'h2'}
+    'fedasmu.lambda_learning_rate': 0.001,
+    'fedasmu.sigma_learning_rate': 0.001,
+    'fedasmu.iota_learning_rate': 0.1,
+    'fedasmu.gamma_learning_rate': 0.1,
+    'fedasmu.v_learning_rate': 0.001,
+    'fedasmu_fetch.policy': 'h2',
+  }
   assert tables.fedasmu_settings('fedasmu_fa', _FMNIST)['fedasmu_fetch.policy'] == 'none'
   assert set(tables.fedasmu_settings('fedasmu', _FMNIST).values()) == {0.0001, 'learned'}
   assert tables.method_settings('fedprox', _FMNIST)['client.proximal_strength'] == 0.01
@@ -51,7 +55,7 @@ def test_method_settings_name_each_section_once():
   assert (fedbuff['scheduler.weighting'], fedbuff['server.normalization']) == ('uniform', 'count')
   assert tables.method_settings('fedsa', _FMNIST, num_clients=40)['scheduler.buffer_size'] == 2
   assert tables.method_settings('port', _FMNIST, num_clients=10)['scheduler.buffer_size'] == 1
-  for method in tables.METHODS:   # every method has a settings function
+  for method in tables.METHODS:  # every method has a settings function
     assert isinstance(tables.method_settings(method, _FMNIST), dict)
 
 
@@ -88,9 +92,18 @@ def test_configs_of_registered_methods(column):
 
 
 def test_make_config_options():
-  config = tables.make_config('fedbuff', *_FMNIST, num_clients=20, concentration=0.1,
-                              num_rounds=None, max_virtual_time=300.0, local_epochs=2,
-                              batch_size=16, fastest_step_time=0.5, eval_every=3)
+  config = tables.make_config(
+    'fedbuff',
+    *_FMNIST,
+    num_clients=20,
+    concentration=0.1,
+    num_rounds=None,
+    max_virtual_time=300.0,
+    local_epochs=2,
+    batch_size=16,
+    fastest_step_time=0.5,
+    eval_every=3,
+  )
   assert config.scheduler.concurrency == 2 and config.data.concentration == 0.1
   assert config.scheduler.buffer_size == 1
   assert config.run.num_rounds is None and config.run.max_virtual_time == 300.0
@@ -108,8 +121,11 @@ def test_make_config_rejects_bad_settings(monkeypatch):
   with pytest.raises(ConfigError, match='give at least one budget'):
     tables.make_config('fedavg', *_FMNIST, num_rounds=None)
   monkeypatch.delitem(strategy.ALGORITHMS, 'fedbuff')
-  with pytest.raises(ConfigError, match=r"^method='fedbuff' is not registered in this build .*"
-                                        r"allowed values: \[.*'fedasync'.*\]$"):
+  with pytest.raises(
+    ConfigError,
+    match=r"^method='fedbuff' is not registered in this build .*"
+    r"allowed values: \[.*'fedasync'.*\]$",
+  ):
     tables.make_config('fedbuff', *_FMNIST)
 
 
@@ -129,8 +145,10 @@ def test_moved_statistics():
   assert sweep.average_ranks([3.0, 1.0, 3.0]) == [2.5, 1.0, 2.5]
   assert sweep.spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
   missed = {'time_to_target': None}
-  assert sweep.mean_time_to_target([{'time_to_target': 4.0}, missed, {'time_to_target': 2.0}]) == 3.0
-  assert sweep.mean_time_to_target([{'time_to_target': 4.0}, missed]) is None   # half missed
+  assert (
+    sweep.mean_time_to_target([{'time_to_target': 4.0}, missed, {'time_to_target': 2.0}]) == 3.0
+  )
+  assert sweep.mean_time_to_target([{'time_to_target': 4.0}, missed]) is None  # half missed
   assert sweep.mean_time_to_target([]) is None
 
 
@@ -140,17 +158,27 @@ def test_moved_statistics():
 
 def _records() -> list[dict]:
   def run(method, final, best, time, seed=0, **extra):
-    return dict(method=method, model='lenet5', dataset='fashion_mnist', seed=seed,
-                final_accuracy=final, best_accuracy=best, time_to_target=time,
-                final_version=500, final_virtual_time=1000.0, trigger_period=None, **extra)
+    return dict(
+      method=method,
+      model='lenet5',
+      dataset='fashion_mnist',
+      seed=seed,
+      final_accuracy=final,
+      best_accuracy=best,
+      time_to_target=time,
+      final_version=500,
+      final_virtual_time=1000.0,
+      trigger_period=None,
+      **extra,
+    )
 
   return [
-      run('fedavg', 0.70, 0.71, None),
-      run('fedavg', 0.72, 0.73, 500.0, seed=1),   # target missed in half the seeds: '/'
-      run('fedasmu', 0.80, 0.82, 100.0),
-      run('fedbuff', 0.76, 0.77, 200.0),
-      run('fedasync', 0.75, 0.78, 300.0),
-      run('fedasmu_da', 0.78, 0.79, 150.0),
+    run('fedavg', 0.70, 0.71, None),
+    run('fedavg', 0.72, 0.73, 500.0, seed=1),  # target missed in half the seeds: '/'
+    run('fedasmu', 0.80, 0.82, 100.0),
+    run('fedbuff', 0.76, 0.77, 200.0),
+    run('fedasync', 0.75, 0.78, 300.0),
+    run('fedasmu_da', 0.78, 0.79, 150.0),
   ]
 
 
@@ -159,22 +187,29 @@ def test_results_table_paper_beside_and_slash():
   assert text.startswith('**LeNet FMNIST** (target accuracy 0.70)')
   assert 'Time to 0.70 (s)' in text
   # Acc, paper Acc, best Acc, Time, paper Time, versions, virtual time, seeds.
-  assert _row(text, 'FedASMU') == ['0.800', '0.829', '0.820', '100', '8,250', '500', '1,000',
-                                   '1']
-  assert _row(text, 'FedAvg') == ['0.710±0.014', '0.706', '0.720', '/', '65,000', '500',
-                                  '1,000', '2']
+  assert _row(text, 'FedASMU') == ['0.800', '0.829', '0.820', '100', '8,250', '500', '1,000', '1']
+  assert _row(text, 'FedAvg') == [
+    '0.710±0.014',
+    '0.706',
+    '0.720',
+    '/',
+    '65,000',
+    '500',
+    '1,000',
+    '2',
+  ]
   assert _row(text, 'FedASMU-DA')[:5] == ['0.780', '-', '0.790', '150', '-']
   names = [line.split('|')[1].strip() for line in text.splitlines()[4:]]
-  assert names == ['FedASMU', 'FedAvg', 'FedAsync', 'FedBuff', 'FedASMU-DA']   # paper order
+  assert names == ['FedASMU', 'FedAvg', 'FedAsync', 'FedBuff', 'FedASMU-DA']  # paper order
 
 
 def test_ordering_spearman_against_the_paper():
   (row,) = tables.ordering(_records())
-  assert row['methods'] == ['fedasmu', 'fedavg', 'fedasync', 'fedbuff']   # not the ablation
+  assert row['methods'] == ['fedasmu', 'fedavg', 'fedasync', 'fedbuff']  # not the ablation
   # Ours: FedASMU > FedBuff > FedAsync > FedAvg; paper: FedASMU > FedAsync > FedBuff > FedAvg.
   assert row['ours_ranking'] == ['fedasmu', 'fedbuff', 'fedasync', 'fedavg']
   assert row['paper_ranking'] == ['fedasmu', 'fedasync', 'fedbuff', 'fedavg']
-  assert row['accuracy_rho'] == pytest.approx(1 - 6 * 2 / (4 * 15))   # sum d^2 = 2
+  assert row['accuracy_rho'] == pytest.approx(1 - 6 * 2 / (4 * 15))  # sum d^2 = 2
   # Times where both reached the target (FedAvg '/'): ours 100 < 200 < 300 (FedASMU, FedBuff,
   # FedAsync), paper 8250 < 12371 < 27179 (FedASMU, FedAsync, FedBuff).
   assert row['time_pairs'] == 3
@@ -194,16 +229,29 @@ def test_ordering_needs_three_methods():
 
 def test_ablation_table():
   text = tables.ablation_table(_records())
-  assert _row(text, 'LeNet FMNIST') == ['FedASMU vs FedASMU-DA', '+2.00', '1.38 to 4.32',
-                                        '+33.3%', '-']
+  assert _row(text, 'LeNet FMNIST') == [
+    'FedASMU vs FedASMU-DA',
+    '+2.00',
+    '1.38 to 4.32',
+    '+33.3%',
+    '-',
+  ]
   assert tables.ablation_table(_records()[:2]).startswith('No ablation pair')
 
 
 def test_write_outputs(tmp_path, capsys):
   records = _records()
-  settings = {'seeds': [0, 1], 'num_clients': 100, 'concentration': 0.5, 'num_rounds': 500,
-              'max_virtual_time': None, 'local_epochs': 5.0, 'batch_size': 32,
-              'fastest_step_time': 0.1, 'eval_every': 5}
+  settings = {
+    'seeds': [0, 1],
+    'num_clients': 100,
+    'concentration': 0.5,
+    'num_rounds': 500,
+    'max_virtual_time': None,
+    'local_epochs': 5.0,
+    'batch_size': 32,
+    'fastest_step_time': 0.1,
+    'eval_every': 5,
+  }
   output = tmp_path / 'out' / 'tables.md'
   tables.write_outputs(records, settings, str(tmp_path), str(output), wall_seconds=2.0)
   with open(tmp_path / 'results.jsonl', encoding='utf-8') as f:
@@ -219,12 +267,21 @@ def test_write_outputs(tmp_path, capsys):
 
 
 def _run(*flags, timeout=120):
-  return subprocess.run([sys.executable, _BINARY, *flags], capture_output=True, text=True,
-                        cwd=_REPO, timeout=timeout)
+  return subprocess.run(
+    [sys.executable, _BINARY, *flags], capture_output=True, text=True, cwd=_REPO, timeout=timeout
+  )
 
 
-@pytest.mark.parametrize('flag', ['--methods=fedasmu,fedcompass', '--dataset=cifar100',
-                                  '--models=fedasmu_cnn', '--num_rounds=0', '--no_such_flag=1'])
+@pytest.mark.parametrize(
+  'flag',
+  [
+    '--methods=fedasmu,fedcompass',
+    '--dataset=cifar100',
+    '--models=fedasmu_cnn',
+    '--num_rounds=0',
+    '--no_such_flag=1',
+  ],
+)
 def test_binary_rejects_bad_flags_with_one_line(flag, tmp_path):
   result = _run(flag, f'--workdir={tmp_path}')
   assert result.returncode == 2, result.stderr
@@ -254,17 +311,31 @@ def tiny_fashion_mnist(tmp_path_factory):
     labels = np.minimum((images.mean(axis=(1, 2, 3)) - 120) // 3 + 5, 9).clip(0).astype(int)
     return [{'image': image, 'label': int(label)} for image, label in zip(images, labels)]
 
-  features = tfds.features.FeaturesDict({
+  features = tfds.features.FeaturesDict(
+    {
       'image': tfds.features.Tensor(shape=(28, 28, 1), dtype=np.uint8),
-      'label': tfds.features.ClassLabel(num_classes=10)})
-  write_data_dir(data_dir, 'fashion_mnist', '1.0.0', features,
-                 {'train': examples(300), 'test': examples(100)}, ('image', 'label'))
+      'label': tfds.features.ClassLabel(num_classes=10),
+    }
+  )
+  write_data_dir(
+    data_dir,
+    'fashion_mnist',
+    '1.0.0',
+    features,
+    {'train': examples(300), 'test': examples(100)},
+    ('image', 'label'),
+  )
   return data_dir
 
 
 def test_binary_missing_dataset_is_one_line(tiny_fashion_mnist, tmp_path):
-  result = _run(f'--data_dir={tiny_fashion_mnist}', '--dataset=cifar10', '--methods=fedavg',
-                '--num_clients=10', f'--workdir={tmp_path}')
+  result = _run(
+    f'--data_dir={tiny_fashion_mnist}',
+    '--dataset=cifar10',
+    '--methods=fedavg',
+    '--num_clients=10',
+    f'--workdir={tmp_path}',
+  )
   assert result.returncode == 2, result.stderr
   lines = result.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith('error: ') and 'cifar10' in lines[0]
@@ -272,22 +343,35 @@ def test_binary_missing_dataset_is_one_line(tiny_fashion_mnist, tmp_path):
 
 
 def test_binary_end_to_end_on_a_tiny_federation(tiny_fashion_mnist, tmp_path):
-  flags = [f'--data_dir={tiny_fashion_mnist}', '--methods=fedasync,fedavg,fedbuff', '--seeds=0',
-           '--num_clients=10', '--num_rounds=4', '--local_epochs=1', '--batch_size=16',
-           '--eval_every=2', f'--workdir={tmp_path}']
+  flags = [
+    f'--data_dir={tiny_fashion_mnist}',
+    '--methods=fedasync,fedavg,fedbuff',
+    '--seeds=0',
+    '--num_clients=10',
+    '--num_rounds=4',
+    '--local_epochs=1',
+    '--batch_size=16',
+    '--eval_every=2',
+    f'--workdir={tmp_path}',
+  ]
   result = _run(*flags, timeout=300)
   assert result.returncode == 0, result.stderr
   with open(tmp_path / 'results.jsonl', encoding='utf-8') as f:
     records = [json.loads(line) for line in f]
   assert [(r['method'], r['model'], r['dataset'], r['seed']) for r in records] == [
-      ('fedasync', 'lenet5', 'fashion_mnist', 0), ('fedavg', 'lenet5', 'fashion_mnist', 0),
-      ('fedbuff', 'lenet5', 'fashion_mnist', 0)]
+    ('fedasync', 'lenet5', 'fashion_mnist', 0),
+    ('fedavg', 'lenet5', 'fashion_mnist', 0),
+    ('fedbuff', 'lenet5', 'fashion_mnist', 0),
+  ]
   for record in records:
     assert 0 <= record['final_accuracy'] <= record['best_accuracy'] <= 1
     assert record['final_version'] == 4 and record['final_virtual_time'] > 0
     assert record['target_accuracy'] == 0.7
-  config = json.loads((tmp_path / 'fashion_mnist' / 'lenet5' / 'fedbuff' / 'seed0'
-                       / 'config.json').read_text(encoding='utf-8'))
+  config = json.loads(
+    (tmp_path / 'fashion_mnist' / 'lenet5' / 'fedbuff' / 'seed0' / 'config.json').read_text(
+      encoding='utf-8'
+    )
+  )
   assert config['latency']['model'] == 'device_ratio'
   assert config['scheduler']['concurrency'] == 1 and config['scheduler']['buffer_size'] == 1
   assert config['client']['learning_rate'] == 0.005

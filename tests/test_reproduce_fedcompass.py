@@ -14,10 +14,26 @@ from fedsim_jax.reproduce.sweep import table_row as _row
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _record(algorithm: str, seed: int, time_to_target: float | None, best: float = 0.95,
-            m: int = 5, speed: str = 'normal', partition: str = 'class', **extra) -> dict:
-  return dict(algorithm=algorithm, partition=partition, m=m, speed=speed, seed=seed,
-              time_to_target=time_to_target, best_accuracy=best, **extra)
+def _record(
+  algorithm: str,
+  seed: int,
+  time_to_target: float | None,
+  best: float = 0.95,
+  m: int = 5,
+  speed: str = 'normal',
+  partition: str = 'class',
+  **extra,
+) -> dict:
+  return dict(
+    algorithm=algorithm,
+    partition=partition,
+    m=m,
+    speed=speed,
+    seed=seed,
+    time_to_target=time_to_target,
+    best_accuracy=best,
+    **extra,
+  )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -42,8 +58,12 @@ def test_paper_table_values_spot_checks():
   assert t1[('class', 10, 'homogeneous', 'fedasync')] is None
   assert t1[('dual_dirichlet', 20, 'normal', 'fedasync')] is None
   assert t1[('dual_dirichlet', 5, 'homogeneous', 'fedcompass_m')] == 0.72
-  assert all(t1[(p, m, s, 'fedcompass')] == 1.0 for p in tables.PARTITIONS
-             for m in tables.NUM_CLIENTS for s in tables.SPEEDS)
+  assert all(
+    t1[(p, m, s, 'fedcompass')] == 1.0
+    for p in tables.PARTITIONS
+    for m in tables.NUM_CLIENTS
+    for s in tables.SPEEDS
+  )
   top = tables.PAPER_TOP_ACCURACY
   assert top[('class', 5, 'homogeneous', 'fedavg')] == (92.42, 3.96)
   assert top[('dual_dirichlet', 20, 'homogeneous', 'fedasync')] == (78.49, 6.28)
@@ -51,7 +71,9 @@ def test_paper_table_values_spot_checks():
   assert tables.PAPER_Q_RATIO_TIME[('class', 5, 'exponential', 0.6)] == 2.64
   assert tables.PAPER_Q_RATIO_TIME[('dual_dirichlet', 20, 'normal', 1.0)] is None
   assert tables.PAPER_Q_RATIO_TOP_ACCURACY[('dual_dirichlet', 10, 'homogeneous', 0.05)] == (
-      95.64, 3.15)
+    95.64,
+    3.15,
+  )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -63,8 +85,17 @@ def test_make_config_is_valid_with_paper_settings(algorithm):
   for partition in tables.PARTITIONS:
     for m, q, q_min, k in ((5, 200, 40, 3), (10, 200, 40, 3), (20, 100, 20, 5)):
       for speed in tables.SPEEDS:
-        config = tables.make_config(algorithm, partition, m, speed, seed=3, data_dir='/data',
-                                    sync_budget=100.0, async_budget=50.0, eval_every=2)
+        config = tables.make_config(
+          algorithm,
+          partition,
+          m,
+          speed,
+          seed=3,
+          data_dir='/data',
+          sync_budget=100.0,
+          async_budget=50.0,
+          eval_every=2,
+        )
         validate(config)
         assert config.algorithm == algorithm
         assert config.seed == 3
@@ -73,16 +104,18 @@ def test_make_config_is_valid_with_paper_settings(algorithm):
         assert config.data.num_clients == m
         assert config.data.data_dir == '/data'
         assert config.model.name == 'mnist_cnn'
-        assert (config.client.optimizer, config.client.learning_rate,
-                config.client.batch_size) == ('adam', 0.003, 64)
+        assert (config.client.optimizer, config.client.learning_rate, config.client.batch_size) == (
+          'adam',
+          0.003,
+          64,
+        )
         assert config.latency.per_step.distribution == speed
         assert config.latency.per_step.mean == 0.15
         assert config.latency.per_step.jitter == 0.05
         assert config.run.target_accuracy == 0.9
         assert config.run.num_rounds is None
         assert config.run.eval_every == 2
-        assert config.run.max_virtual_time == (100.0 if algorithm in tables.SYNCHRONOUS
-                                               else 50.0)
+        assert config.run.max_virtual_time == (100.0 if algorithm in tables.SYNCHRONOUS else 50.0)
         if algorithm in tables.COMPASS:
           assert config.client.local_steps is None
           assert (config.scheduler.q_min, config.scheduler.q_max) == (q_min, q)
@@ -107,11 +140,14 @@ def test_make_config_is_valid_with_paper_settings(algorithm):
     assert config.scheduler.tier_ratio == 2.0
 
 
-@pytest.mark.parametrize('q_ratio, m, expected', [(0.05, 5, 10), (0.05, 20, 5), (0.1, 10, 20),
-                                                  (0.4, 20, 40), (0.6, 5, 120), (1.0, 20, 100)])
+@pytest.mark.parametrize(
+  'q_ratio, m, expected',
+  [(0.05, 5, 10), (0.05, 20, 5), (0.1, 10, 20), (0.4, 20, 40), (0.6, 5, 120), (1.0, 20, 100)],
+)
 def test_make_config_q_ratio(q_ratio, m, expected):
-  config = tables.make_config('fedcompass', 'dual_dirichlet', m, 'exponential', 0,
-                              q_ratio=q_ratio, latest_time_factor=1.5)
+  config = tables.make_config(
+    'fedcompass', 'dual_dirichlet', m, 'exponential', 0, q_ratio=q_ratio, latest_time_factor=1.5
+  )
   validate(config)
   assert config.scheduler.q_min == expected
   assert config.scheduler.q_max == tables.LOCAL_STEPS[m]
@@ -142,24 +178,34 @@ def test_variant_name():
 
 def _synthetic_results() -> list[dict]:
   return [
-      # FedCompass: mean time 100.
-      _record('fedcompass', 0, 80.0, best=0.96), _record('fedcompass', 1, 120.0, best=0.94),
-      # FedAvg: mean 250 over both seeds -> 2.50.
-      _record('fedavg', 0, 200.0, best=0.91), _record('fedavg', 1, 300.0, best=0.93),
-      # FedBuff: 3 seeds, one miss (< half) -> mean of the two hits 150 -> 1.50.
-      _record('fedbuff', 0, 100.0), _record('fedbuff', 1, None), _record('fedbuff', 2, 200.0),
-      # FedAsync: 2 seeds, one miss (exactly half) -> '-'.
-      _record('fedasync', 0, 50.0), _record('fedasync', 1, None),
-      # FedCompass+M: 90 -> 0.90.
-      _record('fedcompass_m', 0, 90.0), _record('fedcompass_m', 1, 90.0),
+    # FedCompass: mean time 100.
+    _record('fedcompass', 0, 80.0, best=0.96),
+    _record('fedcompass', 1, 120.0, best=0.94),
+    # FedAvg: mean 250 over both seeds -> 2.50.
+    _record('fedavg', 0, 200.0, best=0.91),
+    _record('fedavg', 1, 300.0, best=0.93),
+    # FedBuff: 3 seeds, one miss (< half) -> mean of the two hits 150 -> 1.50.
+    _record('fedbuff', 0, 100.0),
+    _record('fedbuff', 1, None),
+    _record('fedbuff', 2, 200.0),
+    # FedAsync: 2 seeds, one miss (exactly half) -> '-'.
+    _record('fedasync', 0, 50.0),
+    _record('fedasync', 1, None),
+    # FedCompass+M: 90 -> 0.90.
+    _record('fedcompass_m', 0, 90.0),
+    _record('fedcompass_m', 1, 90.0),
   ]
 
 
 def test_mean_time_to_target_half_rule():
   assert tables.mean_time_to_target([_record('a', 0, 10.0), _record('a', 1, 20.0)]) == 15.0
   assert tables.mean_time_to_target([_record('a', 0, 10.0), _record('a', 1, None)]) is None
-  assert tables.mean_time_to_target(
-      [_record('a', 0, 10.0), _record('a', 1, None), _record('a', 2, 30.0)]) == 20.0
+  assert (
+    tables.mean_time_to_target(
+      [_record('a', 0, 10.0), _record('a', 1, None), _record('a', 2, 30.0)]
+    )
+    == 20.0
+  )
   assert tables.mean_time_to_target([_record('a', 0, None)]) is None
 
 
@@ -191,16 +237,17 @@ def test_relative_time_table_shows_ours_and_paper():
 def test_relative_time_table_without_fedcompass_or_when_it_misses():
   no_reference = tables.relative_time_table([_record('fedavg', 0, 10.0)])
   assert _row(no_reference, 'FedAvg') == ['n/a (2.82)']
-  missed = tables.relative_time_table([_record('fedcompass', 0, None),
-                                       _record('fedavg', 0, 10.0)])
+  missed = tables.relative_time_table([_record('fedcompass', 0, None), _record('fedavg', 0, 10.0)])
   assert _row(missed, 'FedCompass') == ['- (1.00)']
   assert _row(missed, 'FedAvg') == ['- (2.82)']
 
 
 def test_relative_time_table_q_ratio_rows_use_table_19():
-  results = [_record('fedcompass', 0, 100.0, speed='exponential'),
-             _record('fedcompass', 0, 50.0, speed='exponential', q_ratio=0.05),
-             _record('fedcompass', 0, 70.0, speed='exponential', latest_time_factor=2.0)]
+  results = [
+    _record('fedcompass', 0, 100.0, speed='exponential'),
+    _record('fedcompass', 0, 50.0, speed='exponential', q_ratio=0.05),
+    _record('fedcompass', 0, 70.0, speed='exponential', latest_time_factor=2.0),
+  ]
   markdown = tables.relative_time_table(results)
   assert _row(markdown, 'FedCompass (1/Q=0.05)') == ['0.50 (0.92)']
   assert _row(markdown, 'FedCompass (λ=2)') == ['0.70']
@@ -212,8 +259,9 @@ def test_top_accuracy_table_mean_std():
   assert _row(markdown, 'FedCompass') == ['95.00±1.41 (95.54±2.89)']
   # FedAvg: 91 and 93 -> 92 ± 1.41.
   assert _row(markdown, 'FedAvg') == ['92.00±1.41 (92.42±3.96)']
-  single = tables.top_accuracy_table([_record('fedat', 0, None, best=0.9, m=20,
-                                              partition='dual_dirichlet', speed='homogeneous')])
+  single = tables.top_accuracy_table(
+    [_record('fedat', 0, None, best=0.9, m=20, partition='dual_dirichlet', speed='homogeneous')]
+  )
   assert 'MNIST-Dirichlet Partition' in single
   assert _row(single, 'FedAT') == ['90.00±0.00 (95.26±2.47)']
 
@@ -250,10 +298,12 @@ def test_ordering_agreement():
 
 
 def test_ordering_agreement_when_a_baseline_wins():
-  results = [_record('fedcompass', 0, 100.0, m=20, speed='homogeneous'),
-             _record('fedat', 0, 90.0, m=20, speed='homogeneous'),
-             _record('fedavg', 0, 150.0, m=20, speed='homogeneous')]
-  row, = tables.ordering_agreement(results)
+  results = [
+    _record('fedcompass', 0, 100.0, m=20, speed='homogeneous'),
+    _record('fedat', 0, 90.0, m=20, speed='homogeneous'),
+    _record('fedavg', 0, 150.0, m=20, speed='homogeneous'),
+  ]
+  (row,) = tables.ordering_agreement(results)
   assert row['ours_compass_fastest'] is False
   assert row['paper_compass_fastest'] is False  # the paper's FedAT 0.97x in this cell
   assert row['fastest_baseline'] == 'fedat'
@@ -264,12 +314,22 @@ def test_ordering_agreement_when_a_baseline_wins():
 # The binary.
 
 
-@pytest.mark.parametrize('flag', ['--algorithms=fedavg,bogus', '--sync_budget=-1',
-                                  '--no_such_flag'])
+@pytest.mark.parametrize(
+  'flag', ['--algorithms=fedavg,bogus', '--sync_budget=-1', '--no_such_flag']
+)
 def test_binary_rejects_bad_flags_with_one_line(flag, tmp_path):
   result = subprocess.run(
-      [sys.executable, os.path.join(_REPO, 'experiments', 'reproduce_fedcompass.py'), flag,
-       f'--workdir={tmp_path}'], capture_output=True, text=True, cwd=_REPO, timeout=120)
+    [
+      sys.executable,
+      os.path.join(_REPO, 'experiments', 'reproduce_fedcompass.py'),
+      flag,
+      f'--workdir={tmp_path}',
+    ],
+    capture_output=True,
+    text=True,
+    cwd=_REPO,
+    timeout=120,
+  )
   assert result.returncode == 2, result.stderr
   lines = result.stderr.strip().splitlines()
   assert len(lines) == 1, result.stderr
@@ -279,6 +339,7 @@ def test_binary_rejects_bad_flags_with_one_line(flag, tmp_path):
 
 def test_write_outputs_writes_results_and_tables(tmp_path):
   import json
+
   records = _synthetic_results()
   settings = {'seeds': [0, 1, 2], 'sync_budget': 100.0, 'async_budget': 50.0, 'eval_every': 1}
   output = tmp_path / 'out' / 'tables.md'
@@ -286,6 +347,10 @@ def test_write_outputs_writes_results_and_tables(tmp_path):
   with open(tmp_path / 'results.jsonl', encoding='utf-8') as f:
     assert [json.loads(line) for line in f] == records
   text = output.read_text(encoding='utf-8')
-  for section in ('## Relative time to target (Table 1)', '## Top accuracy (Tables 14-15)',
-                  "## Agreement with the paper's ordering", '| FedAvg | 2.50 (2.82) |'):
+  for section in (
+    '## Relative time to target (Table 1)',
+    '## Top accuracy (Tables 14-15)',
+    "## Agreement with the paper's ordering",
+    '| FedAvg | 2.50 (2.82) |',
+  ):
     assert section in text

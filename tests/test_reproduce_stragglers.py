@@ -66,14 +66,16 @@ def test_configs_are_valid_and_share_the_task(algorithm, latency):
 def test_hyperparameters_follow_the_paper_tables():
   per_example, per_domain = tables.LATENCY_MODELS
   fedavg = tables.make_config('fedavg_time_limited', per_domain)
-  assert (fedavg.client.learning_rate, fedavg.server.learning_rate) == (0.1, 1.0)   # Table 10
+  assert (fedavg.client.learning_rate, fedavg.server.learning_rate) == (0.1, 1.0)  # Table 10
   assert fedavg.scheduler.time_limit_percentile == 75.0 and fedavg.client.local_epochs is None
-  fedadam = tables.make_config('fedadam', per_example)                               # Table 11
+  fedadam = tables.make_config('fedadam', per_example)  # Table 11
   assert (fedadam.client.learning_rate, fedadam.server.learning_rate) == (0.03, 0.003)
   assert (fedadam.server.b1, fedadam.server.b2, fedadam.server.eps) == (0.9, 0.99, 1e-4)
   assert fedadam.client.local_epochs == 1.0
-  for latency, lr, chi, rho, nu in ((per_example, 0.1, 100, 0.1, 0.5),               # 12, 14
-                                    (per_domain, 0.01, 200, 0.05, 0.05)):            # 13, 15
+  for latency, lr, chi, rho, nu in (
+    (per_example, 0.1, 100, 0.1, 0.5),  # 12, 14
+    (per_domain, 0.01, 200, 0.05, 0.05),
+  ):  # 13, 15
     buff = tables.make_config('fedbuff', latency)
     assert (buff.client.learning_rate, buff.scheduler.concurrency) == (lr, chi)
     assert buff.server.ema_decay is None and buff.server.optimizer == 'sgd'
@@ -82,27 +84,43 @@ def test_hyperparameters_follow_the_paper_tables():
     assert tables.make_config('fedbuff_l2', latency).client.proximal_strength == nu
     adam = tables.make_config('fedbuff_adam', latency)
     assert (adam.server.optimizer, adam.server.learning_rate, adam.server.ema_decay) == (
-        'adam', 0.003, 0.99)
+      'adam',
+      0.003,
+      0.99,
+    )
     assert adam.client.learning_rate == lr
-    fare = tables.make_config('fare_dust', latency)                                  # 16, 17
+    fare = tables.make_config('fare_dust', latency)  # 16, 17
     assert (fare.fare_dust.history_length, fare.fare_dust.ema_decay, fare.fare_dust.rho) == (
-        50, 0.99, 0.1)
+      50,
+      0.99,
+      0.1,
+    )
     assert fare.fare_dust.server_optimizer == 'adam' and fare.server.learning_rate == 0.003
-  feast = tables.make_config('feast_msg', per_example)                               # Table 18
+  feast = tables.make_config('feast_msg', per_example)  # Table 18
   assert (feast.server.learning_rate, feast.feast.ema_decay, feast.feast.kappa) == (
-      0.006, 0.95, 0.0)
-  feast = tables.make_config('feast_msg', per_domain)                                # Table 19
+    0.006,
+    0.95,
+    0.0,
+  )
+  feast = tables.make_config('feast_msg', per_domain)  # Table 19
   assert (feast.feast.ema_decay, feast.feast.kappa, feast.feast.tau_max) == (0.99, 0.9, 1e5)
 
 
 def test_make_config_scales_budget_and_overrides():
-  config = tables.make_config('fedavg_overselection', 'per_example', num_clients=40,
-                              client_updates=103, cohort_size=5, eval_every_updates=10)
-  assert config.data.num_stragglers == 9            # round(40 x 800 / 3400)
+  config = tables.make_config(
+    'fedavg_overselection',
+    'per_example',
+    num_clients=40,
+    client_updates=103,
+    cohort_size=5,
+    eval_every_updates=10,
+  )
+  assert config.data.num_stragglers == 9  # round(40 x 800 / 3400)
   assert config.run.num_rounds == 20 and config.scheduler.num_selected == 6
   assert config.run.eval_every == 2
-  config = tables.make_config('fedbuff', 'per_example', buffer_size=4, concurrency=8,
-                              client_updates=50, eval_every_updates=10)
+  config = tables.make_config(
+    'fedbuff', 'per_example', buffer_size=4, concurrency=8, client_updates=50, eval_every_updates=10
+  )
   assert (config.scheduler.buffer_size, config.scheduler.concurrency) == (4, 8)
   assert config.run.max_client_updates == 50 and config.run.eval_every == round(10 / 4)
 
@@ -119,8 +137,9 @@ def test_make_config_rejects_bad_settings():
 
 
 def test_unknown_setting_paths_are_errors_not_new_settings(monkeypatch):
-  monkeypatch.setitem(tables.HYPERPARAMETERS['fare_dust'], 'per_example',
-                      {'fare_dust.no_such_field': 1})
+  monkeypatch.setitem(
+    tables.HYPERPARAMETERS['fare_dust'], 'per_example', {'fare_dust.no_such_field': 1}
+  )
   with pytest.raises(ConfigError, match='fare_dust.no_such_field: no such setting'):
     tables.make_config('fare_dust', 'per_example')
 
@@ -130,25 +149,41 @@ def test_unknown_setting_paths_are_errors_not_new_settings(monkeypatch):
 
 # Deterministic factors (sigma = 0): standard clients 10 + 20 + 0.5 x 100 = 80 s for 100
 # examples; stragglers under per-domain 30 + 40 + 1.0 x 100 = 170 s.
-_FIXED = {'standard': {'communication': (math.log(10), 0), 'overhead': (math.log(20), 0),
-                       'per_example': (math.log(0.5), 0)},
-          'straggler': {'communication': (math.log(30), 0), 'overhead': (math.log(40), 0),
-                        'per_example': (math.log(1.0), 0)}}
+_FIXED = {
+  'standard': {
+    'communication': (math.log(10), 0),
+    'overhead': (math.log(20), 0),
+    'per_example': (math.log(0.5), 0),
+  },
+  'straggler': {
+    'communication': (math.log(30), 0),
+    'overhead': (math.log(40), 0),
+    'per_example': (math.log(1.0), 0),
+  },
+}
 
 
 def test_round_time_is_the_bth_fastest_of_the_cohort():
-  common = dict(num_clients=4, examples_per_client=100, num_stragglers=1, num_rounds=50,
-                seed=0, params=_FIXED)
+  common = dict(
+    num_clients=4, examples_per_client=100, num_stragglers=1, num_rounds=50, seed=0, params=_FIXED
+  )
   everyone = tables.synchronous_round_times('per_domain_per_example', cohort_size=4, **common)
-  np.testing.assert_allclose(everyone, 170.0)          # the straggler is always the slowest
-  fastest_three = tables.synchronous_round_times('per_domain_per_example', cohort_size=3,
-                                                 num_selected=4, **common)
-  np.testing.assert_allclose(fastest_three, 80.0)      # over-selection drops it
+  np.testing.assert_allclose(everyone, 170.0)  # the straggler is always the slowest
+  fastest_three = tables.synchronous_round_times(
+    'per_domain_per_example', cohort_size=3, num_selected=4, **common
+  )
+  np.testing.assert_allclose(fastest_three, 80.0)  # over-selection drops it
   # per_example: one parameter set (Table 1 with these overrides for 'standard' only).
   per_example = tables.synchronous_round_times(
-      'per_example', cohort_size=4, num_clients=4, examples_per_client=100, num_stragglers=1,
-      num_rounds=5, seed=0, params={'standard': _FIXED['standard'],
-                                    'straggler': _FIXED['standard']})
+    'per_example',
+    cohort_size=4,
+    num_clients=4,
+    examples_per_client=100,
+    num_stragglers=1,
+    num_rounds=5,
+    seed=0,
+    params={'standard': _FIXED['standard'], 'straggler': _FIXED['standard']},
+  )
   np.testing.assert_allclose(per_example, 80.0)
 
 
@@ -156,43 +191,74 @@ def test_round_time_samples_cohorts_uniformly():
   # 3 of 4 clients per round: the straggler is in the cohort with probability 3/4, so the
   # median round is 170 s and the mean 0.75 x 170 + 0.25 x 80 = 147.5 s.
   times = tables.synchronous_round_times(
-      'per_domain_per_example', num_clients=4, examples_per_client=100, cohort_size=3,
-      num_stragglers=1, num_rounds=4000, seed=1, params=_FIXED)
+    'per_domain_per_example',
+    num_clients=4,
+    examples_per_client=100,
+    cohort_size=3,
+    num_stragglers=1,
+    num_rounds=4000,
+    seed=1,
+    params=_FIXED,
+  )
   assert set(np.unique(times)) == {80.0, 170.0}
   assert np.median(times) == 170.0
-  assert np.mean(times) == pytest.approx(147.5, abs=3.0)   # ~5 standard errors
+  assert np.mean(times) == pytest.approx(147.5, abs=3.0)  # ~5 standard errors
 
 
 def test_round_time_steps_match_the_simulation():
   # 30 examples with batch 20: 2 steps of 20 examples (the simulation's epoch), 10 + 20 + 0.5 x 40.
-  times = tables.synchronous_round_times('per_example', num_clients=2, examples_per_client=30,
-                                         cohort_size=1, num_rounds=3, seed=0,
-                                         params={'standard': _FIXED['standard']})
+  times = tables.synchronous_round_times(
+    'per_example',
+    num_clients=2,
+    examples_per_client=30,
+    cohort_size=1,
+    num_rounds=3,
+    seed=0,
+    params={'standard': _FIXED['standard']},
+  )
   np.testing.assert_allclose(times, 50.0)
 
 
 def test_cifar_shaped_round_times_match_the_paper_implied_means():
   for latency, selected in tables.PAPER_ROUND_TIMES:
     times = tables.synchronous_round_times(
-        latency, num_clients=500, examples_per_client=100, cohort_size=20,
-        num_selected=selected, num_stragglers=0 if latency == 'per_example' else 125,
-        num_rounds=4000, seed=0)
+      latency,
+      num_clients=500,
+      examples_per_client=100,
+      cohort_size=20,
+      num_selected=selected,
+      num_stragglers=0 if latency == 'per_example' else 125,
+      num_rounds=4000,
+      seed=0,
+    )
     paper = tables.PAPER_ROUND_TIMES[(latency, selected)][0]
     assert np.mean(times) == pytest.approx(paper, rel=0.04), (latency, selected)
-    assert np.median(times) < np.mean(times)   # right-skewed
+    assert np.median(times) < np.mean(times)  # right-skewed
 
 
 def test_round_time_rejects_bad_cohorts():
   with pytest.raises(ValueError, match='cohort_size=5, num_selected=4'):
-    tables.synchronous_round_times('per_example', num_clients=10, examples_per_client=10,
-                                   cohort_size=5, num_selected=4, num_rounds=1, seed=0)
+    tables.synchronous_round_times(
+      'per_example',
+      num_clients=10,
+      examples_per_client=10,
+      cohort_size=5,
+      num_selected=4,
+      num_rounds=1,
+      seed=0,
+    )
 
 
 def test_latency_percentiles_groups():
-  stats = tables.latency_percentiles(np.array([100, 100, 100]), np.array([False, False, True]),
-                                     'per_domain_per_example', seed=0, draws_per_client=2000)
+  stats = tables.latency_percentiles(
+    np.array([100, 100, 100]),
+    np.array([False, False, True]),
+    'per_domain_per_example',
+    seed=0,
+    draws_per_client=2000,
+  )
   assert set(stats) == {'standard', 'straggler'}
-  assert stats['straggler'][0] > 2 * stats['standard'][0]   # Table 2: stragglers ~3x slower
+  assert stats['straggler'][0] > 2 * stats['standard'][0]  # Table 2: stragglers ~3x slower
   assert all(a <= b <= c for a, b, c in stats.values())
 
 
@@ -215,30 +281,68 @@ def _curve(end: float, straggler: float, total: float) -> list[list[float]]:
 
 def _records() -> list[dict]:
   records = []
-  for seed, (straggler, total, time) in enumerate([(0.90, 0.85, 300.0), (0.80, 0.83, 100.0),
-                                                   (0.82, 0.84, 200.0)]):
-    records.append(dict(algorithm='fedavg', latency='per_domain_per_example', seed=seed,
-                        straggler_accuracy=straggler, total_accuracy=total, virtual_time=time,
-                        curve=_curve(time, straggler, total)))
-    records.append(dict(algorithm='fedbuff', latency='per_domain_per_example', seed=seed,
-                        straggler_accuracy=0.5, total_accuracy=0.9, virtual_time=50.0,
-                        curve=_curve(50.0, 0.5, 0.9)))
-  records.append(dict(algorithm='fedavg', latency='per_example', seed=0, straggler_accuracy=0.1,
-                      total_accuracy=0.2, virtual_time=10.0, curve=_curve(10.0, 0.1, 0.2)))
+  for seed, (straggler, total, time) in enumerate(
+    [(0.90, 0.85, 300.0), (0.80, 0.83, 100.0), (0.82, 0.84, 200.0)]
+  ):
+    records.append(
+      dict(
+        algorithm='fedavg',
+        latency='per_domain_per_example',
+        seed=seed,
+        straggler_accuracy=straggler,
+        total_accuracy=total,
+        virtual_time=time,
+        curve=_curve(time, straggler, total),
+      )
+    )
+    records.append(
+      dict(
+        algorithm='fedbuff',
+        latency='per_domain_per_example',
+        seed=seed,
+        straggler_accuracy=0.5,
+        total_accuracy=0.9,
+        virtual_time=50.0,
+        curve=_curve(50.0, 0.5, 0.9),
+      )
+    )
+  records.append(
+    dict(
+      algorithm='fedavg',
+      latency='per_example',
+      seed=0,
+      straggler_accuracy=0.1,
+      total_accuracy=0.2,
+      virtual_time=10.0,
+      curve=_curve(10.0, 0.1, 0.2),
+    )
+  )
   return records
 
 
 def test_results_table_median_interval_and_paper_values():
   markdown = tables.results_table(_records(), 'per_domain_per_example')
-  assert markdown.splitlines()[0] == ('| Algorithm | Straggler acc. | paper | Total acc. | paper | '
-                                      'Time [s] | paper | Seeds |')
+  assert markdown.splitlines()[0] == (
+    '| Algorithm | Straggler acc. | paper | Total acc. | paper | Time [s] | paper | Seeds |'
+  )
   assert _row(markdown, 'FedAvg') == [
-      '82.0% [80.2%, 89.2%]', '70.8% [70.3%, 71.2%]',     # ours, Table 21's
-      '84.0% [83.1%, 84.9%]', '83.2% [83.0%, 83.2%]',
-      '200 [110, 290]', '779,631', '3']
-  assert _row(markdown, 'FedBuff') == ['50.0% [50.0%, 50.0%]', '82.0% [65.2%, 88.5%]',
-                                       '90.0% [90.0%, 90.0%]', '84.6% [81.6%, 85.8%]',
-                                       '50 [50, 50]', '81,798', '3']
+    '82.0% [80.2%, 89.2%]',
+    '70.8% [70.3%, 71.2%]',  # ours, Table 21's
+    '84.0% [83.1%, 84.9%]',
+    '83.2% [83.0%, 83.2%]',
+    '200 [110, 290]',
+    '779,631',
+    '3',
+  ]
+  assert _row(markdown, 'FedBuff') == [
+    '50.0% [50.0%, 50.0%]',
+    '82.0% [65.2%, 88.5%]',
+    '90.0% [90.0%, 90.0%]',
+    '84.6% [81.6%, 85.8%]',
+    '50 [50, 50]',
+    '81,798',
+    '3',
+  ]
   # Sorted by our straggler accuracy (FedAvg 82% above FedBuff 50%), as the paper's rows.
   names = [line.split('|')[1].strip() for line in markdown.splitlines()[2:]]
   assert names == ['FedAvg', 'FedBuff']
@@ -247,10 +351,10 @@ def test_results_table_median_interval_and_paper_values():
 
 
 def test_value_at_and_time_grid():
-  curve = _curve(200.0, 0.8, 0.9)   # evaluations at 0, 100, 200
+  curve = _curve(200.0, 0.8, 0.9)  # evaluations at 0, 100, 200
   assert tables.value_at(curve, 150.0, 3) == 0.4
   assert tables.value_at(curve, 200.0, 2) == 0.9
-  assert tables.value_at(curve, 250.0, 3) is None     # the run ended before
+  assert tables.value_at(curve, 250.0, 3) is None  # the run ended before
   # Median total times: fedavg 200, fedbuff 50 -> doubling grid ending at 200.
   assert tables.time_grid(_records()[:6], points=3) == [50.0, 100.0, 200.0]
 
@@ -261,10 +365,10 @@ def test_curves_table_medians_over_seeds_that_lasted():
   # FedAvg at t=100: the runs ending at 300 s (still at its t=0 value 0.0 until 150 s), 100 s
   # (0.80 at 100 s) and 200 s (0.41 at 100 s).
   assert _row(markdown, 'FedAvg')[1] == tables._format_percent(
-      tables.median_interval([0.0, 80.0, 41.0]))
+    tables.median_interval([0.0, 80.0, 41.0])
+  )
   # At t=200 only the 300 s and 200 s runs lasted (2 of 3 seeds): 0.45 and 0.82.
-  assert _row(markdown, 'FedAvg')[2] == tables._format_percent(
-      tables.median_interval([45.0, 82.0]))
+  assert _row(markdown, 'FedAvg')[2] == tables._format_percent(tables.median_interval([45.0, 82.0]))
   # FedBuff's runs end at 50 s: shown there, blank afterwards.
   assert _row(markdown, 'FedBuff') == ['50.0% [50.0%, 50.0%]', '', '']
   total = tables.curves_table(_records(), 'per_domain_per_example', 'total', points=3)
@@ -273,11 +377,18 @@ def test_curves_table_medians_over_seeds_that_lasted():
 
 def test_write_outputs(tmp_path, capsys):
   records = _records()
-  settings = dict(seeds=[0, 1, 2], dataset='mnist', num_clients=300, num_stragglers=71,
-                  concentration=1.0, client_updates=1000, cohort_size=50, model='emnist_cnn',
-                  round_time_rounds=200,
-                  latency_stats={'per_example': {'standard': (1.0, 2.0, 3.0),
-                                                 'straggler': (4.0, 5.0, 6.0)}})
+  settings = dict(
+    seeds=[0, 1, 2],
+    dataset='mnist',
+    num_clients=300,
+    num_stragglers=71,
+    concentration=1.0,
+    client_updates=1000,
+    cohort_size=50,
+    model='emnist_cnn',
+    round_time_rounds=200,
+    latency_stats={'per_example': {'standard': (1.0, 2.0, 3.0), 'straggler': (4.0, 5.0, 6.0)}},
+  )
   output = tmp_path / 'out' / 'tables.md'
   tables.write_outputs(records, settings, str(tmp_path), str(output), wall_seconds=1.0)
   with open(tmp_path / 'results.jsonl', encoding='utf-8') as f:
@@ -295,13 +406,23 @@ def test_write_outputs(tmp_path, capsys):
 
 
 def _run(*flags, timeout=120):
-  return subprocess.run([sys.executable, _BINARY, *flags], capture_output=True, text=True,
-                        cwd=_REPO, timeout=timeout)
+  return subprocess.run(
+    [sys.executable, _BINARY, *flags], capture_output=True, text=True, cwd=_REPO, timeout=timeout
+  )
 
 
-@pytest.mark.parametrize('flag', ['--algorithms=fedavg,fedprox', '--latency=per_step',
-                                  '--seeds=', '--num_stragglers=20', '--client_updates=10',
-                                  '--dataset=cifar100', '--no_such_flag=1'])
+@pytest.mark.parametrize(
+  'flag',
+  [
+    '--algorithms=fedavg,fedprox',
+    '--latency=per_step',
+    '--seeds=',
+    '--num_stragglers=20',
+    '--client_updates=10',
+    '--dataset=cifar100',
+    '--no_such_flag=1',
+  ],
+)
 def test_binary_rejects_bad_flags_with_one_line(flag, tmp_path):
   result = _run(flag, '--num_clients=20', f'--workdir={tmp_path}')
   assert result.returncode == 2, result.stderr
@@ -314,43 +435,59 @@ def test_binary_rejects_bad_flags_with_one_line(flag, tmp_path):
 
 
 def test_binary_round_time_only(tmp_path):
-  result = _run('--round_time_only', '--round_time_rounds=2000', f'--workdir={tmp_path}',
-                timeout=60)
+  result = _run(
+    '--round_time_only', '--round_time_rounds=2000', f'--workdir={tmp_path}', timeout=60
+  )
   assert result.returncode == 0, result.stderr
   report = (tmp_path / 'round_time.md').read_text(encoding='utf-8')
   assert report in result.stdout
-  cells = _row(report, 'per-example')   # the first per-example row: B = B_t = 20
+  cells = _row(report, 'per-example')  # the first per-example row: B = B_t = 20
   assert cells[0] == '20 of 20' and cells[3] == '159.5'
-  assert float(cells[2]) == pytest.approx(159.5, rel=0.06)   # simulated mean, 2,000 rounds
+  assert float(cells[2]) == pytest.approx(159.5, rel=0.06)  # simulated mean, 2,000 rounds
 
 
 def test_binary_end_to_end_on_a_tiny_federation(digits_data_dir, tmp_path):
-  flags = [f'--data_dir={digits_data_dir}', '--dataset=digits', '--model=mlp',
-           '--algorithms=fedavg_overselection,fedbuff', '--latency=per_domain_per_example',
-           '--seeds=0', '--num_clients=12', '--client_updates=12', '--cohort_size=3',
-           '--buffer_size=2', '--concurrency=6', '--eval_every_updates=6',
-           '--round_time_rounds=100', f'--workdir={tmp_path}']
+  flags = [
+    f'--data_dir={digits_data_dir}',
+    '--dataset=digits',
+    '--model=mlp',
+    '--algorithms=fedavg_overselection,fedbuff',
+    '--latency=per_domain_per_example',
+    '--seeds=0',
+    '--num_clients=12',
+    '--client_updates=12',
+    '--cohort_size=3',
+    '--buffer_size=2',
+    '--concurrency=6',
+    '--eval_every_updates=6',
+    '--round_time_rounds=100',
+    f'--workdir={tmp_path}',
+  ]
   result = _run(*flags, timeout=300)
   assert result.returncode == 0, result.stderr
   with open(tmp_path / 'results.jsonl', encoding='utf-8') as f:
     records = [json.loads(line) for line in f]
   assert [(r['algorithm'], r['latency'], r['seed']) for r in records] == [
-      ('fedavg_overselection', 'per_domain_per_example', 0),
-      ('fedbuff', 'per_domain_per_example', 0)]
+    ('fedavg_overselection', 'per_domain_per_example', 0),
+    ('fedbuff', 'per_domain_per_example', 0),
+  ]
   for record in records:
     assert 0 <= record['straggler_accuracy'] <= 1 and 0 <= record['total_accuracy'] <= 1
     times = [row[0] for row in record['curve']]
     assert times[0] == 0.0 and times == sorted(times) and record['virtual_time'] > 0
-    assert all(row[3] is not None for row in record['curve'])   # test_accuracy/straggler
+    assert all(row[3] is not None for row in record['curve'])  # test_accuracy/straggler
   sync, buff = records
-  assert sync['server_versions'] == 4                 # 12 updates / B = 3
+  assert sync['server_versions'] == 4  # 12 updates / B = 3
   assert buff['client_updates'] >= 12
-  config = json.loads((tmp_path / 'per_domain_per_example' / 'fedavg_overselection' / 'seed0'
-                       / 'config.json').read_text(encoding='utf-8'))
+  config = json.loads(
+    (
+      tmp_path / 'per_domain_per_example' / 'fedavg_overselection' / 'seed0' / 'config.json'
+    ).read_text(encoding='utf-8')
+  )
   assert config['scheduler']['num_selected'] == 4 and config['data']['num_stragglers'] == 3
   text = (tmp_path / 'tables.md').read_text(encoding='utf-8')
-  assert _row(text, 'FedAvg + over-sel.')[1] == '53.2% [52.0%, 54.2%]'   # Table 21 beside ours
-  assert 'per-domain per-example | straggler |' in text                  # latency percentiles
+  assert _row(text, 'FedAvg + over-sel.')[1] == '53.2% [52.0%, 54.2%]'  # Table 21 beside ours
+  assert 'per-domain per-example | straggler |' in text  # latency percentiles
   # Resuming writes the same tables from the finished runs without running anything.
   again = _run(*flags, '--only_existing', timeout=120)
   assert again.returncode == 0, again.stderr
@@ -364,27 +501,36 @@ def _writer_emnist_dir(root, writers=24, per_writer=12):
 
   from fedsim_jax.data.prepare import write_data_dir
 
-  features = tfds.features.FeaturesDict({
+  features = tfds.features.FeaturesDict(
+    {
       'image': tfds.features.Tensor(shape=(28, 28, 1), dtype=np.uint8),
       'label': tfds.features.ClassLabel(num_classes=62),
       'client_id': tfds.features.Scalar(np.int64),
-  })
+    }
+  )
   rng = np.random.default_rng(0)
 
   def examples(count):
-    return [{'image': rng.integers(0, 256, (28, 28, 1), dtype=np.uint8),
-             'label': int(rng.integers(0, 62)) if i % 3 else int(rng.integers(0, 5)),
-             'client_id': writer}
-            for writer in range(writers) for i in range(count)]
+    return [
+      {
+        'image': rng.integers(0, 256, (28, 28, 1), dtype=np.uint8),
+        'label': int(rng.integers(0, 62)) if i % 3 else int(rng.integers(0, 5)),
+        'client_id': writer,
+      }
+      for writer in range(writers)
+      for i in range(count)
+    ]
 
-  write_data_dir(root, 'emnist/byclass', '3.1.0', features,
-                 {'train': examples(per_writer), 'test': examples(2)})
+  write_data_dir(
+    root, 'emnist/byclass', '3.1.0', features, {'train': examples(per_writer), 'test': examples(2)}
+  )
   return root
 
 
 def test_emnist_configs_use_the_writer_partition():
-  config = tables.make_config('fare_dust', 'per_domain_per_example', dataset='emnist',
-                              num_clients=tables.PAPER_NUM_CLIENTS)
+  config = tables.make_config(
+    'fare_dust', 'per_domain_per_example', dataset='emnist', num_clients=tables.PAPER_NUM_CLIENTS
+  )
   assert config.data.partition == 'natural' and config.data.min_client_size == 1
   assert config.data.num_stragglers == 800 and config.data.straggler_classes == (0, 1, 2, 3, 4)
   assert config.model.name == 'emnist_cnn'
@@ -394,14 +540,26 @@ def test_emnist_configs_use_the_writer_partition():
 def test_binary_runs_the_writer_partitioned_emnist_task(tmp_path):
   data_dir = _writer_emnist_dir(tmp_path / 'data')
   workdir = tmp_path / 'runs'
-  result = _run(f'--data_dir={data_dir}', '--dataset=emnist', '--model=mlp',
-                '--algorithms=fedavg', '--latency=per_example', '--seeds=0',
-                '--num_clients=24', '--num_stragglers=6', '--client_updates=8',
-                '--cohort_size=4', '--eval_every_updates=4', '--round_time_rounds=10',
-                f'--workdir={workdir}', timeout=300)
+  result = _run(
+    f'--data_dir={data_dir}',
+    '--dataset=emnist',
+    '--model=mlp',
+    '--algorithms=fedavg',
+    '--latency=per_example',
+    '--seeds=0',
+    '--num_clients=24',
+    '--num_stragglers=6',
+    '--client_updates=8',
+    '--cohort_size=4',
+    '--eval_every_updates=4',
+    '--round_time_rounds=10',
+    f'--workdir={workdir}',
+    timeout=300,
+  )
   assert result.returncode == 0, result.stderr
-  config = json.loads((workdir / 'per_example' / 'fedavg' / 'seed0' / 'config.json')
-                      .read_text(encoding='utf-8'))
+  config = json.loads(
+    (workdir / 'per_example' / 'fedavg' / 'seed0' / 'config.json').read_text(encoding='utf-8')
+  )
   assert config['data']['partition'] == 'natural' and config['data']['name'] == 'emnist'
   with open(workdir / 'results.jsonl', encoding='utf-8') as f:
     (record,) = [json.loads(line) for line in f]

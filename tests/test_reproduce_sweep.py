@@ -11,8 +11,11 @@ from fedsim_jax.reproduce import sweep
 def test_parse_list_converts_checks_and_drops_duplicates():
   assert sweep.parse_list('seeds', '2, 0,2,,1', int, lambda v: v >= 0, 'integers >= 0') == [2, 0, 1]
   assert sweep.parse_list('seeds', '', int, lambda v: v >= 0, 'integers >= 0') == []
-  with pytest.raises(sweep.FlagError, match=r"--seeds='1,x': 'x' is invalid; allowed values: "
-                                            r'integers >= 0'):
+  with pytest.raises(
+    sweep.FlagError,
+    match=r"--seeds='1,x': 'x' is invalid; allowed values: "
+    r'integers >= 0',
+  ):
     sweep.parse_list('seeds', '1,x', int, lambda v: v >= 0, 'integers >= 0')
   with pytest.raises(sweep.FlagError, match="'-1' is invalid"):
     sweep.parse_list('seeds', '-1', int, lambda v: v >= 0, 'integers >= 0')
@@ -50,8 +53,9 @@ def test_load_or_run_reuses_a_finished_run_and_runs_a_missing_one(tmp_path, monk
 
   monkeypatch.setattr(experiment, 'run_experiment', fake_run)
   built = []
-  summary, status = sweep.load_or_run(str(tmp_path / 'new'), 'cfg',
-                                      lambda: built.append(1) or 'data')
+  summary, status = sweep.load_or_run(
+    str(tmp_path / 'new'), 'cfg', lambda: built.append(1) or 'data'
+  )
   assert (summary, status) == ({'best_accuracy': 0.5}, 'ran')
   assert calls == [('cfg', str(tmp_path / 'new'), 'data')] and built == [1]
 
@@ -63,8 +67,9 @@ def test_load_or_run_reuses_a_finished_run_and_runs_a_missing_one(tmp_path, monk
 
 
 def test_load_or_run_can_skip_missing_runs(tmp_path):
-  summary, status = sweep.load_or_run(str(tmp_path / 'absent'), 'cfg',
-                                      lambda: pytest.fail('built a dataset'), run_missing=False)
+  summary, status = sweep.load_or_run(
+    str(tmp_path / 'absent'), 'cfg', lambda: pytest.fail('built a dataset'), run_missing=False
+  )
   assert (summary, status) == (None, 'missing')
 
 
@@ -78,9 +83,13 @@ def test_markdown_table_and_table_row_read_it_back():
 
 def test_check_choice_raises_one_line_config_error():
   from fedsim_jax.config import ConfigError
+
   sweep.check_choice('latency', 'per_example', ('per_example',))
-  with pytest.raises(ConfigError, match=r"^latency='x' is not allowed; allowed values: "
-                                        r"\['per_example'\]$"):
+  with pytest.raises(
+    ConfigError,
+    match=r"^latency='x' is not allowed; allowed values: "
+    r"\['per_example'\]$",
+  ):
     sweep.check_choice('latency', 'x', ('per_example',))
 
 
@@ -95,24 +104,32 @@ def test_write_results_and_write_text(tmp_path):
 
 def test_stale_setting_names_the_first_differing_setting(tmp_path):
   from fedsim_jax.config import base_config
+
   config = base_config()
   assert sweep.stale_setting(str(tmp_path), config, ['run.eval_every']) is None  # no config.json
   saved = config.to_dict()
   saved['run']['eval_every'] = 7
   (tmp_path / 'config.json').write_text(json.dumps(saved))
   assert sweep.stale_setting(str(tmp_path), config, ['data.num_clients']) is None
-  assert sweep.stale_setting(str(tmp_path), config,
-                             ['data.num_clients', 'run.eval_every']) == 'run.eval_every=7'
+  assert (
+    sweep.stale_setting(str(tmp_path), config, ['data.num_clients', 'run.eval_every'])
+    == 'run.eval_every=7'
+  )
 
 
 def test_overrides_parse_and_apply_per_algorithm():
   from fedsim_jax.config import ConfigError, base_config
 
   overrides = sweep.parse_overrides(
-      'set', "feast_msg:server.learning_rate=0.1; run.eval_every=7;fedavg:data.name=mnist",
-      ('fedavg', 'feast_msg'))
-  assert overrides == [('feast_msg', 'server.learning_rate', 0.1), (None, 'run.eval_every', 7),
-                       ('fedavg', 'data.name', 'mnist')]
+    'set',
+    'feast_msg:server.learning_rate=0.1; run.eval_every=7;fedavg:data.name=mnist',
+    ('fedavg', 'feast_msg'),
+  )
+  assert overrides == [
+    ('feast_msg', 'server.learning_rate', 0.1),
+    (None, 'run.eval_every', 7),
+    ('fedavg', 'data.name', 'mnist'),
+  ]
   config = base_config()
   sweep.apply_overrides(config, 'feast_msg', overrides)
   assert config.server.learning_rate == 0.1 and config.run.eval_every == 7

@@ -13,7 +13,6 @@ from fedsim_jax.strategy import LocalWork, SynchronousScheduler, fedopt
 
 
 class TestEventQueue:
-
   def test_pops_by_time_then_insertion_order(self):
     queue = EventQueue()
     queue.push(2.0, EventKind.TIMER, 'late')
@@ -25,7 +24,6 @@ class TestEventQueue:
 
 
 class TestPerStepLatency:
-
   def test_homogeneous_without_jitter_is_exact(self):
     model = PerStepLatency(3, np.random.default_rng(0), mean=0.15, communication_time=2.0)
     assert model.task_duration(1, 100) == pytest.approx(17.0)
@@ -48,9 +46,14 @@ class TestPerStepLatency:
     b = PerStepLatency(50, np.random.default_rng(5), distribution='exponential')
     np.testing.assert_array_equal(a.step_time, b.step_time)
 
-  @pytest.mark.parametrize('kwargs,match', [
-      ({'distribution': 'pareto'}, 'latency.distribution'), ({'mean': 0.0}, 'latency.mean'),
-      ({'jitter': -0.1}, 'latency.jitter')])
+  @pytest.mark.parametrize(
+    'kwargs,match',
+    [
+      ({'distribution': 'pareto'}, 'latency.distribution'),
+      ({'mean': 0.0}, 'latency.mean'),
+      ({'jitter': -0.1}, 'latency.jitter'),
+    ],
+  )
   def test_invalid_settings(self, kwargs, match):
     with pytest.raises(ValueError, match=match):
       PerStepLatency(3, np.random.default_rng(0), **kwargs)
@@ -61,16 +64,22 @@ def _simulation(fed, *, deferred, backend='vmap', cohort=3, distribution='normal
   update = sgd_client_update(model, optax.sgd(0.2), 4)
   executor = Executor(update, fed.device_arrays(), jax.random.PRNGKey(11), backend=backend)
   scheduler = SynchronousScheduler(cohort, LocalWork(steps=steps, batch_size=4))
-  latency = PerStepLatency(fed.num_clients, np.random.default_rng(1), mean=1.0,
-                           distribution=distribution, jitter=0.05)
-  return Simulation(executor=executor, scheduler=scheduler, aggregator=fedopt(optax.sgd(1.0)),
-                    latency=latency, init_params=model.init(jax.random.PRNGKey(0)),
-                    client_sizes=fed.client_sizes, rng=np.random.default_rng(2),
-                    deferred=deferred)
+  latency = PerStepLatency(
+    fed.num_clients, np.random.default_rng(1), mean=1.0, distribution=distribution, jitter=0.05
+  )
+  return Simulation(
+    executor=executor,
+    scheduler=scheduler,
+    aggregator=fedopt(optax.sgd(1.0)),
+    latency=latency,
+    init_params=model.init(jax.random.PRNGKey(0)),
+    client_sizes=fed.client_sizes,
+    rng=np.random.default_rng(2),
+    deferred=deferred,
+  )
 
 
 class TestDeferredExecution:
-
   @pytest.mark.parametrize('backend', ['vmap', 'loop'])
   def test_deferred_equals_eager(self, toy_federation, backend):
     runs = {}
@@ -84,8 +93,9 @@ class TestDeferredExecution:
     # fifth round's three tasks, dispatched at the last aggregation, that deferral never runs.
     assert runs[True].executor_batches == 4
     assert runs[False].executor_batches == 15
-    for a, b in zip(jax.tree_util.tree_leaves(runs[True].params),
-                    jax.tree_util.tree_leaves(runs[False].params)):
+    for a, b in zip(
+      jax.tree_util.tree_leaves(runs[True].params), jax.tree_util.tree_leaves(runs[False].params)
+    ):
       np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=0)
 
   def test_round_ends_at_the_slowest_clients_arrival(self, toy_federation):
@@ -120,12 +130,19 @@ class TestDeferredExecution:
 def test_draw_idle_client_draws_as_choice_over_idle_clients(toy_federation, windows):
   from fedsim_jax.runtime.latency import WindowAvailability
   from fedsim_jax.runtime.sampling import choose_without_replacement
+
   sim = _simulation(toy_federation, deferred=True)
   if windows is not None:
-    sim = Simulation(executor=sim.executor, scheduler=sim.scheduler, aggregator=fedopt(
-        optax.sgd(1.0)), latency=sim.latency, init_params=sim.params,
-                     client_sizes=sim.client_sizes, rng=sim.rng,
-                     availability=WindowAvailability(windows))
+    sim = Simulation(
+      executor=sim.executor,
+      scheduler=sim.scheduler,
+      aggregator=fedopt(optax.sgd(1.0)),
+      latency=sim.latency,
+      init_params=sim.params,
+      client_sizes=sim.client_sizes,
+      rng=sim.rng,
+      availability=WindowAvailability(windows),
+    )
   for client in (4, 1, 0):
     sim.dispatch(client, 1)
   sim.dispatch(4, 1)  # two tasks in flight: client 4 stays busy after one ends
@@ -133,8 +150,9 @@ def test_draw_idle_client_draws_as_choice_over_idle_clients(toy_federation, wind
   np.testing.assert_array_equal(sim.idle_clients(), expected_idle)
   for seed in range(20):
     drawn = sim.draw_idle_client(np.random.default_rng(seed))
-    assert drawn == choose_without_replacement(np.random.default_rng(seed),
-                                               sim.idle_clients(), 1)[0]
+    assert (
+      drawn == choose_without_replacement(np.random.default_rng(seed), sim.idle_clients(), 1)[0]
+    )
   for client in sim.idle_clients():
     sim.dispatch(client, 1)
   assert sim.draw_idle_client(np.random.default_rng(0)) is None

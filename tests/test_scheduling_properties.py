@@ -18,7 +18,7 @@ from fedsim_jax.runtime import PerStepLatency, Simulation, StopCondition
 from fedsim_jax.runtime.latency.base import jittered, positive_normal
 from fedsim_jax.runtime.latency.trace import PeriodicAvailability
 from fedsim_jax.runtime.sampling import choose_without_replacement
-from fedsim_jax.strategy import (AsynchronousScheduler, LocalWork, SynchronousScheduler, fedopt)
+from fedsim_jax.strategy import AsynchronousScheduler, LocalWork, SynchronousScheduler, fedopt
 
 PARAMS = {'w': jnp.zeros((3,))}
 AGGREGATOR = fedopt(optax.sgd(1.0))  # one aggregator: its jitted apply compiles once
@@ -32,27 +32,37 @@ def scenarios(draw):
     cohort = draw(st.integers(1, num_clients))
     selected = draw(st.integers(cohort, num_clients))
     deadline = draw(st.one_of(st.none(), st.floats(0.5, 20.0)))
-    scheduler = SynchronousScheduler(cohort, LocalWork(steps=draw(st.integers(1, 5))),
-                                     num_selected=selected, deadline=deadline)
+    scheduler = SynchronousScheduler(
+      cohort, LocalWork(steps=draw(st.integers(1, 5))), num_selected=selected, deadline=deadline
+    )
     cap = num_clients
   else:
     concurrency = draw(st.integers(1, num_clients))
     max_staleness = draw(st.one_of(st.none(), st.integers(0, 3)))
-    scheduler = AsynchronousScheduler(concurrency, draw(st.integers(1, 4)),
-                                      LocalWork(steps=draw(st.integers(1, 5))),
-                                      max_staleness=max_staleness)
+    scheduler = AsynchronousScheduler(
+      concurrency,
+      draw(st.integers(1, 4)),
+      LocalWork(steps=draw(st.integers(1, 5))),
+      max_staleness=max_staleness,
+    )
     cap = concurrency
   seed = draw(st.integers(0, 2**16))
-  latency = PerStepLatency(num_clients, np.random.default_rng(seed), mean=1.0,
-                           distribution=draw(st.sampled_from(['homogeneous', 'normal',
-                                                              'exponential'])),
-                           jitter=draw(st.sampled_from([0.0, 0.05])),
-                           communication_time=draw(st.sampled_from([0.0, 0.5])))
+  latency = PerStepLatency(
+    num_clients,
+    np.random.default_rng(seed),
+    mean=1.0,
+    distribution=draw(st.sampled_from(['homogeneous', 'normal', 'exponential'])),
+    jitter=draw(st.sampled_from([0.0, 0.05])),
+    communication_time=draw(st.sampled_from([0.0, 0.5])),
+  )
   availability = None
   if draw(st.booleans()):
-    availability = PeriodicAvailability(num_clients, np.random.default_rng(seed + 1),
-                                        online_fraction=draw(st.floats(0.3, 1.0)),
-                                        period=draw(st.floats(5.0, 50.0)))
+    availability = PeriodicAvailability(
+      num_clients,
+      np.random.default_rng(seed + 1),
+      online_fraction=draw(st.floats(0.3, 1.0)),
+      period=draw(st.floats(5.0, 50.0)),
+    )
   return num_clients, scheduler, cap, latency, availability, seed
 
 
@@ -60,10 +70,16 @@ def scenarios(draw):
 @given(scenarios())
 def test_runtime_invariants(scenario):
   num_clients, scheduler, cap, latency, availability, seed = scenario
-  sim = Simulation(executor=NoTrainingExecutor(PARAMS), scheduler=scheduler,
-                   aggregator=AGGREGATOR, latency=latency, availability=availability,
-                   init_params=PARAMS, client_sizes=np.full(num_clients, 10),
-                   rng=np.random.default_rng(seed))
+  sim = Simulation(
+    executor=NoTrainingExecutor(PARAMS),
+    scheduler=scheduler,
+    aggregator=AGGREGATOR,
+    latency=latency,
+    availability=availability,
+    init_params=PARAMS,
+    client_sizes=np.full(num_clients, 10),
+    rng=np.random.default_rng(seed),
+  )
   times, handles, dispatch_version = [], [], {}
 
   def check(name, original):
@@ -73,6 +89,7 @@ def test_runtime_invariants(scenario):
       assert sim.accounting.in_flight <= cap
       sim.accounting.check()
       return original(*args)
+
     setattr(scheduler, name, wrapped)
 
   for hook in ('on_arrival', 'on_timer', 'on_dropout'):
@@ -91,7 +108,7 @@ def test_runtime_invariants(scenario):
 
   def checked_apply(batch_handles, weights):
     expected = [sim.version - dispatch_version[h.task_id] for h in batch_handles]
-    staleness = np.asarray(sim.updates(batch_handles, weights).staleness)[:len(batch_handles)]
+    staleness = np.asarray(sim.updates(batch_handles, weights).staleness)[: len(batch_handles)]
     np.testing.assert_array_equal(staleness, expected)
     if getattr(scheduler, 'max_staleness', None) is not None:
       assert max(expected) <= scheduler.max_staleness
@@ -110,15 +127,23 @@ def test_runtime_invariants(scenario):
   assert report['aggregated'] == statuses.count('aggregated')
   assert report['in_flight'] == statuses.count('in_flight')
   assert report['waiting'] == statuses.count('arrived')
-  assert sum(report['discarded'].values()) == (statuses.count('discarded')
-                                               + statuses.count('dropped_out'))
+  assert sum(report['discarded'].values()) == (
+    statuses.count('discarded') + statuses.count('dropped_out')
+  )
 
 
 def _timeline(sim):
   """What a run's schedule produced: versions, clock, accounting and per-client figures."""
-  return (sim.version, sim.now, sim.client_updates, sim.gradient_steps,
-          sim.report()['tasks'], sim.dispatch_counts.tolist(), sim.aggregated_counts.tolist(),
-          sim.busy_time.tolist())
+  return (
+    sim.version,
+    sim.now,
+    sim.client_updates,
+    sim.gradient_steps,
+    sim.report()['tasks'],
+    sim.dispatch_counts.tolist(),
+    sim.aggregated_counts.tolist(),
+    sim.busy_time.tolist(),
+  )
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -128,12 +153,18 @@ def test_timeline_only_runs_the_same_schedule(scenario):
   never depends on the weights) is that of the aggregating run, and the model stays."""
   num_clients, scheduler, _, latency, availability, seed = scenario
   runs = []
-  for aggregate in (True, False):   # fresh copies: a run advances its scheduler and streams
-    sim = Simulation(executor=NoTrainingExecutor(PARAMS), scheduler=copy.deepcopy(scheduler),
-                     aggregator=AGGREGATOR, latency=copy.deepcopy(latency),
-                     availability=copy.deepcopy(availability), init_params=PARAMS,
-                     client_sizes=np.full(num_clients, 10), rng=np.random.default_rng(seed),
-                     aggregate=aggregate)
+  for aggregate in (True, False):  # fresh copies: a run advances its scheduler and streams
+    sim = Simulation(
+      executor=NoTrainingExecutor(PARAMS),
+      scheduler=copy.deepcopy(scheduler),
+      aggregator=AGGREGATOR,
+      latency=copy.deepcopy(latency),
+      availability=copy.deepcopy(availability),
+      init_params=PARAMS,
+      client_sizes=np.full(num_clients, 10),
+      rng=np.random.default_rng(seed),
+      aggregate=aggregate,
+    )
     sim.run(StopCondition(max_client_updates=40, max_virtual_time=500.0))
     runs.append(sim)
   aggregating, timeline = runs
@@ -142,11 +173,16 @@ def test_timeline_only_runs_the_same_schedule(scenario):
 
 
 def test_timeline_only_refuses_to_read_results():
-  sim = Simulation(executor=NoTrainingExecutor(PARAMS),
-                   scheduler=AsynchronousScheduler(2, 1, LocalWork(steps=1)),
-                   aggregator=AGGREGATOR, latency=PerStepLatency(3, np.random.default_rng(0)),
-                   init_params=PARAMS, client_sizes=np.full(3, 10),
-                   rng=np.random.default_rng(0), aggregate=False)
+  sim = Simulation(
+    executor=NoTrainingExecutor(PARAMS),
+    scheduler=AsynchronousScheduler(2, 1, LocalWork(steps=1)),
+    aggregator=AGGREGATOR,
+    latency=PerStepLatency(3, np.random.default_rng(0)),
+    init_params=PARAMS,
+    client_sizes=np.full(3, 10),
+    rng=np.random.default_rng(0),
+    aggregate=False,
+  )
   handles = []
   dispatch = sim.dispatch
   sim.dispatch = lambda *a, **k: handles.append(dispatch(*a, **k)) or handles[-1]
@@ -164,8 +200,9 @@ def test_fast_client_choice_draws_what_generator_choice_draws(seed, pool_size, k
   pool = np.arange(pool_size) * 3 + 1
   fast, reference = np.random.default_rng(seed), np.random.default_rng(seed)
   for _ in range(3):  # the streams stay in step afterwards too
-    np.testing.assert_array_equal(choose_without_replacement(fast, pool, k),
-                                  reference.choice(pool, k, replace=False))
+    np.testing.assert_array_equal(
+      choose_without_replacement(fast, pool, k), reference.choice(pool, k, replace=False)
+    )
     assert fast.normal() == reference.normal()
 
 

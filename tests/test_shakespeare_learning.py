@@ -27,7 +27,8 @@ def test_char_lstm_fedavg_beats_the_majority_character(tmp_path):
   majority = counts.max() / counts.sum()
 
   spec = importlib.util.spec_from_file_location(
-      'fedavg_shakespeare', os.path.join(ROOT, 'configs', 'fedavg_shakespeare.py'))
+    'fedavg_shakespeare', os.path.join(ROOT, 'configs', 'fedavg_shakespeare.py')
+  )
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   config = module.get_config()

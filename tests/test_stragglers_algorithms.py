@@ -21,12 +21,29 @@ from fedsim_jax.experiment import run_experiment
 from fedsim_jax.models import get_model
 from fedsim_jax.runtime import PerStepLatency, Simulation, StopCondition, UpdateBatch
 from fedsim_jax.runtime.latency import TaskLatency
-from fedsim_jax.strategy import (BuildContext, LocalWork, SynchronousScheduler, fedopt,
-                                 get_algorithm, server_optimizer, with_ema)
-from fedsim_jax.strategy.fare_dust import (EXPIRED_REASON, DeltaHistory, FareDustScheduler,
-                                           fare_dust_client_update, stale_teacher)
-from fedsim_jax.strategy.feast_msg import (BEYOND_TAU_MAX, FeastScheduler, FeastState,
-                                           auxiliary_update, feast_aggregator)
+from fedsim_jax.strategy import (
+  BuildContext,
+  LocalWork,
+  SynchronousScheduler,
+  fedopt,
+  get_algorithm,
+  server_optimizer,
+  with_ema,
+)
+from fedsim_jax.strategy.fare_dust import (
+  EXPIRED_REASON,
+  DeltaHistory,
+  FareDustScheduler,
+  fare_dust_client_update,
+  stale_teacher,
+)
+from fedsim_jax.strategy.feast_msg import (
+  BEYOND_TAU_MAX,
+  FeastScheduler,
+  FeastState,
+  auxiliary_update,
+  feast_aggregator,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FED = toy_federation(num_clients=12, min_size=4, max_size=12)
@@ -39,13 +56,29 @@ FED = toy_federation(num_clients=12, min_size=4, max_size=12)
 #   round:      0    1    2    3    4    5     6    7
 #   straggler:  1    3    7    11   12   17    19   23      (task id)
 #   arrives at: 2.5  7.5  9.0  12.5 11.5 40.5  14.5 23.5
-SCRIPT = [[1.0, 2.5, 2.0], [5.5, 1.0, 2.0], [2.0, 5.0, 1.0], [1.0, 2.0, 6.5],
-          [3.5, 1.0, 2.0], [2.0, 1.0, 30.5], [1.0, 2.5, 2.0], [2.0, 1.0, 9.5],
-          [1.0, 2.0, 3.0]]
-FAST = {0: {0, 2}, 1: {4, 5}, 2: {6, 8}, 3: {9, 10}, 4: {13, 14}, 5: {15, 16}, 6: {18, 20},
-        7: {21, 22}}
+SCRIPT = [
+  [1.0, 2.5, 2.0],
+  [5.5, 1.0, 2.0],
+  [2.0, 5.0, 1.0],
+  [1.0, 2.0, 6.5],
+  [3.5, 1.0, 2.0],
+  [2.0, 1.0, 30.5],
+  [1.0, 2.5, 2.0],
+  [2.0, 1.0, 9.5],
+  [1.0, 2.0, 3.0],
+]
+FAST = {
+  0: {0, 2},
+  1: {4, 5},
+  2: {6, 8},
+  3: {9, 10},
+  4: {13, 14},
+  5: {15, 16},
+  6: {18, 20},
+  7: {21, 22},
+}
 NUM_TASKS = 3 * len(SCRIPT)
-ROUNDS = 8   # the run stops at version 8 (time 16); round 8 has been dispatched by then
+ROUNDS = 8  # the run stops at version 8 (time 16); round 8 has been dispatched by then
 
 
 class ScriptedLatency:
@@ -75,7 +108,7 @@ class OneHotExecutor:
   def run(self, tasks):
     deltas = np.zeros((len(tasks), NUM_TASKS), np.float32)
     for row, task in enumerate(tasks):
-      deltas[row, task.seed] = 1.0   # the runtime seeds a task with its id
+      deltas[row, task.seed] = 1.0  # the runtime seeds a task with its id
       self.task_inputs[task.seed] = task.task_inputs
     aux = {'train_loss': jnp.zeros(len(tasks)), 'steps_run': jnp.ones(len(tasks), jnp.int32)}
     return TaskBatchResult(deltas={'w': jnp.asarray(deltas)}, aux=aux, num_tasks=len(tasks))
@@ -89,16 +122,22 @@ def _one_hot(tasks, scale=1.0):
 
 def _scripted_simulation(scheduler, aggregator, init=None):
   versions = []
-  sim = Simulation(executor=OneHotExecutor(), scheduler=scheduler, aggregator=aggregator,
-                   latency=ScriptedLatency(sum(SCRIPT, [])),
-                   init_params={'w': jnp.zeros(NUM_TASKS) if init is None else init},
-                   client_sizes=np.full(12, 8), rng=np.random.default_rng(0),
-                   on_version=lambda s: versions.append(np.asarray(s.params['w'])))
+  sim = Simulation(
+    executor=OneHotExecutor(),
+    scheduler=scheduler,
+    aggregator=aggregator,
+    latency=ScriptedLatency(sum(SCRIPT, [])),
+    init_params={'w': jnp.zeros(NUM_TASKS) if init is None else init},
+    client_sizes=np.full(12, 8),
+    rng=np.random.default_rng(0),
+    on_version=lambda s: versions.append(np.asarray(s.params['w'])),
+  )
   versions.append(np.asarray(sim.params['w']))
   return sim, versions
 
 
 # ---- Real training on a toy federation -----------------------------------------------------
+
 
 def _model():
   return get_model('mlp', FED.input_shape, FED.num_classes, hidden_sizes=(6,))
@@ -108,12 +147,18 @@ def _simulation(scheduler, aggregator, update=None, latency=None, seed=0, deferr
   model = _model()
   update = update or sgd_client_update(model, optax.sgd(0.2), 4)
   return Simulation(
-      executor=Executor(update, FED.device_arrays(), jax.random.PRNGKey(1)),
-      scheduler=scheduler, aggregator=aggregator,
-      latency=latency or PerStepLatency(FED.num_clients, np.random.default_rng(5), mean=1.0,
-                                        distribution='exponential'),
-      init_params=model.init(jax.random.PRNGKey(0)), client_sizes=FED.client_sizes,
-      rng=np.random.default_rng(seed), deferred=deferred)
+    executor=Executor(update, FED.device_arrays(), jax.random.PRNGKey(1)),
+    scheduler=scheduler,
+    aggregator=aggregator,
+    latency=latency
+    or PerStepLatency(
+      FED.num_clients, np.random.default_rng(5), mean=1.0, distribution='exponential'
+    ),
+    init_params=model.init(jax.random.PRNGKey(0)),
+    client_sizes=FED.client_sizes,
+    rng=np.random.default_rng(seed),
+    deferred=deferred,
+  )
 
 
 def _assert_trees_equal(a, b):
@@ -127,28 +172,36 @@ def _assert_trees_close(a, b, atol=1e-6):
 
 
 def _fare_dust_scheduler(k=2, teacher_learning_rate=0.5, distill=True, **kwargs):
-  return FareDustScheduler(2, LocalWork(steps=1), 'uniform', num_selected=3, history_length=k,
-                           teacher_learning_rate=teacher_learning_rate, distill=distill,
-                           rng=np.random.default_rng(7), **kwargs)
+  return FareDustScheduler(
+    2,
+    LocalWork(steps=1),
+    'uniform',
+    num_selected=3,
+    history_length=k,
+    teacher_learning_rate=teacher_learning_rate,
+    distill=distill,
+    rng=np.random.default_rng(7),
+    **kwargs,
+  )
 
 
 # ---- FARe-DUST ------------------------------------------------------------------------------
 
-class TestDeltaHistory:
 
+class TestDeltaHistory:
   def test_late_updates_land_in_their_round_and_old_rounds_expire(self):
     history = DeltaHistory(2)
     assert history.push(0, {'w': jnp.array([1.0, 0.0])}, 1.0, 1) is None
     assert history.push(1, {'w': jnp.array([0.0, 2.0])}, 2.0, 2) is None
-    assert history.add(0, {'w': jnp.array([3.0, 0.0])}, 1.0)   # a straggler of round 0
+    assert history.add(0, {'w': jnp.array([3.0, 0.0])}, 1.0)  # a straggler of round 0
     slot = history.slot(0)
     np.testing.assert_allclose(slot.delta_sum['w'], [4.0, 0.0])
     assert (slot.weight_sum, slot.count) == (2.0, 2)
-    evicted = history.push(2, {'w': jnp.array([0.0, 0.0])}, 2.0, 2)   # |Deltas| > k: drop 0
+    evicted = history.push(2, {'w': jnp.array([0.0, 0.0])}, 2.0, 2)  # |Deltas| > k: drop 0
     assert evicted.round_index == 0 and evicted.count == 2
     assert history.rounds == [1, 2] and len(history) == 2
-    assert not history.add(0, {'w': jnp.array([1.0, 1.0])}, 1.0)   # expired
-    assert not history.add(7, {'w': jnp.array([1.0, 1.0])}, 1.0)   # never held
+    assert not history.add(0, {'w': jnp.array([1.0, 1.0])}, 1.0)  # expired
+    assert not history.add(7, {'w': jnp.array([1.0, 1.0])}, 1.0)  # never held
     assert history.slot(1).count == 2
 
   def test_rounds_enter_in_order(self):
@@ -170,13 +223,16 @@ class TestDeltaHistory:
 
   def test_teacher_is_latest_weights_plus_mean_historical_delta(self):
     # Algorithm 1 line 7: w_t - (eta / b) Delta in the paper's sign = w_t + eta * sum / b here.
-    teacher = stale_teacher({'w': jnp.array([1.0, 2.0])}, {'w': jnp.array([4.0, -2.0])},
-                            jnp.float32(2.0), jnp.float32(0.5))
+    teacher = stale_teacher(
+      {'w': jnp.array([1.0, 2.0])},
+      {'w': jnp.array([4.0, -2.0])},
+      jnp.float32(2.0),
+      jnp.float32(0.5),
+    )
     np.testing.assert_allclose(teacher['w'], [1.0 + 0.5 * 2.0, 2.0 + 0.5 * -1.0])
 
 
 class TestFareDustSchedule:
-
   def _run(self, **kwargs):
     scheduler = _fare_dust_scheduler(**kwargs)
     evicted = []
@@ -196,15 +252,23 @@ class TestFareDustSchedule:
   def test_over_selection_aggregates_exactly_the_first_b_arrivals(self):
     sim, _, versions, _ = self._run()
     assert sim.now == 2.0 * ROUNDS
-    for r in range(ROUNDS):   # SGD(1) on uniform weights: w_{r+1} - w_r = mean of the fast e_i
+    for r in range(ROUNDS):  # SGD(1) on uniform weights: w_{r+1} - w_r = mean of the fast e_i
       np.testing.assert_allclose(versions[r + 1] - versions[r], _one_hot(FAST[r], 0.5))
 
   def test_history_slots_hold_fast_and_folded_updates_and_expire(self):
     sim, scheduler, _, evicted = self._run()
     # Straggler of round r is kept while round r is among the k = 2 latest rounds, i.e. until
     # round r + 2 closes at 2r + 6: tasks 1, 3, 7, 12, 19 fold in; task 11 (12.5 > 12) is late.
-    expected = {0: {0, 1, 2}, 1: {3, 4, 5}, 2: {6, 7, 8}, 3: {9, 10}, 4: {12, 13, 14},
-                5: {15, 16}, 6: {18, 19, 20}, 7: {21, 22}}
+    expected = {
+      0: {0, 1, 2},
+      1: {3, 4, 5},
+      2: {6, 7, 8},
+      3: {9, 10},
+      4: {12, 13, 14},
+      5: {15, 16},
+      6: {18, 19, 20},
+      7: {21, 22},
+    }
     assert [slot.round_index for slot in evicted] == [0, 1, 2, 3, 4, 5]
     assert scheduler.history.rounds == [6, 7]
     for slot in evicted + [scheduler.history.slot(6), scheduler.history.slot(7)]:
@@ -227,10 +291,16 @@ class TestFareDustSchedule:
     inputs = sim.executor.task_inputs
     # Slot contents when round r dispatches (time 2r): stragglers count once they arrived.
     # (Round 8's tasks were dispatched at the end and never computed.)
-    available = {1: [{0, 2}], 2: [{0, 1, 2}, {4, 5}], 3: [{4, 5}, {6, 8}],
-                 4: [{6, 8}, {9, 10}], 5: [{9, 10}, {13, 14}], 6: [{12, 13, 14}, {15, 16}],
-                 7: [{15, 16}, {18, 20}]}
-    for task in range(3):   # round 0: nothing to draw, no distillation
+    available = {
+      1: [{0, 2}],
+      2: [{0, 1, 2}, {4, 5}],
+      3: [{4, 5}, {6, 8}],
+      4: [{6, 8}, {9, 10}],
+      5: [{9, 10}, {13, 14}],
+      6: [{12, 13, 14}, {15, 16}],
+      7: [{15, 16}, {18, 20}],
+    }
+    for task in range(3):  # round 0: nothing to draw, no distillation
       assert float(inputs[task].weight) == 0.0
       np.testing.assert_array_equal(inputs[task].params['w'], versions[0])
     drawn = set()
@@ -244,7 +314,7 @@ class TestFareDustSchedule:
         # teacher = w_r + eta_teacher * (sum of the slot's deltas) / count
         np.testing.assert_allclose(step, _one_hot(tasks, 0.5 / len(tasks)), atol=1e-7)
         drawn.add((r, choices.index(tasks)))
-    assert len(drawn) > len(available)   # both slots get drawn in some rounds
+    assert len(drawn) > len(available)  # both slots get drawn in some rounds
 
   def test_latest_model_teacher_before_any_history(self):
     sim, _, versions, _ = self._run(empty_history='latest_model')
@@ -264,8 +334,16 @@ class TestStaleTeacherClient:
     model = _model()
     params = model.init(jax.random.PRNGKey(0))
     key = jax.random.fold_in(jax.random.PRNGKey(1), seed)
-    delta, _ = run_local_training(update, FED.device_arrays(), params, jnp.int32(client),
-                                  jnp.int32(steps), key, teacher, max_steps=steps)
+    delta, _ = run_local_training(
+      update,
+      FED.device_arrays(),
+      params,
+      jnp.int32(client),
+      jnp.int32(steps),
+      key,
+      teacher,
+      max_steps=steps,
+    )
     return params, delta
 
   def _teacher(self, weight=1.0):
@@ -282,10 +360,12 @@ class TestStaleTeacherClient:
   def test_teacher_equal_to_download_matches_downloaded_teacher(self):
     model = _model()
     params = model.init(jax.random.PRNGKey(0))
-    downloaded = sgd_client_update(model, optax.sgd(0.2), 4, distillation_strength=0.5,
-                                   distillation_temperature=2.0)
-    own = fare_dust_client_update(model, optax.sgd(0.2), 4, distillation_strength=0.5,
-                                  distillation_temperature=2.0)
+    downloaded = sgd_client_update(
+      model, optax.sgd(0.2), 4, distillation_strength=0.5, distillation_temperature=2.0
+    )
+    own = fare_dust_client_update(
+      model, optax.sgd(0.2), 4, distillation_strength=0.5, distillation_temperature=2.0
+    )
     _, expected = self._train(downloaded)
     _, delta = self._train(own, TeacherInputs(params=params, weight=np.float32(1.0)))
     _assert_trees_close(delta, expected, atol=1e-7)
@@ -293,8 +373,9 @@ class TestStaleTeacherClient:
   def test_one_step_is_sgd_on_task_loss_plus_rho_distillation(self):
     model = _model()
     rho, temperature, lr = 0.7, 2.0, 0.3
-    update = fare_dust_client_update(model, optax.sgd(lr), 4, distillation_strength=rho,
-                                     distillation_temperature=temperature)
+    update = fare_dust_client_update(
+      model, optax.sgd(lr), 4, distillation_strength=rho, distillation_temperature=temperature
+    )
     teacher = self._teacher()
     params, delta = self._train(update, teacher, steps=1)
     key = jax.random.fold_in(jax.random.PRNGKey(1), 11)
@@ -303,13 +384,13 @@ class TestStaleTeacherClient:
     def objective(p):
       logits = model.apply(p, x)
       return model.cross_entropy(logits, y, w) + rho * distillation_loss(
-          logits, model.apply(teacher.params, x), w, temperature)
+        logits, model.apply(teacher.params, x), w, temperature
+      )
 
     grads = jax.grad(objective)(params)
     _assert_trees_close(delta, jax.tree_util.tree_map(lambda g: -lr * g, grads), atol=1e-6)
     _, plain = self._train(sgd_client_update(model, optax.sgd(lr), 4), steps=1)
-    assert not np.allclose(jax.tree_util.tree_leaves(delta)[0],
-                           jax.tree_util.tree_leaves(plain)[0])
+    assert not np.allclose(jax.tree_util.tree_leaves(delta)[0], jax.tree_util.tree_leaves(plain)[0])
 
   @pytest.mark.parametrize('backend', ['vmap', 'loop'])
   def test_each_task_of_a_batch_distils_from_its_own_teacher(self, backend):
@@ -317,27 +398,37 @@ class TestStaleTeacherClient:
     params = model.init(jax.random.PRNGKey(0))
     update = fare_dust_client_update(model, optax.sgd(0.2), 4, distillation_strength=1.0)
     executor = Executor(update, FED.device_arrays(), jax.random.PRNGKey(1), backend=backend)
-    teachers = [TeacherInputs(model.init(jax.random.PRNGKey(s)), np.float32(1.0))
-                for s in (5, 6, 7)]
+    teachers = [
+      TeacherInputs(model.init(jax.random.PRNGKey(s)), np.float32(1.0)) for s in (5, 6, 7)
+    ]
     tasks = [ClientTask(2, 3, 9, params, teacher) for teacher in teachers]
     batch = executor.run(tasks)
     for row, task in enumerate(tasks):
       alone = executor.run([task]).deltas
-      _assert_trees_close(jax.tree_util.tree_map(lambda d: d[row], batch.deltas),
-                          jax.tree_util.tree_map(lambda d: d[0], alone), atol=1e-6)
+      _assert_trees_close(
+        jax.tree_util.tree_map(lambda d: d[row], batch.deltas),
+        jax.tree_util.tree_map(lambda d: d[0], alone),
+        atol=1e-6,
+      )
     first, second = (np.asarray(jax.tree_util.tree_leaves(batch.deltas)[0][i]) for i in (0, 1))
     assert not np.allclose(first, second)
 
 
 class TestFareDustEquivalences:
-
   def test_distillation_changes_training_only_once_history_exists(self):
     def run(rho):
       model = _model()
       update = fare_dust_client_update(model, optax.sgd(0.2), 4, distillation_strength=rho)
-      scheduler = FareDustScheduler(3, LocalWork(steps=3), 'uniform', num_selected=5,
-                                    history_length=3, teacher_learning_rate=1.0,
-                                    distill=rho > 0, rng=np.random.default_rng(3))
+      scheduler = FareDustScheduler(
+        3,
+        LocalWork(steps=3),
+        'uniform',
+        num_selected=5,
+        history_length=3,
+        teacher_learning_rate=1.0,
+        distill=rho > 0,
+        rng=np.random.default_rng(3),
+      )
       sim = _simulation(scheduler, fedopt(optax.sgd(1.0)), update=update)
       params = []
       sim.on_version = lambda s: params.append(s.params)
@@ -346,13 +437,16 @@ class TestFareDustEquivalences:
 
     plain, distilled = run(0.0), run(0.5)
     _assert_trees_close(plain[0], distilled[0], atol=1e-7)  # round 0: no teacher to distil from
-    gap = max(float(np.abs(np.asarray(a) - np.asarray(b)).max()) for a, b in zip(
-        jax.tree_util.tree_leaves(plain[1]), jax.tree_util.tree_leaves(distilled[1])))
+    gap = max(
+      float(np.abs(np.asarray(a) - np.asarray(b)).max())
+      for a, b in zip(jax.tree_util.tree_leaves(plain[1]), jax.tree_util.tree_leaves(distilled[1]))
+    )
     assert gap > 1e-4
 
   def test_rho_zero_without_ema_is_fedadam_with_over_selection(self, tmp_path):
-    fed = toy_federation(num_clients=10, num_classes=10, image_shape=(28, 28, 1), min_size=4,
-                         max_size=16)
+    fed = toy_federation(
+      num_clients=10, num_classes=10, image_shape=(28, 28, 1), min_size=4, max_size=16
+    )
 
     def run(path, tmp, **overrides):
       spec = importlib.util.spec_from_file_location('config_module', os.path.join(ROOT, path))
@@ -373,8 +467,11 @@ class TestFareDustEquivalences:
       with open(os.path.join(tmp, 'metrics.jsonl')) as f:
         return summary, f.read()
 
-    fare, fare_rows = run('configs/fare_dust_fashion_mnist.py', tmp_path / 'a',
-                          **{'fare_dust.rho': 0.0, 'fare_dust.ema_decay': 0.0})
+    fare, fare_rows = run(
+      'configs/fare_dust_fashion_mnist.py',
+      tmp_path / 'a',
+      **{'fare_dust.rho': 0.0, 'fare_dust.ema_decay': 0.0},
+    )
     adam, adam_rows = run('configs/fedadam_overselection_fashion_mnist.py', tmp_path / 'b')
     assert fare_rows == adam_rows
     # Same trajectory, but FARe-DUST folded the stragglers FedAdam dropped.
@@ -384,16 +481,17 @@ class TestFareDustEquivalences:
 
 # ---- FeAST-on-MSG ---------------------------------------------------------------------------
 
-class TestAuxiliaryUpdate:
 
+class TestAuxiliaryUpdate:
   def _state(self, a):
     return FeastState(inner=None, auxiliary={'w': jnp.array(a, jnp.float32)})
 
   def test_one_step_by_hand(self):
     # mean = 4 / 2 = 2; w+ = 2 + 0.5 * 2 = 3; a = 0.8 (1 + 0.25 * 2) + 0.2 * 3 = 1.8
     update = auxiliary_update(server_learning_rate=0.5, kappa=0.5, decay=0.8)
-    state = update(self._state([1.0]), {'w': jnp.array([2.0])}, {'w': jnp.array([4.0])},
-                   jnp.float32(2.0))
+    state = update(
+      self._state([1.0]), {'w': jnp.array([2.0])}, {'w': jnp.array([4.0])}, jnp.float32(2.0)
+    )
     np.testing.assert_allclose(state.eval_params['w'], [1.8], rtol=1e-6)
 
   def test_kappa_zero_is_an_ema_of_the_plus_models(self):
@@ -402,22 +500,31 @@ class TestAuxiliaryUpdate:
     rng = np.random.default_rng(0)
     for _ in range(5):
       w, d, b = rng.normal(size=2), rng.normal(size=2), float(rng.integers(1, 5))
-      state = update(state, {'w': jnp.asarray(w, jnp.float32)}, {'w': jnp.asarray(d, jnp.float32)},
-                     jnp.float32(b))
+      state = update(
+        state,
+        {'w': jnp.asarray(w, jnp.float32)},
+        {'w': jnp.asarray(d, jnp.float32)},
+        jnp.float32(b),
+      )
       ema = 0.9 * ema + 0.1 * (w + 0.5 * d / b)
     np.testing.assert_allclose(state.eval_params['w'], ema, rtol=1e-5)
 
   def test_kappa_one_is_a_step_on_the_blend_of_auxiliary_and_global(self):
     # eta_a = eta_g: a' = (beta a + (1 - beta) w_t) + eta_g mean (Sec. 2.3).
     update = auxiliary_update(server_learning_rate=0.3, kappa=1.0, decay=0.6)
-    state = update(self._state([1.0]), {'w': jnp.array([3.0])}, {'w': jnp.array([6.0])},
-                   jnp.float32(3.0))
+    state = update(
+      self._state([1.0]), {'w': jnp.array([3.0])}, {'w': jnp.array([6.0])}, jnp.float32(3.0)
+    )
     np.testing.assert_allclose(state.eval_params['w'], [0.6 * 1 + 0.4 * 3 + 0.3 * 2], rtol=1e-6)
 
-  @pytest.mark.parametrize('kwargs,match', [
+  @pytest.mark.parametrize(
+    'kwargs,match',
+    [
       (dict(server_learning_rate=0.0, kappa=0.1, decay=0.5), 'server.learning_rate'),
       (dict(server_learning_rate=1.0, kappa=-0.1, decay=0.5), 'feast.kappa'),
-      (dict(server_learning_rate=1.0, kappa=0.1, decay=1.0), 'feast.ema_decay')])
+      (dict(server_learning_rate=1.0, kappa=0.1, decay=1.0), 'feast.ema_decay'),
+    ],
+  )
   def test_invalid_settings(self, kwargs, match):
     with pytest.raises(ValueError, match=match):
       auxiliary_update(**kwargs)
@@ -427,10 +534,15 @@ class TestFeastSchedule:
   LR, KAPPA, BETA, TAU = 0.5, 0.6, 0.7, 5.0
 
   def _run(self, tau_max=TAU, window_close='complete'):
-    scheduler = FeastScheduler(2, LocalWork(steps=1), 'uniform', num_selected=3,
-                               tau_max=tau_max,
-                               update_auxiliary=auxiliary_update(self.LR, self.KAPPA, self.BETA),
-                               window_close=window_close)
+    scheduler = FeastScheduler(
+      2,
+      LocalWork(steps=1),
+      'uniform',
+      num_selected=3,
+      tau_max=tau_max,
+      update_auxiliary=auxiliary_update(self.LR, self.KAPPA, self.BETA),
+      window_close=window_close,
+    )
     sim, versions = _scripted_simulation(scheduler, feast_aggregator(self.LR))
     sim.run(StopCondition(max_versions=ROUNDS))
     return sim, scheduler, versions
@@ -459,8 +571,9 @@ class TestFeastSchedule:
     report = sim.report()['tasks']
     assert report['discarded'] == {BEYOND_TAU_MAX: 2}
     assert report['aggregated'] == 2 * ROUNDS + 4 and scheduler.folded == 4
-    np.testing.assert_allclose(np.asarray(sim.eval_params['w']),
-                               self._expected_auxiliary(versions, windows), atol=1e-6)
+    np.testing.assert_allclose(
+      np.asarray(sim.eval_params['w']), self._expected_auxiliary(versions, windows), atol=1e-6
+    )
     np.testing.assert_array_equal(np.asarray(sim.params['w']), versions[-1])
 
   def test_windows_closing_only_at_tau_max_give_the_same_rounds_later(self):
@@ -471,16 +584,19 @@ class TestFeastSchedule:
     assert scheduler.window_sizes == [len(w) for w in windows]
     assert scheduler.report()['pending_windows'] == 2
     assert sim.report()['tasks']['discarded'] == {BEYOND_TAU_MAX: 2}
-    np.testing.assert_allclose(np.asarray(sim.eval_params['w']),
-                               self._expected_auxiliary(versions, windows), atol=1e-6)
+    np.testing.assert_allclose(
+      np.asarray(sim.eval_params['w']), self._expected_auxiliary(versions, windows), atol=1e-6
+    )
 
   def test_zero_tau_max_uses_the_fast_clients_only(self):
     sim, scheduler, versions = self._run(tau_max=0.0)
     assert scheduler.window_sizes == [2] * ROUNDS
     assert sim.report()['tasks']['discarded'] == {BEYOND_TAU_MAX: 6}
-    np.testing.assert_allclose(np.asarray(sim.eval_params['w']),
-                               self._expected_auxiliary(versions, [FAST[r] for r in range(ROUNDS)]),
-                               atol=1e-6)
+    np.testing.assert_allclose(
+      np.asarray(sim.eval_params['w']),
+      self._expected_auxiliary(versions, [FAST[r] for r in range(ROUNDS)]),
+      atol=1e-6,
+    )
 
   def test_a_window_waits_for_earlier_rounds(self):
     # With tau_max = 30 s every straggler that reports by 16 s joins. Window 5 (straggler due
@@ -488,21 +604,31 @@ class TestFeastSchedule:
     # update a before it; window 4 (complete at 11.5 s) waited for window 3 (12.5 s).
     sim, scheduler, versions = self._run(tau_max=30.0)
     assert scheduler.window_sizes == [3, 3, 3, 3, 3]
-    assert scheduler.report()['pending_windows'] == 3   # rounds 5, 6 (closed) and 7
+    assert scheduler.report()['pending_windows'] == 3  # rounds 5, 6 (closed) and 7
     assert sim.report()['tasks']['discarded'] == {}
     np.testing.assert_allclose(
-        np.asarray(sim.eval_params['w']),
-        self._expected_auxiliary(versions, [{0, 1, 2}, {3, 4, 5}, {6, 7, 8}, {9, 10, 11},
-                                            {12, 13, 14}]), atol=1e-6)
+      np.asarray(sim.eval_params['w']),
+      self._expected_auxiliary(
+        versions, [{0, 1, 2}, {3, 4, 5}, {6, 7, 8}, {9, 10, 11}, {12, 13, 14}]
+      ),
+      atol=1e-6,
+    )
 
 
 class TestFeastEquivalences:
-
   def test_without_stragglers_and_beta_zero_the_auxiliary_model_is_fedavg(self):
     local_work = LocalWork(steps=3, batch_size=4)
-    feast = _simulation(FeastScheduler(3, local_work, 'uniform', num_selected=3, tau_max=1e5,
-                                       update_auxiliary=auxiliary_update(0.7, 0.9, 0.0)),
-                        feast_aggregator(0.7))
+    feast = _simulation(
+      FeastScheduler(
+        3,
+        local_work,
+        'uniform',
+        num_selected=3,
+        tau_max=1e5,
+        update_auxiliary=auxiliary_update(0.7, 0.9, 0.0),
+      ),
+      feast_aggregator(0.7),
+    )
     fedavg = _simulation(SynchronousScheduler(3, local_work, 'uniform'), fedopt(optax.sgd(0.7)))
     seen = []
     feast.on_version = lambda s: seen.append((s.params, s.eval_params))
@@ -517,11 +643,20 @@ class TestFeastEquivalences:
 
   def test_without_stragglers_and_kappa_zero_the_auxiliary_model_is_an_ema_of_fedavg(self):
     local_work = LocalWork(steps=3, batch_size=4)
-    feast = _simulation(FeastScheduler(3, local_work, 'uniform', num_selected=3, tau_max=1e5,
-                                       update_auxiliary=auxiliary_update(0.7, 0.0, 0.5)),
-                        feast_aggregator(0.7))
-    ema = _simulation(SynchronousScheduler(3, local_work, 'uniform'),
-                      with_ema(fedopt(optax.sgd(0.7)), 0.5))
+    feast = _simulation(
+      FeastScheduler(
+        3,
+        local_work,
+        'uniform',
+        num_selected=3,
+        tau_max=1e5,
+        update_auxiliary=auxiliary_update(0.7, 0.0, 0.5),
+      ),
+      feast_aggregator(0.7),
+    )
+    ema = _simulation(
+      SynchronousScheduler(3, local_work, 'uniform'), with_ema(fedopt(optax.sgd(0.7)), 0.5)
+    )
     feast.run(StopCondition(max_versions=4))
     ema.run(StopCondition(max_versions=4))
     _assert_trees_equal(feast.params, ema.params)
@@ -530,17 +665,27 @@ class TestFeastEquivalences:
   def test_over_selected_run_folds_stragglers_and_keeps_the_global_model(self):
     # The global model is FedAvg with over-selection whatever tau_max, kappa and beta are.
     local_work = LocalWork(steps=3, batch_size=4)
-    feast = _simulation(FeastScheduler(3, local_work, 'uniform', num_selected=5, tau_max=1e5,
-                                       update_auxiliary=auxiliary_update(0.7, 0.5, 0.9)),
-                        feast_aggregator(0.7))
-    fedavg = _simulation(SynchronousScheduler(3, local_work, 'uniform', num_selected=5),
-                         fedopt(optax.sgd(0.7)))
+    feast = _simulation(
+      FeastScheduler(
+        3,
+        local_work,
+        'uniform',
+        num_selected=5,
+        tau_max=1e5,
+        update_auxiliary=auxiliary_update(0.7, 0.5, 0.9),
+      ),
+      feast_aggregator(0.7),
+    )
+    fedavg = _simulation(
+      SynchronousScheduler(3, local_work, 'uniform', num_selected=5), fedopt(optax.sgd(0.7))
+    )
     feast.run(StopCondition(max_versions=6))
     fedavg.run(StopCondition(max_versions=6))
     _assert_trees_equal(feast.params, fedavg.params)
     assert feast.scheduler.folded > 0
-    assert not np.allclose(jax.tree_util.tree_leaves(feast.eval_params)[0],
-                           jax.tree_util.tree_leaves(feast.params)[0])
+    assert not np.allclose(
+      jax.tree_util.tree_leaves(feast.eval_params)[0], jax.tree_util.tree_leaves(feast.params)[0]
+    )
     feast.report()
 
 
@@ -550,14 +695,27 @@ def test_deferred_equals_eager(algorithm):
   for deferred in (True, False):
     if algorithm == 'fare_dust':
       update = fare_dust_client_update(_model(), optax.sgd(0.2), 4, distillation_strength=0.5)
-      scheduler = FareDustScheduler(3, LocalWork(steps=3), 'uniform', num_selected=5,
-                                    history_length=2, teacher_learning_rate=1.0, distill=True,
-                                    rng=np.random.default_rng(3))
+      scheduler = FareDustScheduler(
+        3,
+        LocalWork(steps=3),
+        'uniform',
+        num_selected=5,
+        history_length=2,
+        teacher_learning_rate=1.0,
+        distill=True,
+        rng=np.random.default_rng(3),
+      )
       aggregator = fedopt(optax.sgd(1.0))
     else:
       update = None
-      scheduler = FeastScheduler(3, LocalWork(steps=3), 'uniform', num_selected=5, tau_max=3.0,
-                                 update_auxiliary=auxiliary_update(1.0, 0.5, 0.5))
+      scheduler = FeastScheduler(
+        3,
+        LocalWork(steps=3),
+        'uniform',
+        num_selected=5,
+        tau_max=3.0,
+        update_auxiliary=auxiliary_update(1.0, 0.5, 0.5),
+      )
       aggregator = feast_aggregator(1.0)
     sim = _simulation(scheduler, aggregator, update=update, deferred=deferred)
     sim.run(StopCondition(max_versions=5))
@@ -571,7 +729,10 @@ def test_deferred_equals_eager(algorithm):
 
 # ---- Configuration --------------------------------------------------------------------------
 
-@pytest.mark.parametrize('algorithm,key,value,match', [
+
+@pytest.mark.parametrize(
+  'algorithm,key,value,match',
+  [
     ('fare_dust', 'fare_dust.history_length', 0, 'fare_dust.history_length'),
     ('fare_dust', 'fare_dust.rho', -0.1, 'fare_dust.rho'),
     ('fare_dust', 'fare_dust.temperature', 0.0, 'fare_dust.temperature'),
@@ -588,7 +749,8 @@ def test_deferred_equals_eager(algorithm):
     ('feast_msg', 'feast.kappa', -0.5, 'feast.kappa'),
     ('feast_msg', 'feast.tau_max', float('inf'), 'feast.tau_max'),
     ('feast_msg', 'feast.window_close', 'never', 'feast.window_close'),
-])
+  ],
+)
 def test_invalid_settings_name_the_setting(algorithm, key, value, match):
   config = base_config()
   config.algorithm = algorithm
@@ -603,8 +765,11 @@ def test_invalid_settings_name_the_setting(algorithm, key, value, match):
 def test_paper_defaults():
   config = base_config()
   # Tables 16-17 (EMNIST), App. G.3; Table 18 (EMNIST per-example), App. G.4.
-  assert (config.fare_dust.history_length, config.fare_dust.rho,
-          config.fare_dust.ema_decay) == (50, 0.1, 0.99)
+  assert (config.fare_dust.history_length, config.fare_dust.rho, config.fare_dust.ema_decay) == (
+    50,
+    0.1,
+    0.99,
+  )
   assert config.fare_dust.server_optimizer == 'adam'
   assert (config.feast.tau_max, config.feast.ema_decay, config.feast.kappa) == (1e5, 0.95, 0.0)
   for algorithm in ('fare_dust', 'feast_msg'):
@@ -623,8 +788,13 @@ def test_server_optimizer_of_fare_dust_is_fedadam():
   reference = fedopt(server_optimizer('adam', 0.01, b1=0.9, b2=0.99, eps=1e-3))
   params = {'w': jnp.array([1.0, -1.0])}
   batch_deltas = {'w': jnp.array([[0.5, 0.2], [0.1, -0.3]])}
-  batch = UpdateBatch(deltas=batch_deltas, weights=jnp.ones(2), staleness=jnp.zeros(2, jnp.int32),
-                      num_steps=jnp.ones(2, jnp.int32), group=jnp.zeros(2, jnp.int32))
+  batch = UpdateBatch(
+    deltas=batch_deltas,
+    weights=jnp.ones(2),
+    staleness=jnp.zeros(2, jnp.int32),
+    num_steps=jnp.ones(2, jnp.int32),
+    group=jnp.zeros(2, jnp.int32),
+  )
   got = algorithm.aggregator.apply(algorithm.aggregator.init(params), batch)
   want = reference.apply(reference.init(params), batch)
   _assert_trees_equal(got.params, want.params)

@@ -8,7 +8,8 @@ lets the runtime defer and batch tasks (DESIGN.md, "The one invariant").
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import flax.struct
 import jax
@@ -50,8 +51,9 @@ class ClientUpdate(NamedTuple):
   batch_size: int
 
 
-def distillation_loss(student_logits: jax.Array, teacher_logits: jax.Array,
-                      weights: jax.Array, temperature: float = 1.0) -> jax.Array:
+def distillation_loss(
+  student_logits: jax.Array, teacher_logits: jax.Array, weights: jax.Array, temperature: float = 1.0
+) -> jax.Array:
   """Weighted mean of T^2 KL(softmax(teacher / T) || softmax(student / T)) (Hinton et al.).
 
   `weights` has the shape of the logits without the class axis (`[B]`, or `[B, T]` per token).
@@ -80,10 +82,16 @@ class TeacherInputs(NamedTuple):
 TEACHER_SOURCES = ('downloaded', 'task_inputs')
 
 
-def sgd_client_update(model: Model, optimizer: optax.GradientTransformation, batch_size: int,
-                      *, proximal_strength: float = 0.0, distillation_strength: float = 0.0,
-                      distillation_temperature: float = 1.0,
-                      teacher: str = 'downloaded') -> ClientUpdate:
+def sgd_client_update(
+  model: Model,
+  optimizer: optax.GradientTransformation,
+  batch_size: int,
+  *,
+  proximal_strength: float = 0.0,
+  distillation_strength: float = 0.0,
+  distillation_temperature: float = 1.0,
+  teacher: str = 'downloaded',
+) -> ClientUpdate:
   """Local training with `optimizer` on the model's weighted cross-entropy, optionally
   regularised towards the downloaded model w_0 and distilled from a teacher w_T:
 
@@ -105,8 +113,10 @@ def sgd_client_update(model: Model, optimizer: optax.GradientTransformation, bat
   returned by `final` covers the statistics too, so the server averages them like weights.
   """
   if proximal_strength < 0 or distillation_strength < 0 or distillation_temperature <= 0:
-    raise ValueError('client.proximal_strength and client.distillation_strength must be >= 0 '
-                     'and client.distillation_temperature > 0')
+    raise ValueError(
+      'client.proximal_strength and client.distillation_strength must be >= 0 '
+      'and client.distillation_temperature > 0'
+    )
   if teacher not in TEACHER_SOURCES:
     raise ValueError(f'teacher={teacher!r}; allowed: {TEACHER_SOURCES}')
   own_teacher = teacher == 'task_inputs'
@@ -123,8 +133,12 @@ def sgd_client_update(model: Model, optimizer: optax.GradientTransformation, bat
     loss = model.cross_entropy(logits, y, weights)
     if proximal_strength:
       anchor_trainable = model.split(anchor)[0]
-      sq = sum(jnp.sum(jnp.square(p - a)) for p, a in zip(
-          jax.tree_util.tree_leaves(trainable), jax.tree_util.tree_leaves(anchor_trainable)))
+      sq = sum(
+        jnp.sum(jnp.square(p - a))
+        for p, a in zip(
+          jax.tree_util.tree_leaves(trainable), jax.tree_util.tree_leaves(anchor_trainable)
+        )
+      )
       loss = loss + 0.5 * proximal_strength * sq
     if distillation_strength:
       teacher_params, strength = anchor, distillation_strength
@@ -133,7 +147,8 @@ def sgd_client_update(model: Model, optimizer: optax.GradientTransformation, bat
         strength = distillation_strength * task_inputs.weight
       teacher_logits = jax.lax.stop_gradient(model.apply(teacher_params, x))
       loss = loss + strength * distillation_loss(
-          logits, teacher_logits, model.label_weights(y, weights), distillation_temperature)
+        logits, teacher_logits, model.label_weights(y, weights), distillation_temperature
+      )
     return loss
 
   def stateful_objective(trainable, model_state, anchor, task_inputs, x, y, weights):
@@ -142,31 +157,43 @@ def sgd_client_update(model: Model, optimizer: optax.GradientTransformation, bat
 
   def init(start_params, task_inputs):
     del task_inputs
-    return ClientState(params=start_params, opt_state=optimizer.init(model.split(start_params)[0]),
-                       loss_sum=jnp.zeros((), jnp.float32), steps_run=jnp.zeros((), jnp.int32),
-                       anchor=start_params if needs_anchor else None)
+    return ClientState(
+      params=start_params,
+      opt_state=optimizer.init(model.split(start_params)[0]),
+      loss_sum=jnp.zeros((), jnp.float32),
+      steps_run=jnp.zeros((), jnp.int32),
+      anchor=start_params if needs_anchor else None,
+    )
 
   def step(state, batch, task_inputs):
     x, y, weights = batch
     if model.has_state:
       trainable, model_state = model.split(state.params)
       (loss, new_state), grads = jax.value_and_grad(stateful_objective, has_aux=True)(
-          trainable, model_state, state.anchor, task_inputs, x, y, weights)
+        trainable, model_state, state.anchor, task_inputs, x, y, weights
+      )
       updates, opt_state = optimizer.update(grads, state.opt_state, trainable)
       params = model.merge(optax.apply_updates(trainable, updates), new_state)
     else:
-      loss, grads = jax.value_and_grad(objective)(state.params, state.anchor, task_inputs, x, y,
-                                                  weights)
+      loss, grads = jax.value_and_grad(objective)(
+        state.params, state.anchor, task_inputs, x, y, weights
+      )
       updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
       params = optax.apply_updates(state.params, updates)
-    return ClientState(params=params, opt_state=opt_state,
-                       loss_sum=state.loss_sum + loss, steps_run=state.steps_run + 1,
-                       anchor=state.anchor)
+    return ClientState(
+      params=params,
+      opt_state=opt_state,
+      loss_sum=state.loss_sum + loss,
+      steps_run=state.steps_run + 1,
+      anchor=state.anchor,
+    )
 
   def final(state, start_params):
     delta = jax.tree_util.tree_map(jnp.subtract, state.params, start_params)
-    aux = {'train_loss': state.loss_sum / jnp.maximum(state.steps_run, 1),
-           'steps_run': state.steps_run}
+    aux = {
+      'train_loss': state.loss_sum / jnp.maximum(state.steps_run, 1),
+      'steps_run': state.steps_run,
+    }
     return delta, aux
 
   return ClientUpdate(init=init, step=step, final=final, batch_size=batch_size)
@@ -175,8 +202,9 @@ def sgd_client_update(model: Model, optimizer: optax.GradientTransformation, bat
 CLIENT_OPTIMIZERS = ('sgd', 'momentum', 'adam')
 
 
-def client_optimizer(name: str, learning_rate: float, momentum: float = 0.9,
-                     weight_decay: float = 0.0) -> optax.GradientTransformation:
+def client_optimizer(
+  name: str, learning_rate: float, momentum: float = 0.9, weight_decay: float = 0.0
+) -> optax.GradientTransformation:
   """Named optax client optimizers (state is reset at the start of every task)."""
   if learning_rate <= 0:
     raise ValueError(f'client.learning_rate={learning_rate}; must be > 0')

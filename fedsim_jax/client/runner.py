@@ -14,11 +14,19 @@ from fedsim_jax.data.federated import BatchCursor, ClientDataArrays
 from fedsim_jax.models import Params
 
 
-def run_local_training(client_update: ClientUpdate, data: ClientDataArrays,
-                       start_params: Params, client_id: jax.Array, num_steps: jax.Array,
-                       key: jax.Array, task_inputs: Any = None, *, max_steps: int | None,
-                       sampling: str = 'shuffle', unroll: int | bool = 1
-                       ) -> tuple[Params, dict[str, jax.Array]]:
+def run_local_training(
+  client_update: ClientUpdate,
+  data: ClientDataArrays,
+  start_params: Params,
+  client_id: jax.Array,
+  num_steps: jax.Array,
+  key: jax.Array,
+  task_inputs: Any = None,
+  *,
+  max_steps: int | None,
+  sampling: str = 'shuffle',
+  unroll: int | bool = 1,
+) -> tuple[Params, dict[str, jax.Array]]:
   """Runs `num_steps` local steps (a traced value).
 
   With a static `max_steps` (needed under `vmap`, where tasks of one batch differ in steps)
@@ -61,9 +69,14 @@ def run_local_training(client_update: ClientUpdate, data: ClientDataArrays,
   return client_update.final(state, start_params)
 
 
-def local_step(client_update: ClientUpdate, data: ClientDataArrays, state: Any,
-               cursor: BatchCursor, step: jax.Array, task_inputs: Any = None
-               ) -> tuple[Any, BatchCursor]:
+def local_step(
+  client_update: ClientUpdate,
+  data: ClientDataArrays,
+  state: Any,
+  cursor: BatchCursor,
+  step: jax.Array,
+  task_inputs: Any = None,
+) -> tuple[Any, BatchCursor]:
   """Local step `step` of a task: its batch (`client_batch`'s, a function of the task key and
   `step` only) and one `client_update.step`. The scan in `run_local_training` and the host
   loop both use it; steps must come in order from 0 (the cursor caches epoch orders)."""

@@ -22,7 +22,7 @@ class DatasetNotFoundError(FileNotFoundError):
 
   @classmethod
   def not_prepared(
-      cls, name: str, data_dir: str | os.PathLike[str], how: str | None = None
+    cls, name: str, data_dir: str | os.PathLike[str], how: str | None = None
   ) -> DatasetNotFoundError:
     """The dataset has not been prepared under `data_dir`.
 
@@ -40,7 +40,7 @@ class DatasetNotFoundError(FileNotFoundError):
 
   @classmethod
   def missing_source(
-      cls, name: str, path: str | os.PathLike[str], provider: str
+    cls, name: str, path: str | os.PathLike[str], provider: str
   ) -> DatasetNotFoundError:
     """The local source files of dataset `name` are missing at `path`."""
     return cls(f'Source of dataset {name!r} not found at {os.fspath(path)!r}; {provider}')

@@ -10,7 +10,7 @@ copies of the images. Batches are sampled inside jit from these arrays (`client_
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 import flax.struct
 import jax
@@ -57,21 +57,35 @@ class FederatedDataset:
   straggler_mask: np.ndarray | None = None  # [num_clients] bool, from straggler-aware splits
 
   @classmethod
-  def from_partition(cls, name: str, train_x: np.ndarray, train_y: np.ndarray,
-                     partition: Sequence[np.ndarray], test_x: np.ndarray, test_y: np.ndarray,
-                     num_classes: int, straggler_mask: np.ndarray | None = None
-                     ) -> 'FederatedDataset':
+  def from_partition(
+    cls,
+    name: str,
+    train_x: np.ndarray,
+    train_y: np.ndarray,
+    partition: Sequence[np.ndarray],
+    test_x: np.ndarray,
+    test_y: np.ndarray,
+    num_classes: int,
+    straggler_mask: np.ndarray | None = None,
+  ) -> FederatedDataset:
     """Builds a federation from `partition[c]`, the training-example indices of client c."""
     if not partition:
       raise ValueError('partition must hold at least one client')
     sizes = np.array([len(p) for p in partition], np.int32)
     indices = np.zeros((len(partition), max(int(sizes.max()), 1)), np.int32)
     for c, rows in enumerate(partition):
-      indices[c, :len(rows)] = rows
-    return cls(name=name, train_x=train_x, train_y=np.asarray(train_y, np.int32),
-               client_indices=indices, client_sizes=sizes, test_x=test_x,
-               test_y=np.asarray(test_y, np.int32), num_classes=int(num_classes),
-               straggler_mask=None if straggler_mask is None else np.asarray(straggler_mask, bool))
+      indices[c, : len(rows)] = rows
+    return cls(
+      name=name,
+      train_x=train_x,
+      train_y=np.asarray(train_y, np.int32),
+      client_indices=indices,
+      client_sizes=sizes,
+      test_x=test_x,
+      test_y=np.asarray(test_y, np.int32),
+      num_classes=int(num_classes),
+      straggler_mask=None if straggler_mask is None else np.asarray(straggler_mask, bool),
+    )
 
   @property
   def num_clients(self) -> int:
@@ -83,7 +97,7 @@ class FederatedDataset:
 
   def client_examples(self, client_id: int) -> tuple[np.ndarray, np.ndarray]:
     """Host-side `(x, y)` of one client, unpadded."""
-    rows = self.client_indices[client_id, :self.client_sizes[client_id]]
+    rows = self.client_indices[client_id, : self.client_sizes[client_id]]
     return self.train_x[rows], self.train_y[rows]
 
   def padded_client_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -92,13 +106,15 @@ class FederatedDataset:
     Convenient for small federations and tests; the simulator itself gathers from the index
     table instead.
     """
-    return (self.train_x[self.client_indices], self.train_y[self.client_indices],
-            self.client_sizes)
+    return (self.train_x[self.client_indices], self.train_y[self.client_indices], self.client_sizes)
 
   def device_arrays(self) -> ClientDataArrays:
-    return ClientDataArrays(x=jnp.asarray(self.train_x), y=jnp.asarray(self.train_y),
-                            indices=jnp.asarray(self.client_indices),
-                            sizes=jnp.asarray(self.client_sizes))
+    return ClientDataArrays(
+      x=jnp.asarray(self.train_x),
+      y=jnp.asarray(self.train_y),
+      indices=jnp.asarray(self.client_indices),
+      sizes=jnp.asarray(self.client_sizes),
+    )
 
 
 def _epoch_order(key: jax.Array, epoch: jax.Array, size: jax.Array, length: int) -> jax.Array:
@@ -108,9 +124,14 @@ def _epoch_order(key: jax.Array, epoch: jax.Array, size: jax.Array, length: int)
   return jnp.argsort(u)
 
 
-def client_batch(data: ClientDataArrays, client_id: jax.Array, step: jax.Array, key: jax.Array,
-                 batch_size: int, sampling: str = 'shuffle'
-                 ) -> tuple[jax.Array, jax.Array, jax.Array]:
+def client_batch(
+  data: ClientDataArrays,
+  client_id: jax.Array,
+  step: jax.Array,
+  key: jax.Array,
+  batch_size: int,
+  sampling: str = 'shuffle',
+) -> tuple[jax.Array, jax.Array, jax.Array]:
   """The mini-batch a client uses at local step `step`, sampled inside jit.
 
   `shuffle` reads the client's examples epoch by epoch, each epoch in a fresh random order
@@ -124,8 +145,14 @@ def client_batch(data: ClientDataArrays, client_id: jax.Array, step: jax.Array, 
   Returns:
     `(x [batch_size, ...], y [batch_size], weights [batch_size])`; the loss must be weighted.
   """
-  cursor = BatchCursor.start(data, client_id, key, batch_size, sampling,
-                             first_epoch=_first_epoch(data, client_id, step, batch_size))
+  cursor = BatchCursor.start(
+    data,
+    client_id,
+    key,
+    batch_size,
+    sampling,
+    first_epoch=_first_epoch(data, client_id, step, batch_size),
+  )
   return cursor.batch(data, step)[0]
 
 
@@ -134,8 +161,9 @@ def _sort_size(data: ClientDataArrays, client_id: jax.Array) -> jax.Array:
   return jnp.maximum(data.sizes[client_id], 1)
 
 
-def _first_epoch(data: ClientDataArrays, client_id: jax.Array, step: jax.Array,
-                 batch_size: int) -> jax.Array:
+def _first_epoch(
+  data: ClientDataArrays, client_id: jax.Array, step: jax.Array, batch_size: int
+) -> jax.Array:
   """The epoch of the first example of step `step`'s batch."""
   size = _sort_size(data, client_id)
   return (step * jnp.minimum(batch_size, size)) // size
@@ -158,17 +186,23 @@ class BatchCursor:
 
   client_id: jax.Array
   key: jax.Array
-  epoch: jax.Array               # epoch of `current` (unused with `with_replacement`)
-  current: jax.Array | None      # [length] slot order of `epoch`
-  following: jax.Array | None    # [length] slot order of `epoch + 1` once `ready`
-  ready: jax.Array | None        # whether `following` holds that order yet
+  epoch: jax.Array  # epoch of `current` (unused with `with_replacement`)
+  current: jax.Array | None  # [length] slot order of `epoch`
+  following: jax.Array | None  # [length] slot order of `epoch + 1` once `ready`
+  ready: jax.Array | None  # whether `following` holds that order yet
   batch_size: int = flax.struct.field(pytree_node=False)
   sampling: str = flax.struct.field(pytree_node=False)
 
   @classmethod
-  def start(cls, data: ClientDataArrays, client_id: jax.Array, key: jax.Array,
-            batch_size: int, sampling: str = 'shuffle',
-            first_epoch: jax.Array | int = 0) -> 'BatchCursor':
+  def start(
+    cls,
+    data: ClientDataArrays,
+    client_id: jax.Array,
+    key: jax.Array,
+    batch_size: int,
+    sampling: str = 'shuffle',
+    first_epoch: jax.Array | int = 0,
+  ) -> BatchCursor:
     """A cursor whose next batch starts in `first_epoch` (0: a task's first step)."""
     if sampling not in SAMPLING_MODES:
       raise ValueError(f'client.sampling={sampling!r}; allowed: {SAMPLING_MODES}')
@@ -179,11 +213,20 @@ class BatchCursor:
       size, length = _sort_size(data, client_id), data.indices.shape[1]
       current = _epoch_order(key, epoch, size, length)
       following, ready = current, jnp.asarray(False)  # sorted when a batch first reaches it
-    return cls(client_id=client_id, key=key, epoch=epoch, current=current, following=following,
-               ready=ready, batch_size=batch_size, sampling=sampling)
+    return cls(
+      client_id=client_id,
+      key=key,
+      epoch=epoch,
+      current=current,
+      following=following,
+      ready=ready,
+      batch_size=batch_size,
+      sampling=sampling,
+    )
 
-  def batch(self, data: ClientDataArrays, step: jax.Array
-            ) -> tuple[tuple[jax.Array, jax.Array, jax.Array], 'BatchCursor']:
+  def batch(
+    self, data: ClientDataArrays, step: jax.Array
+  ) -> tuple[tuple[jax.Array, jax.Array, jax.Array], BatchCursor]:
     """`(client_batch(...) for step, cursor for the steps after it)`."""
     client_id, batch_size = self.client_id, self.batch_size
     size = _sort_size(data, client_id)
@@ -196,16 +239,18 @@ class BatchCursor:
       # the next epoch's order is needed.
       cursor = self._prepare(data, position[0] // size, position[-1] // size)
       within = position % size
-      slot = jnp.where(position // size == cursor.epoch, cursor.current[within],
-                       cursor.following[within])
+      slot = jnp.where(
+        position // size == cursor.epoch, cursor.current[within], cursor.following[within]
+      )
     else:
       slot = jax.random.randint(jax.random.fold_in(self.key, step), (batch_size,), 0, size)
     rows = data.indices[client_id, slot]
     weights = ((slots < effective) & (data.sizes[client_id] > 0)).astype(jnp.float32)
     return (data.x[rows], data.y[rows], weights), cursor
 
-  def _prepare(self, data: ClientDataArrays, first_epoch: jax.Array,
-               last_epoch: jax.Array) -> 'BatchCursor':
+  def _prepare(
+    self, data: ClientDataArrays, first_epoch: jax.Array, last_epoch: jax.Array
+  ) -> BatchCursor:
     """The cursor for a batch reading epochs `first_epoch..last_epoch`: `epoch` is
     `first_epoch` (the same one or the next) and `following` is ready if `last_epoch` is later.
 
@@ -217,15 +262,18 @@ class BatchCursor:
     """
     advance = first_epoch > self.epoch
     epoch = jnp.where(advance, self.epoch + 1, self.epoch)
-    ready = self.ready & ~advance                 # `following` after a shift is not yet known
+    ready = self.ready & ~advance  # `following` after a shift is not yet known
     need_current = advance & ~self.ready
     need_following = (last_epoch > epoch) & ~ready
     sort_epoch = jnp.where(need_current, epoch, epoch + 1)
     size, length = _sort_size(data, self.client_id), data.indices.shape[1]
-    new = jax.lax.cond(need_current | need_following,
-                       lambda: _epoch_order(self.key, sort_epoch, size, length),
-                       lambda: self.current)
+    new = jax.lax.cond(
+      need_current | need_following,
+      lambda: _epoch_order(self.key, sort_epoch, size, length),
+      lambda: self.current,
+    )
     current = jnp.where(advance, jnp.where(self.ready, self.following, new), self.current)
     following = jnp.where(need_following, new, self.following)
-    return self.replace(epoch=epoch, current=current, following=following,
-                        ready=ready | need_following)
+    return self.replace(
+      epoch=epoch, current=current, following=following, ready=ready | need_following
+    )

@@ -29,7 +29,8 @@ take `data` as an argument, never closed over) and renumbers the tasks' clients.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
@@ -93,15 +94,22 @@ class LazyFederation:
   def __post_init__(self):
     offsets = np.asarray(self.client_offsets, np.int64)
     num_rows = len(self.train_x) if self.client_rows is None else len(self.client_rows)
-    if (offsets.ndim != 1 or offsets.size < 2 or offsets[0] != 0 or offsets[-1] != num_rows
-        or np.any(np.diff(offsets) < 0)):
+    if (
+      offsets.ndim != 1
+      or offsets.size < 2
+      or offsets[0] != 0
+      or offsets[-1] != num_rows
+      or np.any(np.diff(offsets) < 0)
+    ):
       raise ValueError(
-          f'client_offsets are invalid; allowed: a non-decreasing [num_clients + 1] array from 0 '
-          f'to {num_rows} (the number of client rows)'
+        f'client_offsets are invalid; allowed: a non-decreasing [num_clients + 1] array from 0 '
+        f'to {num_rows} (the number of client rows)'
       )
     if len(self.train_y) != len(self.train_x):
-      raise ValueError(f'train_y has {len(self.train_y)} labels for {len(self.train_x)} '
-                       'examples; allowed: one label per example')
+      raise ValueError(
+        f'train_y has {len(self.train_y)} labels for {len(self.train_x)} '
+        'examples; allowed: one label per example'
+      )
     if self.client_rows is not None:
       rows = np.asarray(self.client_rows, np.int64)
       if rows.ndim != 1 or (rows.size and (rows.min() < 0 or rows.max() >= len(self.train_x))):
@@ -112,41 +120,76 @@ class LazyFederation:
       if mask.shape != (offsets.size - 1,):
         raise ValueError(f'straggler_mask has shape {mask.shape}; allowed: ({offsets.size - 1},)')
       object.__setattr__(self, 'straggler_mask', mask)
-    if isinstance(self.bucket_bits, bool) or not isinstance(self.bucket_bits, int) or \
-        self.bucket_bits < 1:
+    if (
+      isinstance(self.bucket_bits, bool)
+      or not isinstance(self.bucket_bits, int)
+      or self.bucket_bits < 1
+    ):
       raise ValueError(f'bucket_bits={self.bucket_bits!r} is invalid; allowed: integers >= 1')
     object.__setattr__(self, 'client_offsets', offsets)
     object.__setattr__(self, 'train_y', np.asarray(self.train_y, np.int32))
     object.__setattr__(self, 'client_sizes', np.diff(offsets).astype(np.int32))
 
   @classmethod
-  def from_partition(cls, name: str, train_x: Any, train_y: np.ndarray,
-                     partition: Sequence[np.ndarray], test_x: np.ndarray, test_y: np.ndarray,
-                     num_classes: int, straggler_mask: np.ndarray | None = None,
-                     bucket_bits: int = 3) -> 'LazyFederation':
+  def from_partition(
+    cls,
+    name: str,
+    train_x: Any,
+    train_y: np.ndarray,
+    partition: Sequence[np.ndarray],
+    test_x: np.ndarray,
+    test_y: np.ndarray,
+    num_classes: int,
+    straggler_mask: np.ndarray | None = None,
+    bucket_bits: int = 3,
+  ) -> LazyFederation:
     """From `partition[c]`, the training-example rows of client c (kept in the given order)."""
     if not partition:
       raise ValueError('partition must hold at least one client')
     sizes = np.array([len(p) for p in partition], np.int64)
     rows = np.concatenate([np.asarray(p, np.int64) for p in partition])
-    return cls(name=name, train_x=train_x, train_y=train_y,
-               client_offsets=np.concatenate([[0], np.cumsum(sizes)]), client_rows=rows,
-               test_x=test_x, test_y=test_y, num_classes=int(num_classes),
-               straggler_mask=straggler_mask, bucket_bits=bucket_bits)
+    return cls(
+      name=name,
+      train_x=train_x,
+      train_y=train_y,
+      client_offsets=np.concatenate([[0], np.cumsum(sizes)]),
+      client_rows=rows,
+      test_x=test_x,
+      test_y=test_y,
+      num_classes=int(num_classes),
+      straggler_mask=straggler_mask,
+      bucket_bits=bucket_bits,
+    )
 
   @classmethod
-  def from_client_sizes(cls, name: str, train_x: Any, train_y: np.ndarray,
-                        client_sizes: np.ndarray, test_x: np.ndarray, test_y: np.ndarray,
-                        num_classes: int, straggler_mask: np.ndarray | None = None,
-                        bucket_bits: int = 3) -> 'LazyFederation':
+  def from_client_sizes(
+    cls,
+    name: str,
+    train_x: Any,
+    train_y: np.ndarray,
+    client_sizes: np.ndarray,
+    test_x: np.ndarray,
+    test_y: np.ndarray,
+    num_classes: int,
+    straggler_mask: np.ndarray | None = None,
+    bucket_bits: int = 3,
+  ) -> LazyFederation:
     """From examples stored client by client: client c owns the next `client_sizes[c]` rows."""
     sizes = np.asarray(client_sizes, np.int64)
     if sizes.ndim != 1 or sizes.size == 0 or np.any(sizes < 0):
       raise ValueError('client_sizes are invalid; allowed: a non-empty 1-D array of sizes >= 0')
-    return cls(name=name, train_x=train_x, train_y=train_y,
-               client_offsets=np.concatenate([[0], np.cumsum(sizes)]), client_rows=None,
-               test_x=test_x, test_y=test_y, num_classes=int(num_classes),
-               straggler_mask=straggler_mask, bucket_bits=bucket_bits)
+    return cls(
+      name=name,
+      train_x=train_x,
+      train_y=train_y,
+      client_offsets=np.concatenate([[0], np.cumsum(sizes)]),
+      client_rows=None,
+      test_x=test_x,
+      test_y=test_y,
+      num_classes=int(num_classes),
+      straggler_mask=straggler_mask,
+      bucket_bits=bucket_bits,
+    )
 
   @property
   def num_clients(self) -> int:
@@ -176,10 +219,17 @@ class LazyFederation:
   def gather(self, client_ids: Sequence[int] | np.ndarray) -> GatheredClients:
     """Copies the examples of `client_ids` (repeats allowed) into one device block."""
     ids = np.asarray(client_ids)
-    if (ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer)
-        or ids.min() < 0 or ids.max() >= self.num_clients):
-      raise ValueError(f'client_ids are invalid; allowed: a non-empty list of client ids in '
-                       f'0..{self.num_clients - 1}')
+    if (
+      ids.ndim != 1
+      or ids.size == 0
+      or not np.issubdtype(ids.dtype, np.integer)
+      or ids.min() < 0
+      or ids.max() >= self.num_clients
+    ):
+      raise ValueError(
+        f'client_ids are invalid; allowed: a non-empty list of client ids in '
+        f'0..{self.num_clients - 1}'
+      )
     clients, local_ids = np.unique(ids.astype(np.int64), return_inverse=True)
     sizes = self.client_sizes[clients].astype(np.int64)
     local_starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
@@ -196,12 +246,15 @@ class LazyFederation:
     width = self.max_client_size
     columns = np.arange(width)
     indices = np.zeros((num_slots, width), np.int32)
-    indices[:clients.size] = np.where(columns < sizes[:, None],
-                                      local_starts[:, None] + columns, 0)
+    indices[: clients.size] = np.where(columns < sizes[:, None], local_starts[:, None] + columns, 0)
     block_sizes = np.zeros(num_slots, np.int32)
-    block_sizes[:clients.size] = sizes
-    data = ClientDataArrays(x=jnp.asarray(x), y=jnp.asarray(y), indices=jnp.asarray(indices),
-                            sizes=jnp.asarray(block_sizes))
+    block_sizes[: clients.size] = sizes
+    data = ClientDataArrays(
+      x=jnp.asarray(x),
+      y=jnp.asarray(y),
+      indices=jnp.asarray(indices),
+      sizes=jnp.asarray(block_sizes),
+    )
     return GatheredClients(data=data, clients=clients, local_ids=local_ids.astype(np.int32))
 
   def gather_tasks(self, tasks: Sequence[Any]) -> tuple[ClientDataArrays, list[Any]]:
@@ -211,15 +264,23 @@ class LazyFederation:
     result is `tasks[i]` with `client_id` replaced by its slot in the block.
     """
     block = self.gather([task.client_id for task in tasks])
-    return block.data, [dataclasses.replace(task, client_id=int(slot))
-                        for task, slot in zip(tasks, block.local_ids)]
+    return block.data, [
+      dataclasses.replace(task, client_id=int(slot)) for task, slot in zip(tasks, block.local_ids)
+    ]
 
   def to_federated_dataset(self) -> FederatedDataset:
     """The eager `FederatedDataset` of the same partition (small federations and tests)."""
     partition = [self.client_rows_of(c) for c in range(self.num_clients)]
-    return FederatedDataset.from_partition(self.name, np.asarray(self.train_x), self.train_y,
-                                           partition, self.test_x, self.test_y,
-                                           self.num_classes, self.straggler_mask)
+    return FederatedDataset.from_partition(
+      self.name,
+      np.asarray(self.train_x),
+      self.train_y,
+      partition,
+      self.test_x,
+      self.test_y,
+      self.num_classes,
+      self.straggler_mask,
+    )
 
 
 class LazyExecutor:

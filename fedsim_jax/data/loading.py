@@ -29,7 +29,7 @@ _READ_CHUNK = 10_000  # Examples per `__getitems__` call.
 _SPLITS = ('train', 'test')
 # Datasets outside the catalog: images and labels; num_classes from the label feature.
 _GENERIC = catalog.DatasetSpec(
-    name='', kind=catalog.IMAGE, directory='', input_key='image', label_key='label', num_classes=0
+  name='', kind=catalog.IMAGE, directory='', input_key='image', label_key='label', num_classes=0
 )
 
 
@@ -66,9 +66,9 @@ def _find_version_dir(name: str, data_dir: Path, spec: catalog.DatasetSpec | Non
     if spec is not None:
       raise DatasetNotFoundError.not_prepared(name, data_dir, how)
     raise DatasetNotFoundError(
-        f'Unknown dataset {name!r} in data dir {str(data_dir)!r}; known datasets: '
-        f"{', '.join(catalog.DATASETS)} (prepare with: {prepare_command('NAME', data_dir)}); "
-        f"prepared here: {', '.join(_prepared_names(data_dir)) or 'none'}"
+      f'Unknown dataset {name!r} in data dir {str(data_dir)!r}; known datasets: '
+      f'{", ".join(catalog.DATASETS)} (prepare with: {prepare_command("NAME", data_dir)}); '
+      f'prepared here: {", ".join(_prepared_names(data_dir)) or "none"}'
     )
   versions = [(key, p) for p in dataset_dir.iterdir() if (key := _version_key(p)) is not None]
   if not versions:
@@ -118,7 +118,7 @@ def _client_ids(feature: Any, train: list[Any], test: list[Any]) -> tuple[np.nda
 
 
 def _tokenize(
-    spec: catalog.DatasetSpec, train: list[Any], test: list[Any]
+  spec: catalog.DatasetSpec, train: list[Any], test: list[Any]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, tuple[str, ...]]:
   """Word ids of a `Text` input (catalog module docstring): (x_train, x_test, y_train, y_test,
   vocabulary); the y arrays are the next tokens for `sequence` datasets, else None."""
@@ -219,39 +219,37 @@ def _decode(name: str, path: Path, spec: catalog.DatasetSpec) -> CentralizedData
     required = [k for k in (spec.input_key, spec.label_key) if k is not None]
     if any(k not in features for k in required):
       raise CorruptDatasetError(
-          f'Dataset {name!r} at {str(path)!r} lacks features {required}: has {list(features)}'
+        f'Dataset {name!r} at {str(path)!r} lacks features {required}: has {list(features)}'
       )
     missing = set(_SPLITS) - set(builder.info.splits)
     if missing:
-      raise CorruptDatasetError(
-          f'Dataset {name!r} at {str(path)!r} lacks splits {sorted(missing)}'
-      )
+      raise CorruptDatasetError(f'Dataset {name!r} at {str(path)!r} lacks splits {sorted(missing)}')
     optional = [k for k in (spec.client_id_key, *spec.extra_keys) if k and k in features]
     sources = builder.as_data_source()
     columns = {
-        split: _read_split(
-            sources[split], builder.info.splits[split].num_examples, required + optional
-        )
-        for split in _SPLITS
+      split: _read_split(
+        sources[split], builder.info.splits[split].num_examples, required + optional
+      )
+      for split in _SPLITS
     }
     metadata = builder.info.metadata or {}
   except (CorruptDatasetError, DatasetNotFoundError):
     raise
   except ImportError as e:  # tfds `Image` features decode with PIL (or OpenCV).
     raise ImportError(
-        f'Dataset {name!r} at {str(path)!r} stores encoded images; decoding them needs '
-        f'Pillow (pip install pillow)'
+      f'Dataset {name!r} at {str(path)!r} stores encoded images; decoding them needs '
+      f'Pillow (pip install pillow)'
     ) from e
   except Exception as e:  # TFDS/array_record raise many types for unreadable files.
     raise CorruptDatasetError(
-        f'Cannot read dataset {name!r} at {str(path)!r} ({type(e).__name__}: {e})'
+      f'Cannot read dataset {name!r} at {str(path)!r} ({type(e).__name__}: {e})'
     ) from e
   train, test = columns['train'], columns['test']
   input_feature = features[spec.input_key]
   vocabulary: tuple[str, ...] | None = None
   if isinstance(input_feature, tfds.features.Text):
     train_x, test_x, train_y, test_y, vocabulary = _tokenize(
-        spec, train[spec.input_key], test[spec.input_key]
+      spec, train[spec.input_key], test[spec.input_key]
     )
   else:
     train_x = _feature_values(input_feature, train[spec.input_key])
@@ -277,22 +275,22 @@ def _decode(name: str, path: Path, spec: catalog.DatasetSpec) -> CentralizedData
   train_ids = test_ids = client_names = None
   if spec.client_id_key in optional:
     train_ids, test_ids, client_names = _client_ids(
-        features[spec.client_id_key], train[spec.client_id_key], test[spec.client_id_key]
+      features[spec.client_id_key], train[spec.client_id_key], test[spec.client_id_key]
     )
   extras = [k for k in spec.extra_keys if k in optional]
   return CentralizedDataset(
-      name=name,
-      train_x=train_x,
-      train_y=train_y,
-      test_x=test_x,
-      test_y=test_y,
-      num_classes=num_classes,
-      label_names=label_names,
-      kind=spec.kind,
-      train_client_ids=train_ids,
-      test_client_ids=test_ids,
-      client_names=client_names,
-      vocabulary=vocabulary,
-      train_extras={k: _feature_values(features[k], train[k]) for k in extras} or None,
-      test_extras={k: _feature_values(features[k], test[k]) for k in extras} or None,
+    name=name,
+    train_x=train_x,
+    train_y=train_y,
+    test_x=test_x,
+    test_y=test_y,
+    num_classes=num_classes,
+    label_names=label_names,
+    kind=spec.kind,
+    train_client_ids=train_ids,
+    test_client_ids=test_ids,
+    client_names=client_names,
+    vocabulary=vocabulary,
+    train_extras={k: _feature_values(features[k], train[k]) for k in extras} or None,
+    test_extras={k: _feature_values(features[k], test[k]) for k in extras} or None,
   )

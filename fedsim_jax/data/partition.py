@@ -56,8 +56,8 @@ def _check_labels(labels: np.ndarray) -> np.ndarray:
   labels = np.asarray(labels)
   if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer) or labels.size == 0:
     raise ValueError(
-        f'labels with dtype {labels.dtype} and shape {labels.shape} are invalid; '
-        'allowed: a non-empty 1-D integer array'
+      f'labels with dtype {labels.dtype} and shape {labels.shape} are invalid; '
+      'allowed: a non-empty 1-D integer array'
     )
   return labels
 
@@ -66,8 +66,7 @@ def _check_num_clients(num_clients: int, num_examples: int) -> None:
   _check_int('num_clients', num_clients, 1)
   if num_clients > num_examples:
     raise ValueError(
-        f'num_clients={num_clients} is invalid; '
-        f'allowed: 1..{num_examples} (the number of examples)'
+      f'num_clients={num_clients} is invalid; allowed: 1..{num_examples} (the number of examples)'
     )
 
 
@@ -84,8 +83,9 @@ def _sorted_parts(parts: list[np.ndarray]) -> list[np.ndarray]:
   return [np.sort(part).astype(np.int64) for part in parts]
 
 
-def _split_classes(by_class: list[np.ndarray], num_clients: int, rng: np.random.Generator,
-                   cuts_for) -> list[np.ndarray]:
+def _split_classes(
+  by_class: list[np.ndarray], num_clients: int, rng: np.random.Generator, cuts_for
+) -> list[np.ndarray]:
   """Shuffles each class's examples and cuts them into per-client pieces at
   `cuts_for(class_index, members)` (which may draw from `rng` first); returns each client's
   examples (unsorted)."""
@@ -112,14 +112,14 @@ def iid(num_examples: int, num_clients: int, seed: int) -> list[np.ndarray]:
 
 
 def dirichlet(
-    labels: np.ndarray,
-    num_clients: int,
-    concentration: float,
-    seed: int,
-    min_client_size: int = 10,
-    max_attempts: int = 1000,
-    *,
-    balance: bool = False,
+  labels: np.ndarray,
+  num_clients: int,
+  concentration: float,
+  seed: int,
+  min_client_size: int = 10,
+  max_attempts: int = 1000,
+  *,
+  balance: bool = False,
 ) -> list[np.ndarray]:
   """Label-skewed split: each class is divided among clients by Dirichlet proportions.
 
@@ -158,17 +158,17 @@ def dirichlet(
   labels = _check_labels(labels)
   _check_num_clients(num_clients, labels.size)
   if not (
-      isinstance(concentration, (int, float, np.number))
-      and math.isfinite(concentration)
-      and concentration > 0
+    isinstance(concentration, (int, float, np.number))
+    and math.isfinite(concentration)
+    and concentration > 0
   ):
     raise ValueError(f'concentration={concentration!r} is invalid; allowed: finite numbers > 0')
   _check_int('min_client_size', min_client_size, 0)
   _check_int('max_attempts', max_attempts, 1)
   if min_client_size * num_clients > labels.size:
     raise ValueError(
-        f'min_client_size={min_client_size} is impossible with num_clients={num_clients} and '
-        f'{labels.size} examples; allowed: 0..{labels.size // num_clients}'
+      f'min_client_size={min_client_size} is impossible with num_clients={num_clients} and '
+      f'{labels.size} examples; allowed: 0..{labels.size // num_clients}'
     )
 
   _check_bool('balance', balance)
@@ -199,14 +199,14 @@ def dirichlet(
     if min(c.size for c in clients) >= min_client_size:
       return _sorted_parts(clients)
   raise ValueError(
-      f'dirichlet partition found no split with min_client_size={min_client_size} in '
-      f'max_attempts={max_attempts} (num_clients={num_clients}, concentration={concentration}, '
-      f'{labels.size} examples); lower min_client_size or num_clients, or raise concentration'
+    f'dirichlet partition found no split with min_client_size={min_client_size} in '
+    f'max_attempts={max_attempts} (num_clients={num_clients}, concentration={concentration}, '
+    f'{labels.size} examples); lower min_client_size or num_clients, or raise concentration'
   )
 
 
 def shards(
-    labels: np.ndarray, num_clients: int, shards_per_client: int, seed: int
+  labels: np.ndarray, num_clients: int, shards_per_client: int, seed: int
 ) -> list[np.ndarray]:
   """McMahan et al. (2017) pathological non-IID split.
 
@@ -226,9 +226,9 @@ def shards(
   num_shards = num_clients * shards_per_client
   if num_shards > labels.size:
     raise ValueError(
-        f'shards_per_client={shards_per_client} with num_clients={num_clients} gives '
-        f'{num_shards} shards for {labels.size} examples; allowed: '
-        f'num_clients * shards_per_client <= {labels.size}'
+      f'shards_per_client={shards_per_client} with num_clients={num_clients} gives '
+      f'{num_shards} shards for {labels.size} examples; allowed: '
+      f'num_clients * shards_per_client <= {labels.size}'
     )
   shard_list = np.array_split(np.argsort(labels, kind='stable'), num_shards)
   assignment = np.random.default_rng(seed).permutation(num_shards)
@@ -242,10 +242,10 @@ FEDCOMPASS_NUM_CLIENTS = (5, 10, 20)
 
 def _check_positive_float(name: str, value: float, allow_zero: bool = False) -> None:
   ok = (
-      not isinstance(value, bool)
-      and isinstance(value, (int, float, np.number))
-      and math.isfinite(value)
-      and (value >= 0 if allow_zero else value > 0)
+    not isinstance(value, bool)
+    and isinstance(value, (int, float, np.number))
+    and math.isfinite(value)
+    and (value >= 0 if allow_zero else value > 0)
   )
   if not ok:
     bound = '>= 0' if allow_zero else '> 0'
@@ -256,8 +256,8 @@ def _check_min_client_size(min_client_size: int, num_clients: int, num_examples:
   _check_int('min_client_size', min_client_size, 0)
   if min_client_size * num_clients > num_examples:
     raise ValueError(
-        f'min_client_size={min_client_size} is impossible with num_clients={num_clients} and '
-        f'{num_examples} examples; allowed: 0..{num_examples // num_clients}'
+      f'min_client_size={min_client_size} is impossible with num_clients={num_clients} and '
+      f'{num_examples} examples; allowed: 0..{num_examples // num_clients}'
     )
 
 
@@ -284,22 +284,22 @@ def fedcompass_class_partition_settings(num_clients: int) -> dict[str, object]:
     classes_per_client = (3, 5)
   else:
     raise ValueError(
-        f'num_clients={num_clients!r} has no FedCompass class-partition setting; '
-        'allowed: 5, 10, 20 (or pass classes_per_client explicitly)'
+      f'num_clients={num_clients!r} has no FedCompass class-partition setting; '
+      'allowed: 5, 10, 20 (or pass classes_per_client explicitly)'
     )
   return {'classes_per_client': classes_per_client, 'mean': 10.0, 'std': 3.0}
 
 
 def class_partition(
-    labels: np.ndarray,
-    num_clients: int,
-    seed: int,
-    *,
-    classes_per_client: int | tuple[int, int] | None = None,
-    mean: float = 10.0,
-    std: float = 3.0,
-    min_client_size: int = 1,
-    max_attempts: int = 1000,
+  labels: np.ndarray,
+  num_clients: int,
+  seed: int,
+  *,
+  classes_per_client: int | tuple[int, int] | None = None,
+  mean: float = 10.0,
+  std: float = 3.0,
+  min_client_size: int = 1,
+  max_attempts: int = 1000,
 ) -> list[np.ndarray]:
   """FedCompass class partition: each client holds examples of only a few classes.
 
@@ -355,22 +355,22 @@ def class_partition(
   if isinstance(classes_per_client, (int, np.integer)) and not isinstance(classes_per_client, bool):
     classes_per_client = (int(classes_per_client), int(classes_per_client))
   if not (
-      isinstance(classes_per_client, (tuple, list))
-      and len(classes_per_client) == 2
-      and all(
-          isinstance(k, (int, np.integer)) and not isinstance(k, bool) for k in classes_per_client
-      )
-      and 1 <= classes_per_client[0] <= classes_per_client[1] <= num_classes
+    isinstance(classes_per_client, (tuple, list))
+    and len(classes_per_client) == 2
+    and all(
+      isinstance(k, (int, np.integer)) and not isinstance(k, bool) for k in classes_per_client
+    )
+    and 1 <= classes_per_client[0] <= classes_per_client[1] <= num_classes
   ):
     raise ValueError(
-        f'classes_per_client={classes_per_client!r} is invalid; allowed: an int or a pair '
-        f'(n_min, n_max) with 1 <= n_min <= n_max <= {num_classes} (the number of classes)'
+      f'classes_per_client={classes_per_client!r} is invalid; allowed: an int or a pair '
+      f'(n_min, n_max) with 1 <= n_min <= n_max <= {num_classes} (the number of classes)'
     )
   min_classes, max_classes = int(classes_per_client[0]), int(classes_per_client[1])
   if num_clients * max_classes < num_classes:
     raise ValueError(
-        f'classes_per_client={classes_per_client!r} with num_clients={num_clients} cannot cover '
-        f'{num_classes} classes; allowed: num_clients * n_max >= {num_classes}'
+      f'classes_per_client={classes_per_client!r} with num_clients={num_clients} cannot cover '
+      f'{num_classes} classes; allowed: num_clients * n_max >= {num_classes}'
     )
   _check_positive_float('mean', mean)
   _check_positive_float('std', std, allow_zero=True)
@@ -396,10 +396,10 @@ def class_partition(
     if min(c.size for c in clients) >= min_client_size:
       return _sorted_parts(clients)
   raise ValueError(
-      f'class partition found no split covering all classes with min_client_size='
-      f'{min_client_size} in max_attempts={max_attempts} (num_clients={num_clients}, '
-      f'classes_per_client={classes_per_client!r}, {labels.size} examples); '
-      'lower min_client_size or raise n_max'
+    f'class partition found no split covering all classes with min_client_size='
+    f'{min_client_size} in max_attempts={max_attempts} (num_clients={num_clients}, '
+    f'classes_per_client={classes_per_client!r}, {labels.size} examples); '
+    'lower min_client_size or raise n_max'
   )
 
 
@@ -434,21 +434,21 @@ def fedcompass_dual_dirichlet_settings(num_clients: int) -> dict[str, float]:
   """
   if num_clients not in FEDCOMPASS_NUM_CLIENTS:
     raise ValueError(
-        f'num_clients={num_clients!r} has no FedCompass dual-Dirichlet setting; '
-        'allowed: 5, 10, 20 (or pass alpha_1 and alpha_2 explicitly)'
+      f'num_clients={num_clients!r} has no FedCompass dual-Dirichlet setting; '
+      'allowed: 5, 10, 20 (or pass alpha_1 and alpha_2 explicitly)'
     )
   return {'alpha_1': float(num_clients), 'alpha_2': 0.5}
 
 
 def dual_dirichlet(
-    labels: np.ndarray,
-    num_clients: int,
-    seed: int,
-    *,
-    alpha_1: float | None = None,
-    alpha_2: float | None = None,
-    min_client_size: int = 1,
-    max_attempts: int = 1000,
+  labels: np.ndarray,
+  num_clients: int,
+  seed: int,
+  *,
+  alpha_1: float | None = None,
+  alpha_2: float | None = None,
+  min_client_size: int = 1,
+  max_attempts: int = 1000,
 ) -> list[np.ndarray]:
   """FedCompass dual Dirichlet partition: Dirichlet client sizes and class mixes.
 
@@ -532,20 +532,21 @@ def dual_dirichlet(
     log_weights = log_client_wts[:, None] + log_class_wts
     portions = np.exp(log_weights - _logsumexp(log_weights, axis=0))  # columns sum to 1
     clients = _split_classes(
-        by_class, num_clients, rng,
-        lambda c, members: np.cumsum((portions[:-1, c] * members.size).astype(np.int64)))
+      by_class,
+      num_clients,
+      rng,
+      lambda c, members: np.cumsum((portions[:-1, c] * members.size).astype(np.int64)),
+    )
     if min(c.size for c in clients) >= min_client_size:
       return _sorted_parts(clients)
   raise ValueError(
-      f'dual_dirichlet partition found no split with min_client_size={min_client_size} in '
-      f'max_attempts={max_attempts} (num_clients={num_clients}, alpha_1={alpha_1}, '
-      f'alpha_2={alpha_2}, {labels.size} examples); lower min_client_size or raise alpha_1'
+    f'dual_dirichlet partition found no split with min_client_size={min_client_size} in '
+    f'max_attempts={max_attempts} (num_clients={num_clients}, alpha_1={alpha_1}, '
+    f'alpha_2={alpha_2}, {labels.size} examples); lower min_client_size or raise alpha_1'
   )
 
 
-def gamma_mix(
-    labels: np.ndarray, num_clients: int, gamma: float, seed: int
-) -> list[np.ndarray]:
+def gamma_mix(labels: np.ndarray, num_clients: int, gamma: float, seed: int) -> list[np.ndarray]:
   """CC-FedAvg's cross-silo partition: a gamma share of IID data over a sorted non-IID split.
 
   Zhang et al. (2024), "CC-FedAvg: Computationally Customized Federated
@@ -589,10 +590,10 @@ def gamma_mix(
   labels = _check_labels(labels)
   _check_num_clients(num_clients, labels.size)
   if (
-      isinstance(gamma, bool)
-      or not isinstance(gamma, (int, float, np.number))
-      or not math.isfinite(gamma)
-      or not 0 <= gamma <= 1
+    isinstance(gamma, bool)
+    or not isinstance(gamma, (int, float, np.number))
+    or not math.isfinite(gamma)
+    or not 0 <= gamma <= 1
   ):
     raise ValueError(f'gamma={gamma!r} is invalid; allowed: numbers in [0, 1]')
   rng = np.random.default_rng(seed)
@@ -641,14 +642,14 @@ def _folded_shard_order(num_shards: int) -> np.ndarray:
 
 
 def budget_skewed(
-    labels: np.ndarray,
-    num_clients: int,
-    seed: int,
-    *,
-    budgets: np.ndarray,
-    skew: str = 'high',
-    shards_per_client: int = 2,
-    skewed_fraction: float = 0.1,
+  labels: np.ndarray,
+  num_clients: int,
+  seed: int,
+  *,
+  budgets: np.ndarray,
+  skew: str = 'high',
+  shards_per_client: int = 2,
+  skewed_fraction: float = 0.1,
 ) -> list[np.ndarray]:
   """CC-FedAvg's budget-correlated shards: classes skewed across computation-budget levels.
 
@@ -719,20 +720,24 @@ def budget_skewed(
   _check_num_clients(num_clients, labels.size)
   _check_int('shards_per_client', shards_per_client, 1)
   if skew not in BUDGET_SKEWS:
-    raise ValueError(f"skew={skew!r} is invalid; allowed: {', '.join(BUDGET_SKEWS)}")
+    raise ValueError(f'skew={skew!r} is invalid; allowed: {", ".join(BUDGET_SKEWS)}')
   p = np.asarray(budgets)
-  if (p.shape != (num_clients,) or not np.issubdtype(p.dtype, np.number)
-      or np.issubdtype(p.dtype, np.complexfloating) or not np.all(np.isfinite(p))):
+  if (
+    p.shape != (num_clients,)
+    or not np.issubdtype(p.dtype, np.number)
+    or np.issubdtype(p.dtype, np.complexfloating)
+    or not np.all(np.isfinite(p))
+  ):
     raise ValueError(
-        f'budgets with dtype {p.dtype} and shape {p.shape} are invalid; allowed: '
-        f'{num_clients} finite real numbers (one per client)'
+      f'budgets with dtype {p.dtype} and shape {p.shape} are invalid; allowed: '
+      f'{num_clients} finite real numbers (one per client)'
     )
   num_shards = num_clients * shards_per_client
   if num_shards > labels.size:
     raise ValueError(
-        f'shards_per_client={shards_per_client} with num_clients={num_clients} gives '
-        f'{num_shards} shards for {labels.size} examples; allowed: '
-        f'num_clients * shards_per_client <= {labels.size}'
+      f'shards_per_client={shards_per_client} with num_clients={num_clients} gives '
+      f'{num_shards} shards for {labels.size} examples; allowed: '
+      f'num_clients * shards_per_client <= {labels.size}'
     )
   if skew == 'none':
     return shards(labels, num_clients, shards_per_client, seed)
@@ -743,10 +748,10 @@ def budget_skewed(
     num_adequate = int(np.sum(p == p.max()))
     if not 1 <= num_skewed <= num_adequate:
       raise ValueError(
-          f'skewed_fraction={skewed_fraction!r} gives {num_skewed} skewed clients of '
-          f'{num_clients}, but they must be 1..{num_adequate} (the clients with the highest '
-          f'budget); allowed: {1 / num_clients:.6g} <= skewed_fraction < '
-          f'{(num_adequate + 1) / num_clients:.6g}'
+        f'skewed_fraction={skewed_fraction!r} gives {num_skewed} skewed clients of '
+        f'{num_clients}, but they must be 1..{num_adequate} (the clients with the highest '
+        f'budget); allowed: {1 / num_clients:.6g} <= skewed_fraction < '
+        f'{(num_adequate + 1) / num_clients:.6g}'
       )
 
   rng = np.random.default_rng(seed)
@@ -759,17 +764,19 @@ def budget_skewed(
   else:
     skewed_clients = rng.permutation(np.flatnonzero(p == p.max()))[:num_skewed]
   assignment = np.empty((num_clients, shards_per_client), np.int64)
-  assignment[skewed_clients] = folded[:num_skewed * shards_per_client].reshape(
-      num_skewed, shards_per_client)
+  assignment[skewed_clients] = folded[: num_skewed * shards_per_client].reshape(
+    num_skewed, shards_per_client
+  )
   others = np.setdiff1d(np.arange(num_clients), skewed_clients)
   if others.size:
-    assignment[others] = rng.permutation(folded[num_skewed * shards_per_client:]).reshape(
-        others.size, shards_per_client)
+    assignment[others] = rng.permutation(folded[num_skewed * shards_per_client :]).reshape(
+      others.size, shards_per_client
+    )
   return _sorted_parts([np.concatenate([shard_list[s] for s in row]) for row in assignment])
 
 
 def natural(
-    client_ids: np.ndarray, *, min_client_size: int = 1
+  client_ids: np.ndarray, *, min_client_size: int = 1
 ) -> tuple[list[np.ndarray], np.ndarray]:
   """Natural split: one client per distinct natural id, e.g. a writer or a speaking role.
 
@@ -801,14 +808,14 @@ def natural(
   ids = np.asarray(client_ids)
   if ids.ndim != 1 or ids.size == 0:
     raise ValueError(
-        f'client_ids with shape {ids.shape} are invalid; allowed: a non-empty 1-D array'
+      f'client_ids with shape {ids.shape} are invalid; allowed: a non-empty 1-D array'
     )
   _check_int('min_client_size', min_client_size, 0)
   unique_ids, inverse, counts = np.unique(ids, return_inverse=True, return_counts=True)
   if counts.max() < min_client_size:
     raise ValueError(
-        f'min_client_size={min_client_size} drops every client; allowed: 0..{counts.max()} '
-        '(the largest client)'
+      f'min_client_size={min_client_size} drops every client; allowed: 0..{counts.max()} '
+      '(the largest client)'
     )
   order = np.argsort(inverse, kind='stable')  # stable: indices ascending within a client
   parts = np.split(order.astype(np.int64), np.cumsum(counts)[:-1])
@@ -817,12 +824,12 @@ def natural(
 
 
 def straggler_domain_split(
-    labels: np.ndarray,
-    parts: list[np.ndarray],
-    straggler_classes: list[int] | np.ndarray,
-    num_stragglers: int | None,
-    *,
-    min_client_size: int = 0,
+  labels: np.ndarray,
+  parts: list[np.ndarray],
+  straggler_classes: list[int] | np.ndarray,
+  num_stragglers: int | None,
+  *,
+  min_client_size: int = 0,
 ) -> tuple[list[np.ndarray], np.ndarray]:
   """Straggler-domain split: stragglers own the straggler classes.
 
@@ -873,19 +880,25 @@ def straggler_domain_split(
   if not parts:
     raise ValueError('parts=[] is invalid; allowed: a non-empty list of index arrays')
   parts = [np.asarray(part, np.int64) for part in parts]
-  if any(part.ndim != 1 or (part.size and (part.min() < 0 or part.max() >= labels.size))
-         for part in parts):
+  if any(
+    part.ndim != 1 or (part.size and (part.min() < 0 or part.max() >= labels.size))
+    for part in parts
+  ):
     raise ValueError(
-        f'parts are invalid; allowed: 1-D arrays of example indices in 0..{labels.size - 1}'
+      f'parts are invalid; allowed: 1-D arrays of example indices in 0..{labels.size - 1}'
     )
   classes = np.asarray(straggler_classes)
   present = np.unique(labels)
-  if (classes.ndim != 1 or classes.size == 0 or not np.issubdtype(classes.dtype, np.integer)
-      or not np.any(np.isin(classes, present))):
+  if (
+    classes.ndim != 1
+    or classes.size == 0
+    or not np.issubdtype(classes.dtype, np.integer)
+    or not np.any(np.isin(classes, present))
+  ):
     raise ValueError(
-        f'straggler_classes={straggler_classes!r} is invalid; allowed: a non-empty list of '
-        f'integer labels, at least one of them present in labels ({present.min()}..'
-        f'{present.max()})'
+      f'straggler_classes={straggler_classes!r} is invalid; allowed: a non-empty list of '
+      f'integer labels, at least one of them present in labels ({present.min()}..'
+      f'{present.max()})'
     )
   _check_int('min_client_size', min_client_size, 0)
   is_straggler_class = np.isin(labels, classes)
@@ -894,40 +907,44 @@ def straggler_domain_split(
   if num_stragglers is None:
     mask = counts > 0
   else:
-    if (isinstance(num_stragglers, bool) or not isinstance(num_stragglers, (int, np.integer))
-        or not 1 <= num_stragglers <= holders):
+    if (
+      isinstance(num_stragglers, bool)
+      or not isinstance(num_stragglers, (int, np.integer))
+      or not 1 <= num_stragglers <= holders
+    ):
       raise ValueError(
-          f'num_stragglers={num_stragglers!r} is invalid; allowed: None or 1..{holders} '
-          '(the clients holding straggler-class examples)'
+        f'num_stragglers={num_stragglers!r} is invalid; allowed: None or 1..{holders} '
+        '(the clients holding straggler-class examples)'
       )
     mask = np.zeros(len(parts), bool)
     mask[np.argsort(-counts, kind='stable')[:num_stragglers]] = True
-  split = [part if straggler else part[~is_straggler_class[part]]
-           for part, straggler in zip(parts, mask)]
+  split = [
+    part if straggler else part[~is_straggler_class[part]] for part, straggler in zip(parts, mask)
+  ]
   smallest = min(part.size for part in split)
   if smallest < min_client_size:
     raise ValueError(
-        f'min_client_size={min_client_size} is not met: a client keeps {smallest} examples '
-        f'after the straggler classes are removed; allowed: 0..{smallest}'
+      f'min_client_size={min_client_size} is not met: a client keeps {smallest} examples '
+      f'after the straggler classes are removed; allowed: 0..{smallest}'
     )
   return _sorted_parts(split), mask
 
 
 PARTITIONERS: dict[str, Callable[..., list[np.ndarray]]] = {
-    'iid': iid,
-    'dirichlet': dirichlet,
-    'shards': shards,
-    'class': class_partition,
-    'dual_dirichlet': dual_dirichlet,
-    'gamma_mix': gamma_mix,
-    'two_classes': two_classes_per_client,
-    'budget_skewed': budget_skewed,
+  'iid': iid,
+  'dirichlet': dirichlet,
+  'shards': shards,
+  'class': class_partition,
+  'dual_dirichlet': dual_dirichlet,
+  'gamma_mix': gamma_mix,
+  'two_classes': two_classes_per_client,
+  'budget_skewed': budget_skewed,
 }
 """Partitioner name -> function; call through `partition` for a uniform signature."""
 
 
 def partition(
-    method: str, labels: np.ndarray, num_clients: int, *, seed: int, **settings: object
+  method: str, labels: np.ndarray, num_clients: int, *, seed: int, **settings: object
 ) -> list[np.ndarray]:
   """Partitions examples with labels `labels` by the partitioner named `method`.
 
@@ -948,7 +965,7 @@ def partition(
     ValueError: unknown `method` or invalid settings.
   """
   if method not in PARTITIONERS:
-    raise ValueError(f"method={method!r} is invalid; allowed: {', '.join(PARTITIONERS)}")
+    raise ValueError(f'method={method!r} is invalid; allowed: {", ".join(PARTITIONERS)}')
   if method == 'iid':
     return iid(len(_check_labels(labels)), num_clients, seed, **settings)
   return PARTITIONERS[method](labels, num_clients, seed=seed, **settings)

@@ -71,12 +71,12 @@ def _features(raw: CentralizedDataset) -> Any:
 
 
 def _builder_class(
-    directory: str,
-    version: str,
-    features: Any,
-    splits: Mapping[str, Iterable[dict]],
-    supervised_keys: tuple[str, str] | None,
-    metadata: dict | None,
+  directory: str,
+  version: str,
+  features: Any,
+  splits: Mapping[str, Iterable[dict]],
+  supervised_keys: tuple[str, str] | None,
+  metadata: dict | None,
 ) -> tuple[type, str | None]:
   """(TFDS builder class, config name) writing `splits` to `<data_dir>/<directory>/<version>`.
 
@@ -96,11 +96,11 @@ def _builder_class(
 
     def _info(self) -> tfds.core.DatasetInfo:
       return tfds.core.DatasetInfo(
-          builder=self,
-          features=features,
-          supervised_keys=supervised_keys,
-          disable_shuffling=True,
-          metadata=tfds.core.MetadataDict(metadata) if metadata else None,
+        builder=self,
+        features=features,
+        supervised_keys=supervised_keys,
+        disable_shuffling=True,
+        metadata=tfds.core.MetadataDict(metadata) if metadata else None,
       )
 
     def _split_generators(self, dl_manager: tfds.download.DownloadManager) -> dict:
@@ -121,13 +121,13 @@ def _builder_class(
 
 
 def write_data_dir(
-    data_dir: str | os.PathLike[str],
-    directory: str,
-    version: str,
-    features: Any,
-    splits: Mapping[str, Iterable[dict]],
-    supervised_keys: tuple[str, str] | None = None,
-    metadata: dict | None = None,
+  data_dir: str | os.PathLike[str],
+  directory: str,
+  version: str,
+  features: Any,
+  splits: Mapping[str, Iterable[dict]],
+  supervised_keys: tuple[str, str] | None = None,
+  metadata: dict | None = None,
 ) -> Path:
   """Writes examples with any features as the data dir `<data_dir>/<directory>/<version>`.
 
@@ -151,7 +151,7 @@ def write_data_dir(
   if out.exists():
     shutil.rmtree(out)
   builder_class, config = _builder_class(
-      directory, version, features, splits, supervised_keys, metadata
+    directory, version, features, splits, supervised_keys, metadata
   )
   builder = builder_class(config=config, data_dir=os.fspath(root), file_format='array_record')
   with tempfile.TemporaryDirectory() as scratch:  # Else TFDS leaves <data_dir>/downloads.
@@ -160,13 +160,13 @@ def write_data_dir(
 
 
 def write_examples(
-    name: str,
-    data_dir: str | os.PathLike[str],
-    splits: Mapping[str, Iterable[dict]],
-    *,
-    client_names: Sequence[str] | None = None,
-    version: str | None = None,
-    metadata: dict | None = None,
+  name: str,
+  data_dir: str | os.PathLike[str],
+  splits: Mapping[str, Iterable[dict]],
+  *,
+  client_names: Sequence[str] | None = None,
+  version: str | None = None,
+  metadata: dict | None = None,
 ) -> Path:
   """Writes examples of catalog dataset `name` in its schema, where `load_dataset` finds them.
 
@@ -247,7 +247,7 @@ def _metadata(raw: CentralizedDataset) -> dict | None:
 
 
 def prepare_from_tfds(
-    name: str, data_dir: str | os.PathLike[str], *, overwrite: bool = False
+  name: str, data_dir: str | os.PathLike[str], *, overwrite: bool = False
 ) -> Path:
   """Downloads and prepares catalog dataset `name` with its tfds builder (needs internet).
 
@@ -266,7 +266,7 @@ def prepare_from_tfds(
   import tensorflow_datasets as tfds
 
   builder = tfds.builder(
-      spec.tfds_name, data_dir=os.fspath(Path(data_dir).expanduser()), file_format='array_record'
+    spec.tfds_name, data_dir=os.fspath(Path(data_dir).expanduser()), file_format='array_record'
   )
   out = Path(os.fspath(builder.data_path))
   if (out / 'dataset_info.json').is_file() and not overwrite:
@@ -280,12 +280,12 @@ def prepare_from_tfds(
 
 
 def prepare(
-    name: str,
-    data_dir: str | os.PathLike[str],
-    *,
-    source: str | os.PathLike[str] | None = None,
-    overwrite: bool = False,
-    from_tfds: bool = False,
+  name: str,
+  data_dir: str | os.PathLike[str],
+  *,
+  source: str | os.PathLike[str] | None = None,
+  overwrite: bool = False,
+  from_tfds: bool = False,
 ) -> Path:
   """Builds `<data_dir>/<name>/<DATASET_VERSION>/` from the local source of dataset `name`.
 
@@ -338,7 +338,7 @@ def _define_flags() -> None:
       required=True,
   )  # fmt: skip
   flags.DEFINE_string(
-      'data_dir', None, 'Root of prepared datasets [default: $FEDSIM_DATA_DIR or ~/fedsim_data].'
+    'data_dir', None, 'Root of prepared datasets [default: $FEDSIM_DATA_DIR or ~/fedsim_data].'
   )
   flags.DEFINE_string('source', None, 'Overrides the source file/directory of --dataset.')
   flags.DEFINE_string(
@@ -366,13 +366,13 @@ def _main(argv: list[str]) -> None:
     _usage_error(f'unexpected arguments {argv[1:]}')
   data_dir = flag_values.data_dir or default_data_dir()
   if name != 'all' and name not in catalog.DATASETS:
-    _usage_error(f"unknown --dataset={name!r}; allowed: {', '.join(catalog.DATASETS)}, all")
+    _usage_error(f'unknown --dataset={name!r}; allowed: {", ".join(catalog.DATASETS)}, all')
   if name == 'all' and flag_values.source is not None:
     _usage_error('--source cannot be combined with --dataset=all')
   if flag_values.from_tfds:
     if name == 'all' or catalog.DATASETS[name].tfds_name is None:
       with_tfds = [n for n, spec in catalog.DATASETS.items() if spec.tfds_name is not None]
-      _usage_error(f"--from_tfds needs --dataset in: {', '.join(with_tfds)}; got {name!r}")
+      _usage_error(f'--from_tfds needs --dataset in: {", ".join(with_tfds)}; got {name!r}')
     if flag_values.source is not None:
       _usage_error('--source cannot be combined with --from_tfds')
   elif name != 'all' and name not in SOURCES:

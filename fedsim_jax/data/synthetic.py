@@ -7,9 +7,15 @@ import numpy as np
 from fedsim_jax.data.federated import FederatedDataset
 
 
-def toy_federation(num_clients: int = 6, num_classes: int = 4,
-                   image_shape: tuple[int, ...] = (4, 4, 1), min_size: int = 3,
-                   max_size: int = 20, num_test: int = 40, seed: int = 0) -> FederatedDataset:
+def toy_federation(
+  num_clients: int = 6,
+  num_classes: int = 4,
+  image_shape: tuple[int, ...] = (4, 4, 1),
+  min_size: int = 3,
+  max_size: int = 20,
+  num_test: int = 40,
+  seed: int = 0,
+) -> FederatedDataset:
   """Random uint8 images whose class sets one bright pixel, over clients of uneven sizes.
 
   Client sizes are drawn uniformly from [min_size, max_size]; the labels are learnable, so a
@@ -25,13 +31,20 @@ def toy_federation(num_clients: int = 6, num_classes: int = 4,
   x.reshape(len(x), -1)[np.arange(len(x)), y] = 255
   bounds = np.concatenate([[0], np.cumsum(sizes)])
   parts = [np.arange(bounds[c], bounds[c + 1]) for c in range(num_clients)]
-  return FederatedDataset.from_partition('toy', x[:total], y[:total], parts, x[total:],
-                                         y[total:], num_classes)
+  return FederatedDataset.from_partition(
+    'toy', x[:total], y[:total], parts, x[total:], y[total:], num_classes
+  )
 
 
-def toy_text_federation(num_clients: int = 6, vocabulary_size: int = 12, length: int = 8,
-                        min_size: int = 3, max_size: int = 20, num_test: int = 40,
-                        seed: int = 0) -> FederatedDataset:
+def toy_text_federation(
+  num_clients: int = 6,
+  vocabulary_size: int = 12,
+  length: int = 8,
+  min_size: int = 3,
+  max_size: int = 20,
+  num_test: int = 40,
+  seed: int = 0,
+) -> FederatedDataset:
   """Random token sequences for next-token models: inputs `[N, length]` int32 in
   [1, vocabulary_size) and targets the inputs shifted left by one (id 0 is padding, as in the
   Shakespeare data), over clients of uneven sizes."""
@@ -42,5 +55,6 @@ def toy_text_federation(num_clients: int = 6, vocabulary_size: int = 12, length:
   x, y = tokens[:, :-1], tokens[:, 1:]
   bounds = np.concatenate([[0], np.cumsum(sizes)])
   parts = [np.arange(bounds[c], bounds[c + 1]) for c in range(num_clients)]
-  return FederatedDataset.from_partition('toy_text', x[:total], y[:total], parts, x[total:],
-                                         y[total:], vocabulary_size)
+  return FederatedDataset.from_partition(
+    'toy_text', x[:total], y[:total], parts, x[total:], y[total:], vocabulary_size
+  )

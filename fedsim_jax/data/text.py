@@ -37,7 +37,7 @@ import numpy as np
 PAD_ID = 0
 OOV_ID = 1
 LEAF_CHARACTERS = (
-    '\n !"&\'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}'
+  '\n !"&\'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}'
 )
 """LEAF's `ALL_LETTERS` (models/utils/language_utils.py), 80 characters, in LEAF's order."""
 SHAKESPEARE_VOCABULARY: tuple[str, ...] = ('<pad>', '<oov>', *LEAF_CHARACTERS)
@@ -63,7 +63,7 @@ for _i, _c in enumerate(LEAF_CHARACTERS):
 _PLAY_START = re.compile(r'^(ACT|Act)\b|^INDUCTION\b')
 _HEADING = re.compile(r'^(ACT|Act|SCENE|Scene|INDUCTION|Induction)\b')
 _STAGE_BLOCK = re.compile(
-    r'^(Enter|Re-enter|Exit|Exeunt|Flourish|Alarum|Alarums|Sennet|Retreat|Dead March)\b'
+  r'^(Enter|Re-enter|Exit|Exeunt|Flourish|Alarum|Alarums|Sennet|Retreat|Dead March)\b'
 )
 _NAME = r"[A-Z][A-Za-z'\-]*(?:\.? [A-Za-z][A-Za-z'\-]*){0,3}"
 _SPEAKER_LINE = re.compile(rf'^({_NAME})(\.?)$')
@@ -90,12 +90,12 @@ def _blocks(lines: Sequence[str]) -> list[list[str]]:
     if in_direction:
       if ']' in line:
         in_direction = False
-        line = line[line.index(']') + 1:]
+        line = line[line.index(']') + 1 :]
       else:
         continue
-    if '[' in line and ']' not in line[line.index('['):]:
+    if '[' in line and ']' not in line[line.index('[') :]:
       in_direction = True
-      line = line[:line.index('[')]
+      line = line[: line.index('[')]
     line = _clean(line)
     if line:
       blocks[-1].append(line)
@@ -143,7 +143,7 @@ def parse_play(text: str) -> dict[str, list[str]]:
     return {}
   blocks = _blocks(lines[start:])
   starts = collections.Counter(
-      m.group(1) for b in blocks if len(b) > 1 and (m := _SPEAKER_LINE.match(b[0])) and m.group(2)
+    m.group(1) for b in blocks if len(b) > 1 and (m := _SPEAKER_LINE.match(b[0])) and m.group(2)
   )
   mixed_case = {name for name, count in starts.items() if count >= 2 and name != name.upper()}
   roles: dict[str, list[str]] = {}
@@ -177,12 +177,12 @@ def encode_characters(text: str) -> np.ndarray:
 def decode_characters(ids: Iterable[int]) -> str:
   """Inverse of `encode_characters` (padding and OOV become '' and '?')."""
   return ''.join(
-      '' if i == PAD_ID else '?' if i == OOV_ID else SHAKESPEARE_VOCABULARY[i] for i in ids
+    '' if i == PAD_ID else '?' if i == OOV_ID else SHAKESPEARE_VOCABULARY[i] for i in ids
   )
 
 
 def windows(
-    ids: np.ndarray, length: int = SEQUENCE_LENGTH, stride: int = WINDOW_STRIDE
+  ids: np.ndarray, length: int = SEQUENCE_LENGTH, stride: int = WINDOW_STRIDE
 ) -> tuple[np.ndarray, np.ndarray]:
   """([n, length] inputs, [n, length] targets): `ids[s:s+length]` and `ids[s+1:s+length+1]`.
 
@@ -216,7 +216,7 @@ def words(text: str, lower: bool = True) -> list[str]:
 
 
 def word_vocabulary(
-    documents: Iterable[Sequence[str]], size: int, reserved: Sequence[str]
+  documents: Iterable[Sequence[str]], size: int, reserved: Sequence[str]
 ) -> tuple[str, ...]:
   """`reserved` then the `size - len(reserved)` most frequent words (ties: alphabetical)."""
   counts: collections.Counter[str] = collections.Counter()
@@ -227,13 +227,13 @@ def word_vocabulary(
 
 
 def encode_words(
-    documents: Sequence[Sequence[str]],
-    vocabulary: Sequence[str],
-    length: int,
-    *,
-    oov_id: int = OOV_ID,
-    prefix: Sequence[int] = (),
-    suffix: Sequence[int] = (),
+  documents: Sequence[Sequence[str]],
+  vocabulary: Sequence[str],
+  length: int,
+  *,
+  oov_id: int = OOV_ID,
+  prefix: Sequence[int] = (),
+  suffix: Sequence[int] = (),
 ) -> np.ndarray:
   """[len(documents), length] int32 ids: prefix + words + suffix, cut to `length`, 0-padded."""
   index = {word: i for i, word in enumerate(vocabulary)}

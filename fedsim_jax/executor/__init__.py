@@ -1,8 +1,21 @@
 """Executor layer: runs batches of client tasks (vmap / loop backends, bucketing)."""
 
 from fedsim_jax.executor.bucketing import round_up_to_bucket
-from fedsim_jax.executor.executor import (BACKENDS, STEP_LOOPS, ClientTask, Executor,
-                                          NoTrainingExecutor, TaskBatchResult)
+from fedsim_jax.executor.executor import (
+  BACKENDS,
+  STEP_LOOPS,
+  ClientTask,
+  Executor,
+  NoTrainingExecutor,
+  TaskBatchResult,
+)
 
-__all__ = ['round_up_to_bucket', 'BACKENDS', 'STEP_LOOPS', 'ClientTask', 'Executor', 'NoTrainingExecutor',
-           'TaskBatchResult']
+__all__ = [
+  'round_up_to_bucket',
+  'BACKENDS',
+  'STEP_LOOPS',
+  'ClientTask',
+  'Executor',
+  'NoTrainingExecutor',
+  'TaskBatchResult',
+]

@@ -29,7 +29,8 @@ Explicit settings are never overridden; `resolve_execution` and `resolve_threads
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 
@@ -61,9 +62,14 @@ def model_has_convolution(model: Any, params: Any) -> bool:
   return has_convolution(model.apply, params, dummy)
 
 
-def resolve_execution(backend: str, step_loop: str, *, platform: str | None = None,
-                      devices: int = 1,
-                      convolutional: Callable[[], bool] = lambda: False) -> tuple[str, str]:
+def resolve_execution(
+  backend: str,
+  step_loop: str,
+  *,
+  platform: str | None = None,
+  devices: int = 1,
+  convolutional: Callable[[], bool] = lambda: False,
+) -> tuple[str, str]:
   """The concrete (backend, step_loop) for settings that may be 'auto'.
 
   Args:

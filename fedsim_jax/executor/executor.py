@@ -9,7 +9,8 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import functools
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -79,12 +80,13 @@ def _stack(trees: Sequence[Any]) -> Any:
   return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *trees)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _task_threads(threads: int) -> concurrent.futures.ThreadPoolExecutor:
   """One process-wide pool per thread count: executors (a lockstep sweep builds several)
   share it instead of each holding idle threads."""
-  return concurrent.futures.ThreadPoolExecutor(max_workers=threads,
-                                               thread_name_prefix='fedsim-task')
+  return concurrent.futures.ThreadPoolExecutor(
+    max_workers=threads, thread_name_prefix='fedsim-task'
+  )
 
 
 class Executor:
@@ -114,10 +116,20 @@ class Executor:
       program on the same inputs, and rows keep the order of `tasks`.
   """
 
-  def __init__(self, client_update: ClientUpdate, data: ClientDataArrays, base_key: jax.Array,
-               *, backend: str = 'vmap', sampling: str = 'shuffle', unroll: int | bool = 1,
-               bucket_bits: int = 3, step_loop: str = 'scan', devices: int = 1,
-               threads: int = 1):
+  def __init__(
+    self,
+    client_update: ClientUpdate,
+    data: ClientDataArrays,
+    base_key: jax.Array,
+    *,
+    backend: str = 'vmap',
+    sampling: str = 'shuffle',
+    unroll: int | bool = 1,
+    bucket_bits: int = 3,
+    step_loop: str = 'scan',
+    devices: int = 1,
+    threads: int = 1,
+  ):
     if backend not in BACKENDS:
       raise ValueError(f'executor.backend={backend!r}; allowed: {BACKENDS}')
     if step_loop not in STEP_LOOPS:
@@ -152,32 +164,70 @@ class Executor:
     self.steps_run = 0
     self.steps_computed = 0  # including masked padding steps: the cost actually paid
 
-    def one_task(params, client_id, num_steps, seed, stream, task_inputs, data, base_key,
-                 max_steps):
+    def one_task(
+      params, client_id, num_steps, seed, stream, task_inputs, data, base_key, max_steps
+    ):
       key = jax.random.fold_in(_stream_key(base_key, stream), seed)
-      return run_local_training(client_update, data, params, client_id, num_steps, key,
-                                task_inputs, max_steps=max_steps, sampling=sampling,
-                                unroll=unroll)
+      return run_local_training(
+        client_update,
+        data,
+        params,
+        client_id,
+        num_steps,
+        key,
+        task_inputs,
+        max_steps=max_steps,
+        sampling=sampling,
+        unroll=unroll,
+      )
 
-    def many_tasks(params, params_index, client_ids, num_steps, seeds, streams, task_inputs,
-                   data, base_key, max_steps, shared_params):
+    def many_tasks(
+      params,
+      params_index,
+      client_ids,
+      num_steps,
+      seeds,
+      streams,
+      task_inputs,
+      data,
+      base_key,
+      max_steps,
+      shared_params,
+    ):
       if not shared_params:
         # `params` holds each distinct start model once ([V, ...]); tasks pick theirs.
         params = jax.tree_util.tree_map(lambda p: p[params_index], params)
-      in_axes = (None if shared_params else 0, 0, 0, 0, 0,
-                 None if task_inputs is None else 0, None, None, None)
-      return jax.vmap(one_task, in_axes=in_axes)(params, client_ids, num_steps, seeds, streams,
-                                                 task_inputs, data, base_key, max_steps)
+      in_axes = (
+        None if shared_params else 0,
+        0,
+        0,
+        0,
+        0,
+        None if task_inputs is None else 0,
+        None,
+        None,
+        None,
+      )
+      return jax.vmap(one_task, in_axes=in_axes)(
+        params, client_ids, num_steps, seeds, streams, task_inputs, data, base_key, max_steps
+      )
 
     self._one_task = jax.jit(one_task, static_argnames=('max_steps',))
-    self._init = jax.jit(lambda start_params, task_inputs, data, client_id, key: (
+    self._init = jax.jit(
+      lambda start_params, task_inputs, data, client_id, key: (
         client_update.init(start_params, task_inputs),
-        BatchCursor.start(data, client_id, key, client_update.batch_size, sampling)))
-    self._step = jax.jit(lambda state, cursor, data, step, task_inputs: local_step(
-        client_update, data, state, cursor, step, task_inputs))
+        BatchCursor.start(data, client_id, key, client_update.batch_size, sampling),
+      )
+    )
+    self._step = jax.jit(
+      lambda state, cursor, data, step, task_inputs: local_step(
+        client_update, data, state, cursor, step, task_inputs
+      )
+    )
     self._final = jax.jit(client_update.final)
     self._task_key = jax.jit(
-        lambda base_key, stream, seed: jax.random.fold_in(_stream_key(base_key, stream), seed))
+      lambda base_key, stream, seed: jax.random.fold_in(_stream_key(base_key, stream), seed)
+    )
     self._many_tasks = jax.jit(many_tasks, static_argnames=('max_steps', 'shared_params'))
 
   @property
@@ -237,22 +287,40 @@ class Executor:
     task_inputs = None
     if tasks[0].task_inputs is not None:
       task_inputs = _stack([t.task_inputs for t in tasks] + [tasks[0].task_inputs] * padding)
-    self._signatures.add(('vmap', num_rows, max_steps,
-                          None if shared else jax.tree_util.tree_leaves(params)[0].shape[0],
-                          jax.tree_util.tree_structure(task_inputs)))
+    self._signatures.add(
+      (
+        'vmap',
+        num_rows,
+        max_steps,
+        None if shared else jax.tree_util.tree_leaves(params)[0].shape[0],
+        jax.tree_util.tree_structure(task_inputs),
+      )
+    )
     self.steps_computed += num_rows * max_steps
     params = self.replicate(params)
     params_index, client_ids, num_steps, seeds, streams, task_inputs = self._shard_rows(
-        (params_index, client_ids, num_steps, seeds, streams, task_inputs))
-    deltas, aux = self._many_tasks(params, params_index, client_ids, num_steps, seeds, streams,
-                                   task_inputs, self.data, self.base_key, max_steps=max_steps,
-                                   shared_params=shared)
+      (params_index, client_ids, num_steps, seeds, streams, task_inputs)
+    )
+    deltas, aux = self._many_tasks(
+      params,
+      params_index,
+      client_ids,
+      num_steps,
+      seeds,
+      streams,
+      task_inputs,
+      self.data,
+      self.base_key,
+      max_steps=max_steps,
+      shared_params=shared,
+    )
     return TaskBatchResult(deltas=deltas, aux=aux, num_tasks=len(tasks))
 
   def _run_host_steps(self, task: ClientTask) -> tuple[Params, dict[str, jax.Array]]:
     key = self._task_key(self.base_key, np.int32(task.stream), np.uint32(task.seed))
-    state, cursor = self._init(task.start_params, task.task_inputs, self.data,
-                               np.int32(task.client_id), key)
+    state, cursor = self._init(
+      task.start_params, task.task_inputs, self.data, np.int32(task.client_id), key
+    )
     for step in range(task.num_steps):
       state, cursor = self._step(state, cursor, self.data, np.int32(step), task.task_inputs)
     return self._final(state, task.start_params)
@@ -261,9 +329,17 @@ class Executor:
     return None if self._exact_steps else round_up_to_bucket(num_steps, self.bucket_bits)
 
   def _run_whole_task(self, task: ClientTask) -> tuple[Params, dict[str, jax.Array]]:
-    return self._one_task(task.start_params, np.int32(task.client_id), np.int32(task.num_steps),
-                          np.uint32(task.seed), np.int32(task.stream), task.task_inputs,
-                          self.data, self.base_key, max_steps=self._loop_max_steps(task.num_steps))
+    return self._one_task(
+      task.start_params,
+      np.int32(task.client_id),
+      np.int32(task.num_steps),
+      np.uint32(task.seed),
+      np.int32(task.stream),
+      task.task_inputs,
+      self.data,
+      self.base_key,
+      max_steps=self._loop_max_steps(task.num_steps),
+    )
 
   def _run_loop(self, tasks: Sequence[ClientTask]) -> TaskBatchResult:
     if self.step_loop == 'host':
@@ -278,8 +354,9 @@ class Executor:
       run_task = self._run_whole_task
     if self.threads > 1 and len(tasks) > 1:
       # Each thread waits for its task: that is what lets XLA:CPU run two at once.
-      results = list(_task_threads(self.threads).map(
-          lambda task: jax.block_until_ready(run_task(task)), tasks))
+      results = list(
+        _task_threads(self.threads).map(lambda task: jax.block_until_ready(run_task(task)), tasks)
+      )
     else:
       results = [run_task(task) for task in tasks]
     deltas, auxes = zip(*results)
@@ -307,8 +384,9 @@ class NoTrainingExecutor:
     self.steps_run += sum(t.num_steps for t in tasks)
     num_rows = round_up_to_bucket(len(tasks), self.bucket_bits)
     if num_rows not in self._zeros:
-      deltas = jax.tree_util.tree_map(lambda p: jnp.zeros((num_rows, *p.shape), p.dtype),
-                                      self.params_template)
+      deltas = jax.tree_util.tree_map(
+        lambda p: jnp.zeros((num_rows, *p.shape), p.dtype), self.params_template
+      )
       aux = {'train_loss': jnp.zeros(num_rows), 'steps_run': jnp.zeros(num_rows, jnp.int32)}
       self._zeros[num_rows] = (deltas, aux)
     deltas, aux = self._zeros[num_rows]

@@ -11,7 +11,7 @@ batches inside jit.
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -20,34 +20,41 @@ import numpy as np
 from fedsim_jax.models import Model, Params
 
 
-def _check_class_metrics(model: Model, y: np.ndarray, class_groups: Mapping[str, Sequence[int]],
-                         top_k: Sequence[int]) -> int:
+def _check_class_metrics(
+  model: Model, y: np.ndarray, class_groups: Mapping[str, Sequence[int]], top_k: Sequence[int]
+) -> int:
   """Checks the class-metric settings against the labels; returns the number of classes."""
   if y.ndim != 1:
     raise ValueError(
-        f'class_groups, balanced_accuracy and top_k need class labels of shape [N]; got labels '
-        f'of shape {y.shape} (sequence outputs are not supported); allowed: classification data'
+      f'class_groups, balanced_accuracy and top_k need class labels of shape [N]; got labels '
+      f'of shape {y.shape} (sequence outputs are not supported); allowed: classification data'
     )
   num_classes = int(model.num_classes)
   if y.size and (y.min() < 0 or y.max() >= num_classes):
     raise ValueError(
-        f'test labels span {y.min()}..{y.max()}, outside the model\'s classes; '
-        f'allowed: 0..{num_classes - 1}'
+      f"test labels span {y.min()}..{y.max()}, outside the model's classes; "
+      f'allowed: 0..{num_classes - 1}'
     )
   present = np.bincount(y, minlength=num_classes) > 0
   for name, classes in class_groups.items():
     members = np.asarray(classes)
-    if (not isinstance(name, str) or not name or members.ndim != 1 or members.size == 0
-        or not np.issubdtype(members.dtype, np.integer)
-        or members.min() < 0 or members.max() >= num_classes):
+    if (
+      not isinstance(name, str)
+      or not name
+      or members.ndim != 1
+      or members.size == 0
+      or not np.issubdtype(members.dtype, np.integer)
+      or members.min() < 0
+      or members.max() >= num_classes
+    ):
       raise ValueError(
-          f'class_groups[{name!r}]={classes!r} is invalid; allowed: a non-empty name and a '
-          f'non-empty list of classes in 0..{num_classes - 1}'
+        f'class_groups[{name!r}]={classes!r} is invalid; allowed: a non-empty name and a '
+        f'non-empty list of classes in 0..{num_classes - 1}'
       )
     if not present[members].any():
       raise ValueError(
-          f'class_groups[{name!r}]={classes!r} has no example in the evaluation split; '
-          'allowed: groups with at least one test example'
+        f'class_groups[{name!r}]={classes!r} has no example in the evaluation split; '
+        'allowed: groups with at least one test example'
       )
   for k in top_k:
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= num_classes:
@@ -55,10 +62,16 @@ def _check_class_metrics(model: Model, y: np.ndarray, class_groups: Mapping[str,
   return num_classes
 
 
-def make_evaluator(model: Model, x: np.ndarray, y: np.ndarray, batch_size: int = 1000, *,
-                   class_groups: Mapping[str, Sequence[int]] | None = None,
-                   balanced_accuracy: bool = False, top_k: Sequence[int] = ()
-                   ) -> Callable[[Params], dict[str, float]]:
+def make_evaluator(
+  model: Model,
+  x: np.ndarray,
+  y: np.ndarray,
+  batch_size: int = 1000,
+  *,
+  class_groups: Mapping[str, Sequence[int]] | None = None,
+  balanced_accuracy: bool = False,
+  top_k: Sequence[int] = (),
+) -> Callable[[Params], dict[str, float]]:
   """Returns `evaluate(params) -> {'accuracy', 'loss', 'num_examples', ...}` over `(x, y)`.
 
   The split is padded to whole batches (padding weighted 0) and kept on device; one jitted
@@ -99,26 +112,30 @@ def make_evaluator(model: Model, x: np.ndarray, y: np.ndarray, batch_size: int =
   num_batches = -(-len(x) // batch_size)
   padded = num_batches * batch_size
   weights = np.zeros(padded, np.float32)
-  weights[:len(x)] = 1.0
+  weights[: len(x)] = 1.0
   pad = padded - len(x)
-  xs = jnp.asarray(np.concatenate([x, np.repeat(x[:1], pad, 0)]).reshape(
-      num_batches, batch_size, *x.shape[1:]))
-  ys = jnp.asarray(np.concatenate([y, np.repeat(y[:1], pad, 0)]).reshape(
-      num_batches, batch_size, *y.shape[1:]).astype(np.int32))
+  xs = jnp.asarray(
+    np.concatenate([x, np.repeat(x[:1], pad, 0)]).reshape(num_batches, batch_size, *x.shape[1:])
+  )
+  ys = jnp.asarray(
+    np.concatenate([y, np.repeat(y[:1], pad, 0)])
+    .reshape(num_batches, batch_size, *y.shape[1:])
+    .astype(np.int32)
+  )
   ws = jnp.asarray(weights.reshape(num_batches, batch_size))
 
   def class_counts(params, xb, yb, wb):
     logits = model.apply(params, xb)
     if logits.shape != (xb.shape[0], num_classes):
       raise ValueError(
-          f'class_groups, balanced_accuracy and top_k need logits of shape [B, {num_classes}]; '
-          f'the model returns {logits.shape} (sequence outputs are not supported); '
-          'allowed: classification models'
+        f'class_groups, balanced_accuracy and top_k need logits of shape [B, {num_classes}]; '
+        f'the model returns {logits.shape} (sequence outputs are not supported); '
+        'allowed: classification models'
       )
     correct = (jnp.argmax(logits, axis=-1) == yb).astype(jnp.float32) * wb
     counts = {
-        'class_correct': jnp.zeros(num_classes, jnp.float32).at[yb].add(correct),
-        'class_count': jnp.zeros(num_classes, jnp.float32).at[yb].add(wb),
+      'class_correct': jnp.zeros(num_classes, jnp.float32).at[yb].add(correct),
+      'class_count': jnp.zeros(num_classes, jnp.float32).at[yb].add(wb),
     }
     for k in top_k:
       _, top = jax.lax.top_k(logits, k)
@@ -140,8 +157,11 @@ def make_evaluator(model: Model, x: np.ndarray, y: np.ndarray, batch_size: int =
       totals = m if totals is None else jax.tree_util.tree_map(jnp.add, totals, m)
     totals = jax.device_get(totals)
     count = float(totals['count'])
-    result = {'accuracy': float(totals['correct']) / count,
-              'loss': float(totals['loss_sum']) / count, 'num_examples': int(count)}
+    result = {
+      'accuracy': float(totals['correct']) / count,
+      'loss': float(totals['loss_sum']) / count,
+      'num_examples': int(count),
+    }
     if not class_metrics:
       return result
     class_correct = np.asarray(totals['class_correct'], np.float64)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 
 class MetricsWriter:
@@ -26,8 +27,9 @@ class MetricsWriter:
     self._file.close()
 
 
-def summarize(rows: Iterable[Mapping[str, Any]], target_accuracy: float | None = None
-              ) -> dict[str, Any]:
+def summarize(
+  rows: Iterable[Mapping[str, Any]], target_accuracy: float | None = None
+) -> dict[str, Any]:
   """Best and final accuracy and, when a target is given, the first virtual time (and server
   version and client updates) at which test accuracy reached it (None if never)."""
   rows = list(rows)
@@ -36,15 +38,15 @@ def summarize(rows: Iterable[Mapping[str, Any]], target_accuracy: float | None =
   best = max(rows, key=lambda r: r['test_accuracy'])
   final = rows[-1]
   summary: dict[str, Any] = {
-      'num_evaluations': len(rows),
-      'best_accuracy': best['test_accuracy'],
-      'best_accuracy_time': best['virtual_time'],
-      'final_accuracy': final['test_accuracy'],
-      'final_loss': final['test_loss'],
-      'final_virtual_time': final['virtual_time'],
-      'final_version': final['version'],
-      'client_updates': final['client_updates'],
-      'gradient_steps': final['gradient_steps'],
+    'num_evaluations': len(rows),
+    'best_accuracy': best['test_accuracy'],
+    'best_accuracy_time': best['virtual_time'],
+    'final_accuracy': final['test_accuracy'],
+    'final_loss': final['test_loss'],
+    'final_virtual_time': final['virtual_time'],
+    'final_version': final['version'],
+    'client_updates': final['client_updates'],
+    'gradient_steps': final['gradient_steps'],
   }
   if target_accuracy is not None:
     hit = next((r for r in rows if r['test_accuracy'] >= target_accuracy), None)

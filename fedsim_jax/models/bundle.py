@@ -34,7 +34,8 @@ Two extensions of the plain image classifier:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -96,8 +97,10 @@ class Model:
     if not self.has_state:
       extra = sorted(set(variables) - {'params'})
       if extra:
-        raise ValueError(f'Model.state_collections=() but model {self.name!r} has variable '
-                         f'collections {extra}; allowed: state_collections listing them')
+        raise ValueError(
+          f'Model.state_collections=() but model {self.name!r} has variable '
+          f'collections {extra}; allowed: state_collections listing them'
+        )
       return variables['params']
     return {'params': variables['params'], **{c: variables[c] for c in self.state_collections}}
 
@@ -119,8 +122,9 @@ class Model:
       return self.module.apply({'params': params}, self.preprocess(x))
     return self.module.apply(params, self.preprocess(x), train=False)
 
-  def apply_train(self, params: Params, x: jax.Array,
-                  weights: jax.Array | None = None) -> tuple[jax.Array, Params]:
+  def apply_train(
+    self, params: Params, x: jax.Array, weights: jax.Array | None = None
+  ) -> tuple[jax.Array, Params]:
     """Training-mode logits and the updated state (`{}` for params-only models).
 
     Batch statistics are computed over the examples with weight > 0 (all of them when no
@@ -132,17 +136,18 @@ class Model:
     if weights is not None:
       any_real = weights.sum() > 0
       mask = (weights > 0) | ~any_real
-    logits, new_state = self.module.apply(params, self.preprocess(x), train=True, mask=mask,
-                                          mutable=list(self.state_collections))
+    logits, new_state = self.module.apply(
+      params, self.preprocess(x), train=True, mask=mask, mutable=list(self.state_collections)
+    )
     _, old_state = self.split(params)
     new_state = {c: new_state[c] for c in self.state_collections}
     if weights is not None:
-      new_state = jax.tree_util.tree_map(lambda n, o: jnp.where(any_real, n, o),
-                                         new_state, old_state)
+      new_state = jax.tree_util.tree_map(
+        lambda n, o: jnp.where(any_real, n, o), new_state, old_state
+      )
     return logits, new_state
 
-  def capture_features(self, forward: Callable[..., Any], *args,
-                       **kwargs) -> tuple[Any, jax.Array]:
+  def capture_features(self, forward: Callable[..., Any], *args, **kwargs) -> tuple[Any, jax.Array]:
     """`(forward(*args, **kwargs), features)`: runs a forward pass of this model (`apply`,
     `apply_train`, ...) and also returns the penultimate representation, i.e. the input of the
     output layer: the last `nn.Dense` the module calls (`[B, F]`; `[B, T, F]` for per-position
@@ -180,8 +185,9 @@ class Model:
       w = w * (y != self.pad_id)
     return w
 
-  def cross_entropy(self, logits: jax.Array, y: jax.Array,
-                    weights: jax.Array | None = None) -> jax.Array:
+  def cross_entropy(
+    self, logits: jax.Array, y: jax.Array, weights: jax.Array | None = None
+  ) -> jax.Array:
     """Weighted mean softmax cross-entropy over counted labels (examples or tokens)."""
     per_label = optax.softmax_cross_entropy_with_integer_labels(logits, y)
     w = self.label_weights(y, weights)
@@ -189,19 +195,22 @@ class Model:
       return per_label.mean()
     return (per_label * w).sum() / jnp.maximum(w.sum(), 1.0)
 
-  def loss(self, params: Params, x: jax.Array, y: jax.Array,
-           weights: jax.Array | None = None) -> jax.Array:
+  def loss(
+    self, params: Params, x: jax.Array, y: jax.Array, weights: jax.Array | None = None
+  ) -> jax.Array:
     """Weighted mean softmax cross-entropy; zero-weight examples (padding) do not count."""
     return self.cross_entropy(self.apply(params, x), y, weights)
 
-  def train_loss(self, params: Params, x: jax.Array, y: jax.Array,
-                 weights: jax.Array | None = None) -> tuple[jax.Array, Params]:
+  def train_loss(
+    self, params: Params, x: jax.Array, y: jax.Array, weights: jax.Array | None = None
+  ) -> tuple[jax.Array, Params]:
     """`(loss, new_state)` in training mode (batch statistics); see `apply_train`."""
     logits, new_state = self.apply_train(params, x, weights)
     return self.cross_entropy(logits, y, weights), new_state
 
-  def evaluate(self, params: Params, x: jax.Array, y: jax.Array,
-               weights: jax.Array) -> Mapping[str, jax.Array]:
+  def evaluate(
+    self, params: Params, x: jax.Array, y: jax.Array, weights: jax.Array
+  ) -> Mapping[str, jax.Array]:
     """Summed metrics over a padded batch: `loss_sum`, `correct`, `count` (all scalars).
 
     For per-position labels `count` is the number of counted (non-pad) tokens.
@@ -211,9 +220,9 @@ class Model:
     correct = (jnp.argmax(logits, axis=-1) == y).astype(jnp.float32)
     w = self.label_weights(y, weights)
     return {
-        'loss_sum': (per_label * w).sum(),
-        'correct': (correct * w).sum(),
-        'count': w.sum(),
+      'loss_sum': (per_label * w).sum(),
+      'correct': (correct * w).sum(),
+      'count': w.sum(),
     }
 
   def num_params(self, params: Params, trainable_only: bool = False) -> int:

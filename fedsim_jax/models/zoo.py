@@ -10,7 +10,7 @@ modules' `train_dropout=True` turns them on for callers that pass `rngs={'dropou
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -165,8 +165,9 @@ class _BasicBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x, train: bool, mask):
-    conv = lambda f, k, s: nn.Conv(f, (k, k), strides=(s, s), padding=((k // 2, k // 2),) * 2,
-                                   use_bias=False)
+    conv = lambda f, k, s: nn.Conv(
+      f, (k, k), strides=(s, s), padding=((k // 2, k // 2),) * 2, use_bias=False
+    )
     y = conv(self.features, 3, self.strides)(x)
     y = nn.relu(_normalize(y, self.norm, self.groups, train, mask))
     y = conv(self.features, 3, 1)(y)
@@ -175,7 +176,7 @@ class _BasicBlock(nn.Module):
       if self.shortcut == 'projection':
         x = _normalize(conv(self.features, 1, self.strides)(x), self.norm, self.groups, train, mask)
       else:
-        x = x[:, ::self.strides, ::self.strides, :]
+        x = x[:, :: self.strides, :: self.strides, :]
         extra = self.features - x.shape[-1]
         x = jnp.pad(x, ((0, 0), (0, 0), (0, 0), (extra // 2, extra - extra // 2)))
     return nn.relu(x + y)
@@ -305,8 +306,10 @@ class TextCNN(nn.Module):
   @nn.compact
   def __call__(self, tokens):
     x = nn.Embed(self.vocab_size, self.embed_dim)(tokens)
-    pooled = [nn.relu(nn.Conv(self.num_filters, (k,), padding='VALID')(x)).max(axis=1)
-              for k in self.filter_sizes]
+    pooled = [
+      nn.relu(nn.Conv(self.num_filters, (k,), padding='VALID')(x)).max(axis=1)
+      for k in self.filter_sizes
+    ]
     x = jnp.concatenate(pooled, axis=-1)
     x = nn.Dropout(0.5, deterministic=not self.train_dropout)(x)
     return nn.Dense(self.num_classes)(x)
@@ -342,17 +345,23 @@ def _check_norm(norm: str, allowed: Sequence[str]) -> None:
     raise ValueError(f'model.norm={norm!r}; allowed: {tuple(allowed)}')
 
 
-def _resnet18(input_shape, num_classes, norm: str = 'batch', groups: int = 2,
-              width: int = 64) -> nn.Module:
+def _resnet18(
+  input_shape, num_classes, norm: str = 'batch', groups: int = 2, width: int = 64
+) -> nn.Module:
   """ResNet-18 (He et al. 2016) with a CIFAR stem; FedCompass Tables 10-11 (BatchNorm, 11,173,962
   parameters with 10 classes, matching its per-layer counts) and CC-FedAvg / Reddi et al. 2021
   (GroupNorm; Reddi et al. follow Hsieh et al. 2020 with 2 groups, the default here, CC-FedAvg's
   code uses 16: `groups=16`). `width` is the first stage's width (64 in the paper; smaller
   values give a narrower network of the same structure, for tests)."""
   _check_norm(norm, NORMS)
-  return ResNet(num_classes=num_classes, stage_sizes=(2, 2, 2, 2),
-                widths=(width, 2 * width, 4 * width, 8 * width), norm=norm, groups=groups,
-                shortcut='projection')
+  return ResNet(
+    num_classes=num_classes,
+    stage_sizes=(2, 2, 2, 2),
+    widths=(width, 2 * width, 4 * width, 8 * width),
+    norm=norm,
+    groups=groups,
+    shortcut='projection',
+  )
 
 
 def _resnet20(input_shape, num_classes, norm: str = 'batch', groups: int = 2) -> nn.Module:
@@ -360,8 +369,14 @@ def _resnet20(input_shape, num_classes, norm: str = 'batch', groups: int = 2) ->
   option-A zero-padding shortcuts; paper: 0.27M parameters, exactly 269,722 with 10 classes),
   FedASMU's "ResNet"."""
   _check_norm(norm, NORMS)
-  return ResNet(num_classes=num_classes, stage_sizes=(3, 3, 3), widths=(16, 32, 64), norm=norm,
-                groups=groups, shortcut='pad')
+  return ResNet(
+    num_classes=num_classes,
+    stage_sizes=(3, 3, 3),
+    widths=(16, 32, 64),
+    norm=norm,
+    groups=groups,
+    shortcut='pad',
+  )
 
 
 def _alexnet(input_shape, num_classes) -> nn.Module:
@@ -381,28 +396,34 @@ def _word_lstm(input_shape, num_classes) -> nn.Module:
   return WordLSTM(vocab_size=num_classes)
 
 
-def _text_cnn(input_shape, num_classes, vocab_size: int = 10_000, embed_dim: int = 300,
-              train_dropout: bool = False) -> nn.Module:
+def _text_cnn(
+  input_shape,
+  num_classes,
+  vocab_size: int = 10_000,
+  embed_dim: int = 300,
+  train_dropout: bool = False,
+) -> nn.Module:
   if input_shape[0] < 5:
     raise ValueError(f'text_cnn input length {input_shape[0]}; allowed: >= 5 (widest filter)')
-  return TextCNN(num_classes=num_classes, vocab_size=vocab_size, embed_dim=embed_dim,
-                 train_dropout=train_dropout)
+  return TextCNN(
+    num_classes=num_classes, vocab_size=vocab_size, embed_dim=embed_dim, train_dropout=train_dropout
+  )
 
 
 MODELS: dict[str, Callable[..., nn.Module]] = {
-    'mlp': _mlp,
-    'mnist_cnn': _mnist_cnn,
-    'lenet5': _lenet5,
-    'fedavg_cnn': _fedavg_cnn,
-    'fedasmu_cnn': _fedasmu_cnn,
-    'emnist_cnn': _emnist_cnn,
-    'resnet18': _resnet18,
-    'resnet20': _resnet20,
-    'alexnet': _alexnet,
-    'vgg11': _vgg11,
-    'char_lstm': _char_lstm,
-    'word_lstm': _word_lstm,
-    'text_cnn': _text_cnn,
+  'mlp': _mlp,
+  'mnist_cnn': _mnist_cnn,
+  'lenet5': _lenet5,
+  'fedavg_cnn': _fedavg_cnn,
+  'fedasmu_cnn': _fedasmu_cnn,
+  'emnist_cnn': _emnist_cnn,
+  'resnet18': _resnet18,
+  'resnet20': _resnet20,
+  'alexnet': _alexnet,
+  'vgg11': _vgg11,
+  'char_lstm': _char_lstm,
+  'word_lstm': _word_lstm,
+  'text_cnn': _text_cnn,
 }
 
 # Models reading integer token ids `[B, T]`; the next-token ones predict a label per position
@@ -430,5 +451,6 @@ def get_model(name: str, input_shape: Sequence[int], num_classes: int, **kwargs)
     extra = dict(preprocess=identity_tokens, input_dtype=jnp.int32, pad_id=pad_id)
   if getattr(module, 'norm', None) == 'batch':
     extra['state_collections'] = ('batch_stats',)
-  return Model(name=name, module=module, input_shape=tuple(input_shape), num_classes=num_classes,
-               **extra)
+  return Model(
+    name=name, module=module, input_shape=tuple(input_shape), num_classes=num_classes, **extra
+  )

@@ -27,50 +27,81 @@ which reports the final accuracy.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import ml_collections
 
 from fedsim_jax.config import ConfigError, base_config
-from fedsim_jax.reproduce.sweep import (check_choice, markdown_table, mean_std, write_results,
-                                        write_text)
+from fedsim_jax.reproduce.sweep import (
+  check_choice,
+  markdown_table,
+  mean_std,
+  write_results,
+  write_text,
+)
 
-ALGORITHMS = ('fedavg', 'fedavg_dropout', 'ccfedavg_strategy1', 'ccfedavg_strategy2', 'ccfedavg',
-              'ccfedavg_c', 'fednova_budget')
-TABLE1_ALGORITHMS = ('fedavg', 'fedavg_dropout', 'ccfedavg_strategy1', 'ccfedavg_strategy2',
-                     'ccfedavg')
-TABLE2_ALGORITHMS = TABLE1_ALGORITHMS + ('ccfedavg_c',)   # ccfedavg_c: Table III's FMNIST rows
+ALGORITHMS = (
+  'fedavg',
+  'fedavg_dropout',
+  'ccfedavg_strategy1',
+  'ccfedavg_strategy2',
+  'ccfedavg',
+  'ccfedavg_c',
+  'fednova_budget',
+)
+TABLE1_ALGORITHMS = (
+  'fedavg',
+  'fedavg_dropout',
+  'ccfedavg_strategy1',
+  'ccfedavg_strategy2',
+  'ccfedavg',
+)
+TABLE2_ALGORITHMS = TABLE1_ALGORITHMS + ('ccfedavg_c',)  # ccfedavg_c: Table III's FMNIST rows
 FIGURE5_ALGORITHMS = ('ccfedavg',)
 SETTINGS = ('cross_device', 'cross_silo')
 SCHEDULES = ('round_robin', 'ad_hoc')
-PARTICIPATIONS = (0.1, 0.2, 0.3, 0.4, 0.6, 0.8)       # Table II columns
-GAMMAS = (0.0, 0.1, 0.2, 0.5, 1.0)                    # Table I: totally, 90%, 80%, 50% non-IID, IID
-FIGURE5_R = (0.25, 0.5, 0.75, 1.0)                    # the authors' log names
+PARTICIPATIONS = (0.1, 0.2, 0.3, 0.4, 0.6, 0.8)  # Table II columns
+GAMMAS = (0.0, 0.1, 0.2, 0.5, 1.0)  # Table I: totally, 90%, 80%, 50% non-IID, IID
+FIGURE5_R = (0.25, 0.5, 0.75, 1.0)  # the authors' log names
 FIGURE5_W = (2, 4, 8, 16)
-FIGURE5_PARTICIPATION = 0.2                           # Fig. 5b: 20% selected
-FIGURE5_GAMMA = 0.1                                   # Fig. 5a: 90% non-IID
+FIGURE5_PARTICIPATION = 0.2  # Fig. 5b: 20% selected
+FIGURE5_GAMMA = 0.1  # Fig. 5a: 90% non-IID
 
 # Hyper-parameters (digest 5.3).
 PAPER_ROUNDS = 400
 BETA = 4
-TAU = 100                    # CC-FedAvg(c): Strategy 3 before round tau, Strategy 2 after
-LEARNING_RATE = 0.01         # SGD; not stated in the paper, the authors' logs show 0.01
+TAU = 100  # CC-FedAvg(c): Strategy 3 before round tau, Strategy 2 after
+LEARNING_RATE = 0.01  # SGD; not stated in the paper, the authors' logs show 0.01
 CROSS_DEVICE_CLIENTS = 100
 CROSS_DEVICE_LOCAL_STEPS = 200
 CROSS_DEVICE_BATCH_SIZE = 32  # not stated; the authors' logs
 CROSS_SILO_CLIENTS = 8
 CROSS_SILO_LOCAL_STEPS = 300  # "3 epochs"; the authors' logs name 300 steps per round
-CROSS_SILO_BATCH_SIZE = 64    # not stated; the authors' code
+CROSS_SILO_BATCH_SIZE = 64  # not stated; the authors' code
 MLP_HIDDEN_SIZES = (200, 200)  # "3 fully connected layers", widths not stated
-DEFAULT_EVAL_EVERY = 1        # the authors' code evaluates every round (best / last)
+DEFAULT_EVAL_EVERY = 1  # the authors' code evaluates every round (best / last)
 
 DISPLAY_NAMES = {
-    'fedavg': 'FedAvg (full)', 'fedavg_dropout_best': 'FedAvg (dropout, best)',
-    'fedavg_dropout_last': 'FedAvg (dropout, last)', 'ccfedavg_strategy1': 'Strategy 1',
-    'ccfedavg_strategy2': 'Strategy 2', 'ccfedavg': 'CC-FedAvg', 'ccfedavg_c': 'CC-FedAvg(c)',
-    'fednova_budget': 'FedNova'}
-ROW_ORDER = ('fedavg', 'fedavg_dropout_best', 'fedavg_dropout_last', 'ccfedavg_strategy1',
-             'ccfedavg_strategy2', 'ccfedavg', 'ccfedavg_c', 'fednova_budget')
+  'fedavg': 'FedAvg (full)',
+  'fedavg_dropout_best': 'FedAvg (dropout, best)',
+  'fedavg_dropout_last': 'FedAvg (dropout, last)',
+  'ccfedavg_strategy1': 'Strategy 1',
+  'ccfedavg_strategy2': 'Strategy 2',
+  'ccfedavg': 'CC-FedAvg',
+  'ccfedavg_c': 'CC-FedAvg(c)',
+  'fednova_budget': 'FedNova',
+}
+ROW_ORDER = (
+  'fedavg',
+  'fedavg_dropout_best',
+  'fedavg_dropout_last',
+  'ccfedavg_strategy1',
+  'ccfedavg_strategy2',
+  'ccfedavg',
+  'ccfedavg_c',
+  'fednova_budget',
+)
 SCHEDULE_NAMES = {'round_robin': 'RR', 'ad_hoc': 'AH'}
 _PAPER_ROWS = ROW_ORDER[:6]
 
@@ -121,29 +152,30 @@ def _parse(text: str, columns: Sequence[Any]) -> dict[tuple, Any]:
 
 
 PAPER_TABLE_1: dict[tuple[str, float, str], float] = _parse(
-    _TABLE_1, [(s, g) for s in SCHEDULES for g in GAMMAS])
+  _TABLE_1, [(s, g) for s in SCHEDULES for g in GAMMAS]
+)
 PAPER_TABLE_2: dict[tuple[float, str], tuple[float, float]] = _parse(_TABLE_2, PARTICIPATIONS)
 
 # Table III (tau = 100): CIFAR-10 (as Table I, schedule ad hoc) and FMNIST (as Table II).
 PAPER_TABLE_3: dict[tuple[str, float, str], tuple[float, float]] = {
-    ('cifar10', 0.0, 'ccfedavg_strategy2'): (48.76, 0.06),
-    ('cifar10', 0.0, 'ccfedavg'): (56.03, 0.08),
-    ('cifar10', 0.0, 'ccfedavg_c'): (53.15, 0.11),
-    ('cifar10', 0.2, 'ccfedavg_strategy2'): (61.54, 0.11),
-    ('cifar10', 0.2, 'ccfedavg'): (68.59, 0.20),
-    ('cifar10', 0.2, 'ccfedavg_c'): (64.45, 0.16),
-    ('cifar10', 0.5, 'ccfedavg_strategy2'): (66.68, 0.13),
-    ('cifar10', 0.5, 'ccfedavg'): (71.34, 0.02),
-    ('cifar10', 0.5, 'ccfedavg_c'): (69.11, 0.12),
-    ('fmnist', 0.2, 'ccfedavg_strategy2'): (73.6, 3.86),
-    ('fmnist', 0.2, 'ccfedavg'): (78.40, 2.50),
-    ('fmnist', 0.2, 'ccfedavg_c'): (79.07, 1.34),
-    ('fmnist', 0.4, 'ccfedavg_strategy2'): (78.91, 0.70),
-    ('fmnist', 0.4, 'ccfedavg'): (81.42, 0.31),
-    ('fmnist', 0.4, 'ccfedavg_c'): (82.02, 0.37),
-    ('fmnist', 0.6, 'ccfedavg_strategy2'): (80.12, 0.30),
-    ('fmnist', 0.6, 'ccfedavg'): (82.46, 0.63),
-    ('fmnist', 0.6, 'ccfedavg_c'): (82.05, 0.10),
+  ('cifar10', 0.0, 'ccfedavg_strategy2'): (48.76, 0.06),
+  ('cifar10', 0.0, 'ccfedavg'): (56.03, 0.08),
+  ('cifar10', 0.0, 'ccfedavg_c'): (53.15, 0.11),
+  ('cifar10', 0.2, 'ccfedavg_strategy2'): (61.54, 0.11),
+  ('cifar10', 0.2, 'ccfedavg'): (68.59, 0.20),
+  ('cifar10', 0.2, 'ccfedavg_c'): (64.45, 0.16),
+  ('cifar10', 0.5, 'ccfedavg_strategy2'): (66.68, 0.13),
+  ('cifar10', 0.5, 'ccfedavg'): (71.34, 0.02),
+  ('cifar10', 0.5, 'ccfedavg_c'): (69.11, 0.12),
+  ('fmnist', 0.2, 'ccfedavg_strategy2'): (73.6, 3.86),
+  ('fmnist', 0.2, 'ccfedavg'): (78.40, 2.50),
+  ('fmnist', 0.2, 'ccfedavg_c'): (79.07, 1.34),
+  ('fmnist', 0.4, 'ccfedavg_strategy2'): (78.91, 0.70),
+  ('fmnist', 0.4, 'ccfedavg'): (81.42, 0.31),
+  ('fmnist', 0.4, 'ccfedavg_c'): (82.02, 0.37),
+  ('fmnist', 0.6, 'ccfedavg_strategy2'): (80.12, 0.30),
+  ('fmnist', 0.6, 'ccfedavg'): (82.46, 0.63),
+  ('fmnist', 0.6, 'ccfedavg_c'): (82.05, 0.10),
 }
 
 
@@ -156,11 +188,21 @@ def cohort_size(participation: float, num_clients: int = CROSS_DEVICE_CLIENTS) -
   return max(int(math.floor(participation * num_clients + 1e-9)), 1)
 
 
-def make_config(algorithm: str, setting: str, *, participation: float = FIGURE5_PARTICIPATION,
-                seed: int = 0, data_dir: str | None = None, rounds: int = PAPER_ROUNDS,
-                gamma: float = 0.0, schedule: str = 'ad_hoc', r: float | None = None,
-                w: int | None = None, switch_round: int | None = None,
-                eval_every: int = DEFAULT_EVAL_EVERY) -> ml_collections.ConfigDict:
+def make_config(
+  algorithm: str,
+  setting: str,
+  *,
+  participation: float = FIGURE5_PARTICIPATION,
+  seed: int = 0,
+  data_dir: str | None = None,
+  rounds: int = PAPER_ROUNDS,
+  gamma: float = 0.0,
+  schedule: str = 'ad_hoc',
+  r: float | None = None,
+  w: int | None = None,
+  switch_round: int | None = None,
+  eval_every: int = DEFAULT_EVAL_EVERY,
+) -> ml_collections.ConfigDict:
   """One run of the paper's experiments.
 
   Args:
@@ -226,8 +268,9 @@ def make_config(algorithm: str, setting: str, *, participation: float = FIGURE5_
     c.budget.rule = 'two_group'
     c.budget.r = r
     c.budget.w = w
-  c.scheduler.switch_round = (round(TAU * rounds / PAPER_ROUNDS) if switch_round is None
-                              else switch_round)
+  c.scheduler.switch_round = (
+    round(TAU * rounds / PAPER_ROUNDS) if switch_round is None else switch_round
+  )
   c.run.num_rounds = rounds
   c.run.eval_every = eval_every
   return c
@@ -270,16 +313,21 @@ def _format_paper(value: float | tuple[float, float] | None) -> str:
   return f' ({value:.2f})'
 
 
-def _table(grouped: Mapping[Any, Mapping[str, list[float]]], columns: Sequence[Any],
-           header: Sequence[str], paper) -> str:
+def _table(
+  grouped: Mapping[Any, Mapping[str, list[float]]],
+  columns: Sequence[Any],
+  header: Sequence[str],
+  paper,
+) -> str:
   rows = [row for row in ROW_ORDER if any(row in grouped.get(c, {}) for c in columns)]
   body = []
   for row in rows:
     cells = [DISPLAY_NAMES[row]]
     for column in columns:
       values = grouped.get(column, {}).get(row)
-      cells.append('-' if not values else format_mean_std(values) + _format_paper(
-          paper(column, row)))
+      cells.append(
+        '-' if not values else format_mean_std(values) + _format_paper(paper(column, row))
+      )
     body.append(cells)
   return markdown_table(header, body)
 
@@ -333,39 +381,52 @@ def figure5_table(records: Iterable[Mapping[str, Any]]) -> str:
         for record_row, metric in _rows_of(record['algorithm']):
           if record_row == row and record.get(metric) is not None:
             cells.setdefault((_key(record['r']), int(record['w'])), []).append(
-                100.0 * record[metric])
+              100.0 * record[metric]
+            )
       if not cells:
         continue
       rs = sorted({r for r, _ in cells})
       ws = sorted({w for _, w in cells})
-      body = [[f'r={r:g}'] + [format_mean_std(cells[(r, w)]) if (r, w) in cells else '-'
-                              for w in ws] for r in rs]
-      parts.append(f'### {setting}, {DISPLAY_NAMES[row]}\n\n'
-                   + markdown_table(['r \\ W'] + [f'W={w}' for w in ws], body))
+      body = [
+        [f'r={r:g}'] + [format_mean_std(cells[(r, w)]) if (r, w) in cells else '-' for w in ws]
+        for r in rs
+      ]
+      parts.append(
+        f'### {setting}, {DISPLAY_NAMES[row]}\n\n'
+        + markdown_table(['r \\ W'] + [f'W={w}' for w in ws], body)
+      )
   return '\n\n'.join(parts)
 
 
-def write_outputs(records: Sequence[dict[str, Any]], settings: dict[str, Any], workdir: str,
-                  output: str, wall_seconds: float) -> None:
+def write_outputs(
+  records: Sequence[dict[str, Any]],
+  settings: dict[str, Any],
+  workdir: str,
+  output: str,
+  wall_seconds: float,
+) -> None:
   """Writes `<workdir>/results.jsonl` and the markdown tables to `output`."""
   write_results(records, workdir)
   experiment = settings['experiment']
   parts = [
-      f'# CC-FedAvg reproduction: {experiment}',
-      f'Seeds {",".join(map(str, settings["seeds"]))} (the paper: 5); {settings["rounds"]} '
-      f'rounds (the paper: {PAPER_ROUNDS}); evaluation every {settings["eval_every"]} '
-      f'rounds; {len(records)} runs; wall time {wall_seconds:.0f}s.',
-      'Cells: ours (paper), test accuracy in % as mean ± std over seeds; best accuracy over the '
-      'evaluated rounds, final accuracy for FedAvg (dropout, last).',
+    f'# CC-FedAvg reproduction: {experiment}',
+    f'Seeds {",".join(map(str, settings["seeds"]))} (the paper: 5); {settings["rounds"]} '
+    f'rounds (the paper: {PAPER_ROUNDS}); evaluation every {settings["eval_every"]} '
+    f'rounds; {len(records)} runs; wall time {wall_seconds:.0f}s.',
+    'Cells: ours (paper), test accuracy in % as mean ± std over seeds; best accuracy over the '
+    'evaluated rounds, final accuracy for FedAvg (dropout, last).',
   ]
   if experiment == 'table2':
-    parts += ['## Table II (Fashion-MNIST, N = 100, beta = 4; CC-FedAvg(c): Table III)',
-              table2(records)]
+    parts += [
+      '## Table II (Fashion-MNIST, N = 100, beta = 4; CC-FedAvg(c): Table III)',
+      table2(records),
+    ]
   elif experiment == 'table1':
-    parts += ['## Table I protocol (N = 8, beta = 4) on Fashion-MNIST; the paper\'s values are '
-              'CIFAR-10 (std < 0.5, not reported), so compare orderings only',
-              table1(records)]
+    parts += [
+      "## Table I protocol (N = 8, beta = 4) on Fashion-MNIST; the paper's values are "
+      'CIFAR-10 (std < 0.5, not reported), so compare orderings only',
+      table1(records),
+    ]
   else:
-    parts += ['## Figure 5 (two-group budgets r x W; the paper plots only)',
-              figure5_table(records)]
+    parts += ['## Figure 5 (two-group budgets r x W; the paper plots only)', figure5_table(records)]
   write_text(output, '\n\n'.join(parts) + '\n')

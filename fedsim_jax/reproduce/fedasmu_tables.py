@@ -54,70 +54,138 @@ A run record is a mapping with keys method, model, dataset, seed, final_accuracy
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import ml_collections
 
 from fedsim_jax.config import ConfigError, base_config
-from fedsim_jax.reproduce.sweep import (check_choice, markdown_table, mean_std,
-                                        mean_time_to_target, set_existing, spearman,
-                                        write_results, write_text)
+from fedsim_jax.reproduce.sweep import (
+  check_choice,
+  markdown_table,
+  mean_std,
+  mean_time_to_target,
+  set_existing,
+  spearman,
+  write_results,
+  write_text,
+)
 
 # Rows in the order of Tables 1-2, then the ablations (Fig. 2 and the H1-H3 appendix table).
-METHODS = ('fedasmu', 'fedavg', 'fedprox', 'moon', 'feddyn', 'fedasync', 'port', 'asofed',
-           'fedbuff', 'fedsa', 'fedasmu_da', 'fedasmu_fa', 'fedasmu_0', 'fedasmu_h1',
-           'fedasmu_h2', 'fedasmu_h3')
+METHODS = (
+  'fedasmu',
+  'fedavg',
+  'fedprox',
+  'moon',
+  'feddyn',
+  'fedasync',
+  'port',
+  'asofed',
+  'fedbuff',
+  'fedsa',
+  'fedasmu_da',
+  'fedasmu_fa',
+  'fedasmu_0',
+  'fedasmu_h1',
+  'fedasmu_h2',
+  'fedasmu_h3',
+)
 SYNCHRONOUS = ('fedavg', 'fedprox', 'moon', 'feddyn')
-FEDASMU_VARIANTS = ('fedasmu', 'fedasmu_da', 'fedasmu_fa', 'fedasmu_0', 'fedasmu_h1',
-                    'fedasmu_h2', 'fedasmu_h3')
-BASELINES = ('fedavg', 'fedprox', 'moon', 'feddyn', 'fedasync', 'port', 'asofed', 'fedbuff',
-             'fedsa')
+FEDASMU_VARIANTS = (
+  'fedasmu',
+  'fedasmu_da',
+  'fedasmu_fa',
+  'fedasmu_0',
+  'fedasmu_h1',
+  'fedasmu_h2',
+  'fedasmu_h3',
+)
+BASELINES = (
+  'fedavg',
+  'fedprox',
+  'moon',
+  'feddyn',
+  'fedasync',
+  'port',
+  'asofed',
+  'fedbuff',
+  'fedsa',
+)
 DISPLAY_NAMES = {
-    'fedasmu': 'FedASMU', 'fedavg': 'FedAvg', 'fedprox': 'FedProx', 'moon': 'MOON',
-    'feddyn': 'FedDyn', 'fedasync': 'FedAsync', 'port': 'PORT', 'asofed': 'ASO-Fed',
-    'fedbuff': 'FedBuff', 'fedsa': 'FedSA', 'fedasmu_da': 'FedASMU-DA',
-    'fedasmu_fa': 'FedASMU-FA', 'fedasmu_0': 'FedASMU-0', 'fedasmu_h1': 'FedASMU (H1)',
-    'fedasmu_h2': 'FedASMU (H2)', 'fedasmu_h3': 'FedASMU (H3)'}
+  'fedasmu': 'FedASMU',
+  'fedavg': 'FedAvg',
+  'fedprox': 'FedProx',
+  'moon': 'MOON',
+  'feddyn': 'FedDyn',
+  'fedasync': 'FedAsync',
+  'port': 'PORT',
+  'asofed': 'ASO-Fed',
+  'fedbuff': 'FedBuff',
+  'fedsa': 'FedSA',
+  'fedasmu_da': 'FedASMU-DA',
+  'fedasmu_fa': 'FedASMU-FA',
+  'fedasmu_0': 'FedASMU-0',
+  'fedasmu_h1': 'FedASMU (H1)',
+  'fedasmu_h2': 'FedASMU (H2)',
+  'fedasmu_h3': 'FedASMU (H3)',
+}
 
 # Columns (model, dataset) of Tables 1-2 reproduced here, with the dataset each needs.
 DATASETS = ('fashion_mnist', 'cifar10')
 DATASET_MODELS = {'fashion_mnist': ('lenet5',), 'cifar10': ('lenet5', 'fedasmu_cnn')}
 COLUMNS = tuple((model, dataset) for dataset in DATASETS for model in DATASET_MODELS[dataset])
-COLUMN_NAMES = {('lenet5', 'fashion_mnist'): 'LeNet FMNIST',
-                ('lenet5', 'cifar10'): 'LeNet CIFAR-10',
-                ('fedasmu_cnn', 'cifar10'): 'CNN CIFAR-10'}
+COLUMN_NAMES = {
+  ('lenet5', 'fashion_mnist'): 'LeNet FMNIST',
+  ('lenet5', 'cifar10'): 'LeNet CIFAR-10',
+  ('fedasmu_cnn', 'cifar10'): 'CNN CIFAR-10',
+}
 # Target accuracies of the "Time" columns (captions of Tables 1 and 2).
-TARGET_ACCURACY = {('lenet5', 'fashion_mnist'): 0.70, ('lenet5', 'cifar10'): 0.30,
-                   ('fedasmu_cnn', 'cifar10'): 0.40}
+TARGET_ACCURACY = {
+  ('lenet5', 'fashion_mnist'): 0.70,
+  ('lenet5', 'cifar10'): 0.30,
+  ('fedasmu_cnn', 'cifar10'): 0.40,
+}
 
 # Table 5: eta_i (the devices' learning rate) and FedASMU's control-parameter learning rates
 # eta_lambda, eta_sigma, eta_iota (server, Formula 3) and eta_gamma, eta_v (devices, Formula 9),
 # as the settings `fedasmu.<name>_learning_rate`.
-CLIENT_LEARNING_RATE = {('lenet5', 'fashion_mnist'): 0.005, ('lenet5', 'cifar10'): 0.03,
-                        ('fedasmu_cnn', 'cifar10'): 0.028}
+CLIENT_LEARNING_RATE = {
+  ('lenet5', 'fashion_mnist'): 0.005,
+  ('lenet5', 'cifar10'): 0.03,
+  ('fedasmu_cnn', 'cifar10'): 0.028,
+}
 _RATE_NAMES = ('lambda', 'sigma', 'iota', 'gamma', 'v')
 FEDASMU_LEARNING_RATES = {
-    column: {f'{name}_learning_rate': rate for name, rate in zip(_RATE_NAMES, rates)}
-    for column, rates in {('lenet5', 'fashion_mnist'): (1e-4, 1e-4, 1e-4, 1e-4, 1e-4),
-                          ('lenet5', 'cifar10'): (1e-3, 1e-3, 0.1, 0.1, 1e-3),
-                          ('fedasmu_cnn', 'cifar10'): (1e-3, 1e-3, 1e-4, 0.1, 1e-3)}.items()
+  column: {f'{name}_learning_rate': rate for name, rate in zip(_RATE_NAMES, rates)}
+  for column, rates in {
+    ('lenet5', 'fashion_mnist'): (1e-4, 1e-4, 1e-4, 1e-4, 1e-4),
+    ('lenet5', 'cifar10'): (1e-3, 1e-3, 0.1, 0.1, 1e-3),
+    ('fedasmu_cnn', 'cifar10'): (1e-3, 1e-3, 1e-4, 0.1, 1e-3),
+  }.items()
 }
 # How each FedASMU variant requests the fresh global model (`config.fedasmu_fetch.policy`):
 # the RL selector, none (FedASMU-FA, FedASMU-0) or the appendix's fixed heuristics H1-H3.
-FETCH_POLICY = {'fedasmu': 'learned', 'fedasmu_da': 'learned', 'fedasmu_fa': 'none',
-                'fedasmu_0': 'none', 'fedasmu_h1': 'h1', 'fedasmu_h2': 'h2', 'fedasmu_h3': 'h3'}
+FETCH_POLICY = {
+  'fedasmu': 'learned',
+  'fedasmu_da': 'learned',
+  'fedasmu_fa': 'none',
+  'fedasmu_0': 'none',
+  'fedasmu_h1': 'h1',
+  'fedasmu_h2': 'h2',
+  'fedasmu_h3': 'h3',
+}
 
-PAPER_NUM_CLIENTS = 100          # m (Tables 5-6)
-TAU = 99                         # staleness bound tau (Tables 5-6)
-PAPER_NUM_ROUNDS = 500           # T (Tables 5-6)
-DEVICE_FRACTION = 0.1            # m' = 10 of m = 100; the 10% parallelism cap (appendix)
-TRIGGER_PERIOD = 10.0            # 𝒯 (Tables 5-6)
-DEVICE_RATIO = 5.0               # slowest / fastest training time (appendix)
+PAPER_NUM_CLIENTS = 100  # m (Tables 5-6)
+TAU = 99  # staleness bound tau (Tables 5-6)
+PAPER_NUM_ROUNDS = 500  # T (Tables 5-6)
+DEVICE_FRACTION = 0.1  # m' = 10 of m = 100; the 10% parallelism cap (appendix)
+TRIGGER_PERIOD = 10.0  # 𝒯 (Tables 5-6)
+DEVICE_RATIO = 5.0  # slowest / fastest training time (appendix)
 DEFAULT_FASTEST_STEP_TIME = 0.1  # virtual seconds per local step on the fastest device
-DEFAULT_CONCENTRATION = 0.5      # Dirichlet alpha (not stated; NIID-Bench's default)
-DEFAULT_LOCAL_EPOCHS = 5         # 𝓛 (not stated)
-DEFAULT_BATCH_SIZE = 32          # not stated
-DEFAULT_EVAL_EVERY = 5           # server versions between test evaluations
+DEFAULT_CONCENTRATION = 0.5  # Dirichlet alpha (not stated; NIID-Bench's default)
+DEFAULT_LOCAL_EPOCHS = 5  # 𝓛 (not stated)
+DEFAULT_BATCH_SIZE = 32  # not stated
+DEFAULT_EVAL_EVERY = 5  # server versions between test evaluations
 FEDPROX_MU = 0.01
 FEDASYNC_ALPHA = 0.6
 FEDASYNC_STALENESS_A = 0.5
@@ -146,15 +214,15 @@ _ROW_KEYS = {name: method for method, name in DISPLAY_NAMES.items()}
 def _parse_paper_table(text: str) -> dict[tuple[str, str], dict[str, tuple[float, float | None]]]:
   """{column: {method: (accuracy, time to target or None for "/")}}."""
   table: dict[tuple[str, str], dict[str, tuple[float, float | None]]] = {
-      column: {} for column in _PAPER_COLUMNS}
+    column: {} for column in _PAPER_COLUMNS
+  }
   for line in text.strip().splitlines()[1:]:
     cells = [cell.strip() for cell in line.strip().strip('|').split('|')]
     if len(cells) != 1 + 2 * len(_PAPER_COLUMNS):
       raise AssertionError(f'transcription error in row {cells[0]!r}')
     for i, column in enumerate(_PAPER_COLUMNS):
       accuracy, time = cells[1 + 2 * i], cells[2 + 2 * i]
-      table[column][_ROW_KEYS[cells[0]]] = (float(accuracy),
-                                            None if time == '/' else float(time))
+      table[column][_ROW_KEYS[cells[0]]] = (float(accuracy), None if time == '/' else float(time))
   return table
 
 
@@ -164,16 +232,16 @@ PAPER_RESULTS = _parse_paper_table(_PAPER_TABLE)
 # appendix's heuristics (setting not stated): (method, reference, accuracy gain in percentage
 # points (low, high), time saved to target in % of the reference's time (low, high) or None).
 PAPER_ABLATIONS: tuple[tuple[str, str, tuple[float, float], tuple[float, float] | None], ...] = (
-    ('fedasmu', 'fedasmu_da', (1.38, 4.32), None),
-    ('fedasmu_fa', 'fedasmu_0', (0.65, 3.04), None),
-    ('fedasmu', 'fedasmu_fa', (1.75, 4.71), (44.77, 73.96)),
-    ('fedasmu_da', 'fedasmu_0', (1.04, 3.41), (15.71, 19.54)),
-    ('fedasmu_da', 'fedavg', (0.73, 3.75), (72.88, 85.72)),
-    ('fedasmu_fa', 'fedavg', (0.73, 3.75), (72.88, 85.72)),
-    ('fedasmu_0', 'fedavg', (0.08, 0.34), (67.84, 82.26)),
-    ('fedasmu', 'fedasmu_h1', (2.4, 2.4), None),
-    ('fedasmu', 'fedasmu_h2', (2.2, 2.2), None),
-    ('fedasmu', 'fedasmu_h3', (2.8, 2.8), None),
+  ('fedasmu', 'fedasmu_da', (1.38, 4.32), None),
+  ('fedasmu_fa', 'fedasmu_0', (0.65, 3.04), None),
+  ('fedasmu', 'fedasmu_fa', (1.75, 4.71), (44.77, 73.96)),
+  ('fedasmu_da', 'fedasmu_0', (1.04, 3.41), (15.71, 19.54)),
+  ('fedasmu_da', 'fedavg', (0.73, 3.75), (72.88, 85.72)),
+  ('fedasmu_fa', 'fedavg', (0.73, 3.75), (72.88, 85.72)),
+  ('fedasmu_0', 'fedavg', (0.08, 0.34), (67.84, 82.26)),
+  ('fedasmu', 'fedasmu_h1', (2.4, 2.4), None),
+  ('fedasmu', 'fedasmu_h2', (2.2, 2.2), None),
+  ('fedasmu', 'fedasmu_h3', (2.8, 2.8), None),
 )
 
 
@@ -196,13 +264,14 @@ def periodic_trigger_available() -> bool:
   return 'trigger_period' in base_config().scheduler
 
 
-def system_settings(method: str, num_clients: int,
-                    fastest_step_time: float = DEFAULT_FASTEST_STEP_TIME) -> dict[str, Any]:
+def system_settings(
+  method: str, num_clients: int, fastest_step_time: float = DEFAULT_FASTEST_STEP_TIME
+) -> dict[str, Any]:
   """The system model every method shares (module docstring), as dotted config paths."""
   settings: dict[str, Any] = {
-      'latency.model': 'device_ratio',
-      'latency.device_ratio.ratio': DEVICE_RATIO,
-      'latency.device_ratio.fastest_step_time': fastest_step_time,
+    'latency.model': 'device_ratio',
+    'latency.device_ratio.ratio': DEVICE_RATIO,
+    'latency.device_ratio.fastest_step_time': fastest_step_time,
   }
   if method in SYNCHRONOUS:
     settings['scheduler.cohort_size'] = devices_per_round(num_clients)
@@ -221,8 +290,7 @@ def fedasmu_settings(method: str, column: tuple[str, str]) -> dict[str, Any]:
   """FedASMU and its ablations: Table 5's control-parameter learning rates for the column
   (section `fedasmu`) and the variant's fetch policy (section `fedasmu_fetch`). The variant
   itself (dynamic or static server weights) is the algorithm name."""
-  settings = {f'fedasmu.{name}': value
-              for name, value in FEDASMU_LEARNING_RATES[column].items()}
+  settings = {f'fedasmu.{name}': value for name, value in FEDASMU_LEARNING_RATES[column].items()}
   settings['fedasmu_fetch.policy'] = FETCH_POLICY[method]
   return settings
 
@@ -240,8 +308,11 @@ def fedprox_settings() -> dict[str, Any]:
 def moon_settings(column: tuple[str, str]) -> dict[str, Any]:
   """MOON: FedAvg with mu * the model-contrastive loss at temperature 0.5; mu = 5 on CIFAR-10
   (MOON, Sec. 4.1), 1 elsewhere (MOON's CIFAR-100 value; it has no Fashion-MNIST one)."""
-  return {**fedavg_settings(), 'moon.mu': MOON_MU.get(column[1], 1.0),
-          'moon.temperature': MOON_TEMPERATURE}
+  return {
+    **fedavg_settings(),
+    'moon.mu': MOON_MU.get(column[1], 1.0),
+    'moon.temperature': MOON_TEMPERATURE,
+  }
 
 
 def feddyn_settings() -> dict[str, Any]:
@@ -251,17 +322,26 @@ def feddyn_settings() -> dict[str, Any]:
 
 def fedasync_settings() -> dict[str, Any]:
   """FedAsync: w <- (1 - a) w + a w_i with a = alpha (staleness + 1)^-0.5."""
-  return {'server.alpha': FEDASYNC_ALPHA, 'server.staleness': 'polynomial',
-          'server.staleness_a': FEDASYNC_STALENESS_A, 'server.fedasync_form': 'mixing'}
+  return {
+    'server.alpha': FEDASYNC_ALPHA,
+    'server.staleness': 'polynomial',
+    'server.staleness_a': FEDASYNC_STALENESS_A,
+    'server.fedasync_form': 'mixing',
+  }
 
 
 def fedbuff_settings(num_clients: int) -> dict[str, Any]:
   """FedBuff: buffers of K staleness-scaled deltas, averaged unweighted over K (Nguyen et al.
   2022, Algorithm 1), server SGD at learning rate 1."""
-  return {'scheduler.buffer_size': buffer_size(num_clients), 'scheduler.weighting': 'uniform',
-          'server.optimizer': 'sgd', 'server.learning_rate': 1.0,
-          'server.staleness': 'polynomial', 'server.staleness_a': 0.5,
-          'server.normalization': 'count'}
+  return {
+    'scheduler.buffer_size': buffer_size(num_clients),
+    'scheduler.weighting': 'uniform',
+    'server.optimizer': 'sgd',
+    'server.learning_rate': 1.0,
+    'server.staleness': 'polynomial',
+    'server.staleness_a': 0.5,
+    'server.normalization': 'count',
+  }
 
 
 def port_settings(num_clients: int) -> dict[str, Any]:
@@ -278,22 +358,32 @@ def asofed_settings() -> dict[str, Any]:
 
 def fedsa_settings(num_clients: int) -> dict[str, Any]:
   """FedSA: buffers of M = K updates weighted by examples and (staleness + 1)^-0.5."""
-  return {'scheduler.buffer_size': buffer_size(num_clients), 'server.staleness': 'polynomial',
-          'server.staleness_a': 0.5}
+  return {
+    'scheduler.buffer_size': buffer_size(num_clients),
+    'server.staleness': 'polynomial',
+    'server.staleness_a': 0.5,
+  }
 
 
-def method_settings(method: str, column: tuple[str, str],
-                    num_clients: int = PAPER_NUM_CLIENTS) -> dict[str, Any]:
+def method_settings(
+  method: str, column: tuple[str, str], num_clients: int = PAPER_NUM_CLIENTS
+) -> dict[str, Any]:
   """The method's own settings, as dotted config paths."""
   if method in FEDASMU_VARIANTS:
     return fedasmu_settings(method, column)
   if method == 'moon':
     return moon_settings(column)
   if method in ('fedbuff', 'port', 'fedsa'):
-    return {'fedbuff': fedbuff_settings, 'port': port_settings,
-            'fedsa': fedsa_settings}[method](num_clients)
-  return {'fedavg': fedavg_settings, 'fedprox': fedprox_settings, 'feddyn': feddyn_settings,
-          'fedasync': fedasync_settings, 'asofed': asofed_settings}[method]()
+    return {'fedbuff': fedbuff_settings, 'port': port_settings, 'fedsa': fedsa_settings}[method](
+      num_clients
+    )
+  return {
+    'fedavg': fedavg_settings,
+    'fedprox': fedprox_settings,
+    'feddyn': feddyn_settings,
+    'fedasync': fedasync_settings,
+    'asofed': asofed_settings,
+  }[method]()
 
 
 def registered_methods() -> list[str]:
@@ -303,14 +393,22 @@ def registered_methods() -> list[str]:
   return [method for method in METHODS if method in REGISTERED]
 
 
-def make_config(method: str, model: str, dataset: str, *, seed: int = 0,
-                data_dir: str | None = None, num_clients: int = PAPER_NUM_CLIENTS,
-                concentration: float = DEFAULT_CONCENTRATION,
-                num_rounds: int | None = PAPER_NUM_ROUNDS,
-                max_virtual_time: float | None = None,
-                local_epochs: float = DEFAULT_LOCAL_EPOCHS, batch_size: int = DEFAULT_BATCH_SIZE,
-                fastest_step_time: float = DEFAULT_FASTEST_STEP_TIME,
-                eval_every: int = DEFAULT_EVAL_EVERY) -> ml_collections.ConfigDict:
+def make_config(
+  method: str,
+  model: str,
+  dataset: str,
+  *,
+  seed: int = 0,
+  data_dir: str | None = None,
+  num_clients: int = PAPER_NUM_CLIENTS,
+  concentration: float = DEFAULT_CONCENTRATION,
+  num_rounds: int | None = PAPER_NUM_ROUNDS,
+  max_virtual_time: float | None = None,
+  local_epochs: float = DEFAULT_LOCAL_EPOCHS,
+  batch_size: int = DEFAULT_BATCH_SIZE,
+  fastest_step_time: float = DEFAULT_FASTEST_STEP_TIME,
+  eval_every: int = DEFAULT_EVAL_EVERY,
+) -> ml_collections.ConfigDict:
   """One run: `method` on the (model, dataset) column under the paper's system model.
 
   Args:
@@ -338,8 +436,10 @@ def make_config(method: str, model: str, dataset: str, *, seed: int = 0,
   from fedsim_jax.strategy import ALGORITHMS as REGISTERED
 
   if method not in REGISTERED:
-    raise ConfigError(f'method={method!r} is not registered in this build (fedsim_jax.strategy '
-                      f'ALGORITHMS); allowed values: {registered_methods()}')
+    raise ConfigError(
+      f'method={method!r} is not registered in this build (fedsim_jax.strategy '
+      f'ALGORITHMS); allowed values: {registered_methods()}'
+    )
   if num_rounds is None and max_virtual_time is None:
     raise ConfigError('num_rounds / max_virtual_time: give at least one budget')
   column = (model, dataset)
@@ -361,8 +461,10 @@ def make_config(method: str, model: str, dataset: str, *, seed: int = 0,
   c.run.max_virtual_time = None if max_virtual_time is None else float(max_virtual_time)
   c.run.eval_every = eval_every
   c.run.target_accuracy = TARGET_ACCURACY[column]
-  for path, value in {**system_settings(method, num_clients, fastest_step_time),
-                      **method_settings(method, column, num_clients)}.items():
+  for path, value in {
+    **system_settings(method, num_clients, fastest_step_time),
+    **method_settings(method, column, num_clients),
+  }.items():
     set_existing(c, path, value)
   from fedsim_jax.config import validate
 
@@ -382,16 +484,21 @@ def _sorted_columns(columns: Iterable[tuple[str, str]]) -> list[tuple[str, str]]
   return sorted(set(columns), key=lambda c: (COLUMNS.index(c) if c in COLUMNS else 99, c))
 
 
-def _group(records: Iterable[Mapping[str, Any]]
-           ) -> dict[tuple[str, str], dict[str, list[Mapping[str, Any]]]]:
+def _group(
+  records: Iterable[Mapping[str, Any]],
+) -> dict[tuple[str, str], dict[str, list[Mapping[str, Any]]]]:
   """{column: {method: [records over seeds]}}, methods in `METHODS` order."""
   grouped: dict[tuple[str, str], dict[str, list[Mapping[str, Any]]]] = {}
   for record in records:
     grouped.setdefault(_column_key(record), {}).setdefault(record['method'], []).append(record)
-  return {column: dict(sorted(methods.items(),
-                              key=lambda kv: (METHODS.index(kv[0]) if kv[0] in METHODS else 99,
-                                              kv[0])))
-          for column, methods in grouped.items()}
+  return {
+    column: dict(
+      sorted(
+        methods.items(), key=lambda kv: (METHODS.index(kv[0]) if kv[0] in METHODS else 99, kv[0])
+      )
+    )
+    for column, methods in grouped.items()
+  }
 
 
 def summarize_method(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -400,8 +507,13 @@ def summarize_method(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
   least half of the seeds)."""
   final, final_std = mean_std([r['final_accuracy'] for r in records])
   best, _ = mean_std([r['best_accuracy'] for r in records])
-  return {'final_accuracy': final, 'final_std': final_std, 'best_accuracy': best,
-          'time_to_target': mean_time_to_target(records), 'seeds': len(records)}
+  return {
+    'final_accuracy': final,
+    'final_std': final_std,
+    'best_accuracy': best,
+    'time_to_target': mean_time_to_target(records),
+    'seeds': len(records),
+  }
 
 
 def _accuracy(value: float, std: float = 0.0, seeds: int = 1) -> str:
@@ -431,7 +543,8 @@ def results_table(records: Iterable[Mapping[str, Any]]) -> str:
       paper_accuracy, paper_time = paper.get(method, (None, None))
       known = method in paper
       versions, virtual_time = _mean(runs, 'final_version'), _mean(runs, 'final_virtual_time')
-      rows.append([
+      rows.append(
+        [
           DISPLAY_NAMES.get(method, method),
           _accuracy(ours['final_accuracy'], ours['final_std'], ours['seeds']),
           f'{paper_accuracy:.3f}' if known else '-',
@@ -440,14 +553,29 @@ def results_table(records: Iterable[Mapping[str, Any]]) -> str:
           _time(paper_time) if known else '-',
           '-' if versions is None else f'{versions:,.0f}',
           '-' if virtual_time is None else f'{virtual_time:,.0f}',
-          str(ours['seeds'])])
+          str(ours['seeds']),
+        ]
+      )
     target = TARGET_ACCURACY.get(column)
     title = COLUMN_NAMES.get(column, f'{column[0]} {column[1]}')
     target_text = f'{target:.2f}' if target is not None else '?'
     blocks.append(
-        f'**{title}** (target accuracy {target_text})\n\n' + markdown_table(
-            ['Method', 'Acc (final)', 'paper Acc', 'best Acc', f'Time to {target_text} (s)',
-             'paper Time', 'versions', 'virtual time (s)', 'seeds'], rows))
+      f'**{title}** (target accuracy {target_text})\n\n'
+      + markdown_table(
+        [
+          'Method',
+          'Acc (final)',
+          'paper Acc',
+          'best Acc',
+          f'Time to {target_text} (s)',
+          'paper Time',
+          'versions',
+          'virtual time (s)',
+          'seeds',
+        ],
+        rows,
+      )
+    )
   return '\n\n'.join(blocks)
 
 
@@ -458,14 +586,14 @@ def ordering(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
   ('time_rho'), both rankings (most accurate first) and whether FedASMU is the most accurate of
   the Table 1-2 methods run, ours and the paper's (None without FedASMU or a baseline)."""
   rows = []
-  for column, methods in sorted(_group(records).items(),
-                                key=lambda kv: _sorted_columns([kv[0]])[0]):
+  for column, methods in sorted(
+    _group(records).items(), key=lambda kv: _sorted_columns([kv[0]])[0]
+  ):
     paper = PAPER_RESULTS.get(column, {})
     ours = {method: summarize_method(runs) for method, runs in methods.items()}
     both = [m for m in ours if m in paper]
     accuracy = {m: ours[m]['final_accuracy'] for m in both}
-    timed = [m for m in both if ours[m]['time_to_target'] is not None
-             and paper[m][1] is not None]
+    timed = [m for m in both if ours[m]['time_to_target'] is not None and paper[m][1] is not None]
     ranked_ours = sorted(both, key=lambda m: -accuracy[m])
     ranked_paper = sorted(both, key=lambda m: -paper[m][0])
     compared = [m for m in both if m != 'fedasmu']
@@ -473,14 +601,21 @@ def ordering(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     if 'fedasmu' in both and compared:
       best_ours = all(accuracy['fedasmu'] > accuracy[m] for m in compared)
       best_paper = all(paper['fedasmu'][0] > paper[m][0] for m in compared)
-    rows.append({
-        'column': column, 'methods': both,
+    rows.append(
+      {
+        'column': column,
+        'methods': both,
         'accuracy_rho': spearman([accuracy[m] for m in both], [paper[m][0] for m in both]),
-        'time_rho': spearman([ours[m]['time_to_target'] for m in timed],
-                             [paper[m][1] for m in timed]),
+        'time_rho': spearman(
+          [ours[m]['time_to_target'] for m in timed], [paper[m][1] for m in timed]
+        ),
         'time_pairs': len(timed),
-        'ours_ranking': ranked_ours, 'paper_ranking': ranked_paper,
-        'fedasmu_best_ours': best_ours, 'fedasmu_best_paper': best_paper})
+        'ours_ranking': ranked_ours,
+        'paper_ranking': ranked_paper,
+        'fedasmu_best_ours': best_ours,
+        'fedasmu_best_paper': best_paper,
+      }
+    )
   return rows
 
 
@@ -500,13 +635,31 @@ def ordering_table(records: Iterable[Mapping[str, Any]]) -> str:
     return ' > '.join(DISPLAY_NAMES.get(m, m) for m in methods)
 
   return markdown_table(
-      ['Column', 'methods', 'Spearman ρ (accuracy)', 'Spearman ρ (time, pairs)',
-       'FedASMU most accurate: ours', 'paper', 'our ranking by accuracy', 'paper\'s ranking'],
-      [[COLUMN_NAMES.get(r['column'], str(r['column'])), str(len(r['methods'])),
-        rho(r['accuracy_rho']), f'{rho(r["time_rho"])} ({r["time_pairs"]})',
-        yes_no(r['fedasmu_best_ours']), yes_no(r['fedasmu_best_paper']),
-        names(r['ours_ranking']), names(r['paper_ranking'])]
-       for r in rows if r['methods']])
+    [
+      'Column',
+      'methods',
+      'Spearman ρ (accuracy)',
+      'Spearman ρ (time, pairs)',
+      'FedASMU most accurate: ours',
+      'paper',
+      'our ranking by accuracy',
+      "paper's ranking",
+    ],
+    [
+      [
+        COLUMN_NAMES.get(r['column'], str(r['column'])),
+        str(len(r['methods'])),
+        rho(r['accuracy_rho']),
+        f'{rho(r["time_rho"])} ({r["time_pairs"]})',
+        yes_no(r['fedasmu_best_ours']),
+        yes_no(r['fedasmu_best_paper']),
+        names(r['ours_ranking']),
+        names(r['paper_ranking']),
+      ]
+      for r in rows
+      if r['methods']
+    ],
+  )
 
 
 def _range(values: tuple[float, float] | None, unit: str) -> str:
@@ -532,53 +685,75 @@ def ablation_table(records: Iterable[Mapping[str, Any]]) -> str:
       saved = '/'
       if ours['time_to_target'] is not None and ref['time_to_target'] is not None:
         saved = f'{100 * (1 - ours["time_to_target"] / ref["time_to_target"]):+.1f}%'
-      rows.append([COLUMN_NAMES.get(column, str(column)),
-                   f'{DISPLAY_NAMES[method]} vs {DISPLAY_NAMES[reference]}',
-                   f'{gain:+.2f}', _range(paper_gain, ''), saved, _range(paper_saved, '%')])
+      rows.append(
+        [
+          COLUMN_NAMES.get(column, str(column)),
+          f'{DISPLAY_NAMES[method]} vs {DISPLAY_NAMES[reference]}',
+          f'{gain:+.2f}',
+          _range(paper_gain, ''),
+          saved,
+          _range(paper_saved, '%'),
+        ]
+      )
   if not rows:
     return 'No ablation pair (e.g. FedASMU and FedASMU-DA) ran in the same column.'
-  return markdown_table(['Column', 'Comparison', 'accuracy gain (pp), ours', 'paper',
-                         'time saved, ours', 'paper'], rows)
+  return markdown_table(
+    ['Column', 'Comparison', 'accuracy gain (pp), ours', 'paper', 'time saved, ours', 'paper'], rows
+  )
 
 
-def write_outputs(records: Sequence[dict[str, Any]], settings: dict[str, Any], workdir: str,
-                  output: str, wall_seconds: float) -> None:
+def write_outputs(
+  records: Sequence[dict[str, Any]],
+  settings: dict[str, Any],
+  workdir: str,
+  output: str,
+  wall_seconds: float,
+) -> None:
   """Writes `<workdir>/results.jsonl` and the markdown tables to `output`, and prints them."""
   write_results(records, workdir)
-  periods = sorted({r.get('trigger_period') for r in records if r['method'] not in SYNCHRONOUS},
-                   key=str)
+  periods = sorted(
+    {r.get('trigger_period') for r in records if r['method'] not in SYNCHRONOUS}, key=str
+  )
   if not periods:
     system = 'no asynchronous method run'
   elif periods == [None]:
-    system = ('asynchronous methods under the concurrency-capped scheduler (this build has no '
-              'periodic trigger)')
+    system = (
+      'asynchronous methods under the concurrency-capped scheduler (this build has no '
+      'periodic trigger)'
+    )
   else:
-    system = ('asynchronous methods under the periodic trigger, period '
-              + ', '.join('none (concurrency cap)' if p is None else f'{p:g}s' for p in periods))
+    system = 'asynchronous methods under the periodic trigger, period ' + ', '.join(
+      'none (concurrency cap)' if p is None else f'{p:g}s' for p in periods
+    )
   budget = f'{settings["num_rounds"]} server versions' if settings['num_rounds'] else ''
   if settings.get('max_virtual_time'):
     budget += (' or ' if budget else '') + f'{settings["max_virtual_time"]:g} virtual seconds'
   seeds = ','.join(map(str, settings['seeds']))
-  text = '\n\n'.join([
-      '# FedASMU reproduction (Tables 1-2, Fig. 2 ablations)',
-      f'{settings["num_clients"]} devices, Dirichlet alpha {settings["concentration"]:g} '
-      f'(not stated in the paper); devices per round / in flight: '
-      f'{devices_per_round(settings["num_clients"])}; {system}; device_ratio latency (slowest/fastest {DEVICE_RATIO:g}, '
-      f'fastest {settings["fastest_step_time"]:g}s per step); {settings["local_epochs"]:g} '
-      f'local epochs, batch {settings["batch_size"]}; budget {budget} (the paper: T = 500); '
-      f'evaluation every {settings["eval_every"]} versions; seeds {seeds}; {len(records)} runs; '
-      f'wall time {wall_seconds:.0f}s.',
-      'Acc = test accuracy at the end of the run (the paper\'s "convergence accuracy"), mean '
-      '(± std) over seeds; Time = virtual seconds to first reach the target, mean over the seeds '
-      'that reached it, "/" when missed in at least half of the seeds. The paper gives no time '
-      'unit or scale: compare orderings and ratios, not seconds. Paper figures: Table 1 (CIFAR-10 '
-      'columns) and Table 2 (LeNet FMNIST); "-": the paper has no such row.',
-      '## Accuracy and time to target (Tables 1-2)',
-      results_table(records),
-      '## Ordering of the methods against the paper\'s',
-      ordering_table(records),
-      '## Ablations (Sec. 5 ranges: Fig. 2 on CIFAR-10; H1-H3 from the appendix)',
-      ablation_table(records),
-  ]) + '\n'
+  text = (
+    '\n\n'.join(
+      [
+        '# FedASMU reproduction (Tables 1-2, Fig. 2 ablations)',
+        f'{settings["num_clients"]} devices, Dirichlet alpha {settings["concentration"]:g} '
+        f'(not stated in the paper); devices per round / in flight: '
+        f'{devices_per_round(settings["num_clients"])}; {system}; device_ratio latency (slowest/fastest {DEVICE_RATIO:g}, '
+        f'fastest {settings["fastest_step_time"]:g}s per step); {settings["local_epochs"]:g} '
+        f'local epochs, batch {settings["batch_size"]}; budget {budget} (the paper: T = 500); '
+        f'evaluation every {settings["eval_every"]} versions; seeds {seeds}; {len(records)} runs; '
+        f'wall time {wall_seconds:.0f}s.',
+        'Acc = test accuracy at the end of the run (the paper\'s "convergence accuracy"), mean '
+        '(± std) over seeds; Time = virtual seconds to first reach the target, mean over the seeds '
+        'that reached it, "/" when missed in at least half of the seeds. The paper gives no time '
+        'unit or scale: compare orderings and ratios, not seconds. Paper figures: Table 1 (CIFAR-10 '
+        'columns) and Table 2 (LeNet FMNIST); "-": the paper has no such row.',
+        '## Accuracy and time to target (Tables 1-2)',
+        results_table(records),
+        "## Ordering of the methods against the paper's",
+        ordering_table(records),
+        '## Ablations (Sec. 5 ranges: Fig. 2 on CIFAR-10; H1-H3 from the appendix)',
+        ablation_table(records),
+      ]
+    )
+    + '\n'
+  )
   write_text(output, text)
   print(text, end='')

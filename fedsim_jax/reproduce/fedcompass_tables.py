@@ -18,17 +18,32 @@ when the target was missed) and best_accuracy (a fraction), optionally variant (
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import ml_collections
 
 from fedsim_jax.config import ConfigError, base_config
-from fedsim_jax.reproduce.sweep import (check_choice, markdown_table, mean_std,
-                                        mean_time_to_target, spearman, write_results,
-                                        write_text)
+from fedsim_jax.reproduce.sweep import (
+  check_choice,
+  markdown_table,
+  mean_std,
+  mean_time_to_target,
+  spearman,
+  write_results,
+  write_text,
+)
 
-ALGORITHMS = ('fedavg', 'fedavgm', 'fedasync', 'fedbuff', 'fedat', 'fedcompass', 'fedcompass_m',
-              'fedcompass_n')
+ALGORITHMS = (
+  'fedavg',
+  'fedavgm',
+  'fedasync',
+  'fedbuff',
+  'fedat',
+  'fedcompass',
+  'fedcompass_m',
+  'fedcompass_n',
+)
 SYNCHRONOUS = ('fedavg', 'fedavgm')
 COMPASS = ('fedcompass', 'fedcompass_m', 'fedcompass_n')
 BASELINES = ('fedavg', 'fedavgm', 'fedasync', 'fedbuff', 'fedat')
@@ -37,21 +52,28 @@ NUM_CLIENTS = (5, 10, 20)
 SPEEDS = ('homogeneous', 'normal', 'exponential')
 REFERENCE = 'fedcompass'
 
-DISPLAY_NAMES = {'fedavg': 'FedAvg', 'fedavgm': 'FedAvgM', 'fedasync': 'FedAsync',
-                 'fedbuff': 'FedBuff', 'fedat': 'FedAT', 'fedcompass': 'FedCompass',
-                 'fedcompass_m': 'FedCompass+M', 'fedcompass_n': 'FedCompass+N'}
+DISPLAY_NAMES = {
+  'fedavg': 'FedAvg',
+  'fedavgm': 'FedAvgM',
+  'fedasync': 'FedAsync',
+  'fedbuff': 'FedBuff',
+  'fedat': 'FedAT',
+  'fedcompass': 'FedCompass',
+  'fedcompass_m': 'FedCompass+M',
+  'fedcompass_n': 'FedCompass+N',
+}
 PARTITION_NAMES = {'class': 'MNIST-Class Partition', 'dual_dirichlet': 'MNIST-Dirichlet Partition'}
 SPEED_NAMES = {'homogeneous': 'homo', 'normal': 'normal', 'exponential': 'exp'}
 
 # Table 9 (MNIST), per number of clients m.
 LOCAL_STEPS = {5: 200, 10: 200, 20: 100}  # Q of the baselines, Q_max of FedCompass
 Q_MIN = {5: 40, 10: 40, 20: 20}
-BUFFER_SIZE = {5: 3, 10: 3, 20: 5}        # FedBuff's K
-DEFAULT_Q_RATIO = 0.2                     # Q_min / Q_max of the main experiments
-DEFAULT_LATEST_TIME_FACTOR = 1.2          # lambda
+BUFFER_SIZE = {5: 3, 10: 3, 20: 5}  # FedBuff's K
+DEFAULT_Q_RATIO = 0.2  # Q_min / Q_max of the main experiments
+DEFAULT_LATEST_TIME_FACTOR = 1.2  # lambda
 TARGET_ACCURACY = 0.9
-STEP_TIME_MEAN = 0.15                     # Table 7: mean seconds per local step (batch 64)
-STEP_TIME_JITTER = 0.05                   # Section 5.4: per-round N(t_i, (0.05 t_i)^2)
+STEP_TIME_MEAN = 0.15  # Table 7: mean seconds per local step (batch 64)
+STEP_TIME_JITTER = 0.05  # Section 5.4: per-round N(t_i, (0.05 t_i)^2)
 
 # Virtual-time budgets (seconds). The paper equalises wall-clock time within the synchronous
 # and within the asynchronous algorithms but does not state the budgets (Section 5.3).
@@ -73,7 +95,7 @@ _PARTITION_KEYS = {'MNIST-Class': 'class', 'MNIST-Dirichlet': 'dual_dirichlet'}
 
 # Table 1, MNIST blocks (columns m = 5, 10, 20 x homo, normal, exp).
 _TABLE_1 = {
-    'class': """
+  'class': """
 | FedAvg | 1.35 | 2.82 | 4.32 | 1.25 | 2.10 | 5.01 | 1.44 | 4.20 | 9.03 |
 | FedAvgM | 1.27 | 2.75 | 4.23 | 1.50 | 2.51 | 6.01 | 2.20 | 5.36 | 13.73 |
 | FedAsync | 2.15 | 2.34 | 2.35 | - | 2.17 | 1.32 | - | 4.44 | 1.32 |
@@ -83,7 +105,7 @@ _TABLE_1 = {
 | FedCompass+M | 1.10 | 1.19 | 0.81 | 1.18 | 0.99 | 0.81 | 1.10 | 1.09 | 1.08 |
 | FedCompass+N | 0.89 | 1.24 | 0.94 | 1.44 | 1.28 | 0.92 | 0.94 | 1.01 | 1.09 |
 """,
-    'dual_dirichlet': """
+  'dual_dirichlet': """
 | FedAvg | 0.91 | 1.85 | 4.90 | 1.18 | 2.44 | 5.68 | 1.14 | 2.48 | 5.94 |
 | FedAvgM | 0.91 | 1.85 | 4.89 | 1.22 | 2.45 | 5.83 | 1.21 | 2.70 | 6.12 |
 | FedAsync | 1.78 | 1.68 | 2.01 | - | 2.28 | 1.29 | - | - | 1.76 |
@@ -97,7 +119,7 @@ _TABLE_1 = {
 
 # Tables 14 (MNIST class) and 15 (MNIST dual Dirichlet): top accuracy (%), mean ± std.
 _TOP_ACCURACY = {
-    'class': """
+  'class': """
 | FedAvg | 92.42±3.96 | 92.42±3.96 | 92.42±3.96 | 92.27±3.88 | 92.27±3.88 | 92.27±3.88 | 97.38±1.59 | 97.38±1.59 | 97.38±1.59 |
 | FedAvgM | 96.22±2.45 | 96.22±2.45 | 96.22±2.45 | 97.11±1.45 | 97.11±1.45 | 97.11±1.45 | 98.27±0.18 | 98.27±0.18 | 98.27±0.18 |
 | FedAsync | 90.60±6.96 | 92.53±5.57 | 92.44±3.07 | 86.73±6.62 | 92.27±3.82 | 96.25±2.46 | 84.26±7.96 | 90.98±2.48 | 98.01±0.89 |
@@ -107,7 +129,7 @@ _TOP_ACCURACY = {
 | FedCompass+M | 95.58±2.87 | 95.98±2.43 | 95.93±1.92 | 95.64±2.72 | 96.61±2.12 | 97.69±0.76 | 98.58±0.23 | 97.05±0.91 | 98.51±0.47 |
 | FedCompass+N | 94.03±3.82 | 93.07±4.00 | 96.44±1.72 | 94.55±3.86 | 94.80±3.65 | 97.28±1.51 | 98.52±0.42 | 98.79±0.17 | 98.80±0.18 |
 """,
-    'dual_dirichlet': """
+  'dual_dirichlet': """
 | FedAvg | 93.08±4.16 | 93.08±4.16 | 93.08±4.16 | 93.71±4.52 | 93.71±4.52 | 93.71±4.52 | 95.77±2.98 | 95.77±2.98 | 95.77±2.98 |
 | FedAvgM | 93.88±3.16 | 93.88±3.16 | 93.88±3.16 | 94.00±3.49 | 94.00±3.49 | 94.00±3.49 | 96.06±2.17 | 96.06±2.17 | 96.06±2.17 |
 | FedAsync | 92.11±2.99 | 92.96±3.70 | 93.29±3.08 | 86.31±4.51 | 90.72±4.30 | 94.06±5.91 | 78.49±6.28 | 85.82±5.31 | 95.90±1.58 |
@@ -122,7 +144,7 @@ _TOP_ACCURACY = {
 # Table 19 (MNIST blocks): FedCompass's relative time to target for Q_min/Q_max = 1/Q,
 # normalised by 1/Q = 0.20. The paper's 1/Q = 1.00 row repeats its FedAsync row verbatim.
 _Q_RATIO_TIME = {
-    'class': """
+  'class': """
 | 0.05 | 1.04 | 1.16 | 0.92 | 0.93 | 0.90 | 0.95 | 0.98 | 0.93 | 0.99 |
 | 0.10 | 1.00 | 1.38 | 0.93 | 1.03 | 0.92 | 0.93 | 1.01 | 1.03 | 1.02 |
 | 0.20 | 1.00 | 1.00 | 1.00 | 1.00 | 1.00 | 1.00 | 1.00 | 1.00 | 1.00 |
@@ -131,7 +153,7 @@ _Q_RATIO_TIME = {
 | 0.80 | 0.96 | 1.33 | 1.51 | 0.98 | 1.21 | 1.23 | 1.01 | 1.61 | 1.28 |
 | 1.00 | 2.15 | 2.34 | 2.35 | - | 2.17 | 1.32 | - | 4.44 | 1.32 |
 """,
-    'dual_dirichlet': """
+  'dual_dirichlet': """
 | 0.05 | 0.89 | 1.01 | 0.85 | 0.96 | 0.97 | 0.82 | 1.00 | 1.02 | 0.96 |
 | 0.10 | 0.91 | 1.05 | 0.92 | 0.96 | 0.95 | 0.85 | 0.97 | 1.02 | 0.96 |
 | 0.20 | 1.00 | 1.00 | 1.00 | 1.00 | 1.00 | 1.00 | 1.00 | 1.00 | 1.00 |
@@ -144,7 +166,7 @@ _Q_RATIO_TIME = {
 
 # Table 20 (MNIST blocks): FedCompass's top accuracy (%) for each 1/Q.
 _Q_RATIO_TOP_ACCURACY = {
-    'class': """
+  'class': """
 | 0.05 | 95.20±2.53 | 95.21±2.90 | 97.22±1.67 | 94.29±3.80 | 94.88±3.73 | 97.49±1.55 | 98.56±0.43 | 98.80±0.17 | 98.75±0.20 |
 | 0.10 | 95.03±3.13 | 95.35±2.15 | 97.07±1.67 | 94.72±3.56 | 94.65±3.74 | 97.71±1.25 | 98.57±0.38 | 98.80±0.11 | 98.82±0.18 |
 | 0.20 | 95.06±2.89 | 95.55±2.89 | 96.34±1.89 | 94.33±3.80 | 95.47±3.05 | 97.51±1.66 | 98.49±0.45 | 98.67±0.36 | 98.73±0.47 |
@@ -153,7 +175,7 @@ _Q_RATIO_TOP_ACCURACY = {
 | 0.80 | 95.61±2.34 | 95.35±2.30 | 95.04±3.13 | 94.77±3.59 | 96.08±2.60 | 97.35±1.49 | 98.60±0.45 | 98.72±0.25 | 98.74±0.25 |
 | 1.00 | 90.60±6.96 | 92.53±5.57 | 92.44±3.07 | 86.73±6.62 | 92.27±3.82 | 96.25±2.46 | 84.26±7.96 | 90.98±2.48 | 98.01±0.89 |
 """,
-    'dual_dirichlet': """
+  'dual_dirichlet': """
 | 0.05 | 94.10±4.12 | 94.30±4.18 | 95.81±3.12 | 95.64±3.15 | 95.75±2.98 | 96.17±3.01 | 96.22±2.25 | 97.40±1.82 | 97.04±1.97 |
 | 0.10 | 94.14±4.08 | 94.14±4.44 | 96.11±3.04 | 95.49±3.32 | 95.65±3.23 | 96.78±2.56 | 96.39±1.92 | 97.59±1.28 | 97.68±1.28 |
 | 0.20 | 94.15±4.26 | 94.36±4.28 | 95.46±3.59 | 95.53±3.21 | 95.41±3.52 | 96.34±2.64 | 96.41±1.96 | 97.62±1.57 | 97.86±0.71 |
@@ -190,24 +212,37 @@ def _parse_blocks(blocks: Mapping[str, str], row_key) -> dict[tuple, Any]:
 
 
 PAPER_TABLE_1: dict[tuple[str, int, str, str], float | None] = _parse_blocks(
-    _TABLE_1, _ROW_NAMES.__getitem__)
+  _TABLE_1, _ROW_NAMES.__getitem__
+)
 PAPER_TOP_ACCURACY: dict[tuple[str, int, str, str], tuple[float, float] | None] = _parse_blocks(
-    _TOP_ACCURACY, _ROW_NAMES.__getitem__)
+  _TOP_ACCURACY, _ROW_NAMES.__getitem__
+)
 PAPER_Q_RATIO_TIME: dict[tuple[str, int, str, float], float | None] = _parse_blocks(
-    _Q_RATIO_TIME, float)
+  _Q_RATIO_TIME, float
+)
 PAPER_Q_RATIO_TOP_ACCURACY: dict[tuple[str, int, str, float], tuple[float, float] | None] = (
-    _parse_blocks(_Q_RATIO_TOP_ACCURACY, float))
+  _parse_blocks(_Q_RATIO_TOP_ACCURACY, float)
+)
 
 
 # ------------------------------------------------------------------------------------------------
 # Configs.
 
 
-def make_config(algorithm: str, partition: str, num_clients: int, speed: str, seed: int, *,
-                data_dir: str | None = None, sync_budget: float = DEFAULT_SYNC_BUDGET,
-                async_budget: float = DEFAULT_ASYNC_BUDGET,
-                eval_every: int = DEFAULT_EVAL_EVERY, q_ratio: float | None = None,
-                latest_time_factor: float | None = None) -> ml_collections.ConfigDict:
+def make_config(
+  algorithm: str,
+  partition: str,
+  num_clients: int,
+  speed: str,
+  seed: int,
+  *,
+  data_dir: str | None = None,
+  sync_budget: float = DEFAULT_SYNC_BUDGET,
+  async_budget: float = DEFAULT_ASYNC_BUDGET,
+  eval_every: int = DEFAULT_EVAL_EVERY,
+  q_ratio: float | None = None,
+  latest_time_factor: float | None = None,
+) -> ml_collections.ConfigDict:
   """One run of the paper's MNIST experiments (Tables 7-9, Section 5.4).
 
   Args:
@@ -234,8 +269,9 @@ def make_config(algorithm: str, partition: str, num_clients: int, speed: str, se
   check_choice('speed', speed, SPEEDS)
   compass = algorithm in COMPASS
   if not compass and (q_ratio is not None or latest_time_factor is not None):
-    raise ConfigError(f'q_ratio / latest_time_factor apply to {list(COMPASS)} only, not '
-                      f'{algorithm!r}')
+    raise ConfigError(
+      f'q_ratio / latest_time_factor apply to {list(COMPASS)} only, not {algorithm!r}'
+    )
   if q_ratio is not None and not 0 < q_ratio <= 1:
     raise ConfigError(f'q_ratio={q_ratio!r} is invalid; allowed values: 0 < x <= 1')
   m = num_clients
@@ -286,10 +322,10 @@ def make_config(algorithm: str, partition: str, num_clients: int, speed: str, se
   else:
     q_max = LOCAL_STEPS[m]
     c.scheduler.q_max = q_max
-    c.scheduler.q_min = (Q_MIN[m] if q_ratio is None
-                         else max(1, int(round(q_max * q_ratio))))
-    c.scheduler.latest_time_factor = (DEFAULT_LATEST_TIME_FACTOR if latest_time_factor is None
-                                      else float(latest_time_factor))
+    c.scheduler.q_min = Q_MIN[m] if q_ratio is None else max(1, int(round(q_max * q_ratio)))
+    c.scheduler.latest_time_factor = (
+      DEFAULT_LATEST_TIME_FACTOR if latest_time_factor is None else float(latest_time_factor)
+    )
     c.server.alpha = 0.9
     c.server.staleness_a = 0.5
     c.server.momentum = 0.9
@@ -300,8 +336,9 @@ def _is_default(value: float | None, default: float) -> bool:
   return value is None or math.isclose(value, default)
 
 
-def variant_name(algorithm: str, q_ratio: float | None = None,
-                 latest_time_factor: float | None = None) -> str:
+def variant_name(
+  algorithm: str, q_ratio: float | None = None, latest_time_factor: float | None = None
+) -> str:
   """A run's row name: the algorithm, with `_q<ratio>` / `_lambda<factor>` appended for
   non-default ablation settings (also the run's directory name), e.g. 'fedcompass_q0.05'."""
   name = algorithm
@@ -317,15 +354,19 @@ def variant_name(algorithm: str, q_ratio: float | None = None,
 
 
 def _variant(record: Mapping[str, Any]) -> str:
-  return record.get('variant') or variant_name(record['algorithm'], record.get('q_ratio'),
-                                               record.get('latest_time_factor'))
+  return record.get('variant') or variant_name(
+    record['algorithm'], record.get('q_ratio'), record.get('latest_time_factor')
+  )
 
 
 def _row_order(record: Mapping[str, Any]) -> tuple:
   q = record.get('q_ratio')
   lam = record.get('latest_time_factor')
-  return (ALGORITHMS.index(record['algorithm']) if record['algorithm'] in ALGORITHMS else 99,
-          DEFAULT_Q_RATIO if q is None else q, DEFAULT_LATEST_TIME_FACTOR if lam is None else lam)
+  return (
+    ALGORITHMS.index(record['algorithm']) if record['algorithm'] in ALGORITHMS else 99,
+    DEFAULT_Q_RATIO if q is None else q,
+    DEFAULT_LATEST_TIME_FACTOR if lam is None else lam,
+  )
 
 
 def _display(record: Mapping[str, Any]) -> str:
@@ -348,7 +389,8 @@ def _cells(results: Iterable[Mapping[str, Any]]):
     rows[variant] = _row_order(record)
     names[variant] = _display(record)
     cell = grouped.setdefault(record['partition'], {}).setdefault(
-        (int(record['m']), record['speed']), {})
+      (int(record['m']), record['speed']), {}
+    )
     cell.setdefault(variant, []).append(record)
   order = sorted(rows, key=lambda v: (rows[v], v))
   return grouped, order, names
@@ -362,8 +404,9 @@ def _sorted_columns(columns: Iterable[tuple[int, str]]) -> list[tuple[int, str]]
   return sorted(columns, key=lambda c: (c[0], SPEEDS.index(c[1]) if c[1] in SPEEDS else 99))
 
 
-def relative_times(results: Iterable[Mapping[str, Any]]
-                   ) -> dict[tuple[str, int, str, str], float | None]:
+def relative_times(
+  results: Iterable[Mapping[str, Any]],
+) -> dict[tuple[str, int, str, str], float | None]:
   """{(partition, m, speed, variant): mean time to target / FedCompass's}; None for "-" (this
   variant or FedCompass missed the target in at least half of the seeds). Cells without a
   FedCompass run are left out."""
@@ -377,32 +420,37 @@ def relative_times(results: Iterable[Mapping[str, Any]]
       for variant, records in variants.items():
         mean = mean_time_to_target(records)
         relative[(partition, m, speed, variant)] = (
-            None if mean is None or reference is None else mean / reference)
+          None if mean is None or reference is None else mean / reference
+        )
   return relative
 
 
-def _paper_relative_time(partition: str, m: int, speed: str, record: Mapping[str, Any]
-                         ) -> tuple[bool, float | None]:
+def _paper_relative_time(
+  partition: str, m: int, speed: str, record: Mapping[str, Any]
+) -> tuple[bool, float | None]:
   """(whether the paper has this entry, its value)."""
   variant = _variant(record)
   if variant in ALGORITHMS:
     key = (partition, m, speed, variant)
     return key in PAPER_TABLE_1, PAPER_TABLE_1.get(key)
-  if (record['algorithm'] == REFERENCE
-      and _is_default(record.get('latest_time_factor'), DEFAULT_LATEST_TIME_FACTOR)):
+  if record['algorithm'] == REFERENCE and _is_default(
+    record.get('latest_time_factor'), DEFAULT_LATEST_TIME_FACTOR
+  ):
     key = (partition, m, speed, round(float(record['q_ratio']), 2))
     return key in PAPER_Q_RATIO_TIME, PAPER_Q_RATIO_TIME.get(key)
   return False, None
 
 
-def _paper_top_accuracy(partition: str, m: int, speed: str, record: Mapping[str, Any]
-                        ) -> tuple[bool, tuple[float, float] | None]:
+def _paper_top_accuracy(
+  partition: str, m: int, speed: str, record: Mapping[str, Any]
+) -> tuple[bool, tuple[float, float] | None]:
   variant = _variant(record)
   if variant in ALGORITHMS:
     key = (partition, m, speed, variant)
     return key in PAPER_TOP_ACCURACY, PAPER_TOP_ACCURACY.get(key)
-  if (record['algorithm'] == REFERENCE
-      and _is_default(record.get('latest_time_factor'), DEFAULT_LATEST_TIME_FACTOR)):
+  if record['algorithm'] == REFERENCE and _is_default(
+    record.get('latest_time_factor'), DEFAULT_LATEST_TIME_FACTOR
+  ):
     key = (partition, m, speed, round(float(record['q_ratio']), 2))
     return key in PAPER_Q_RATIO_TOP_ACCURACY, PAPER_Q_RATIO_TOP_ACCURACY.get(key)
   return False, None
@@ -414,8 +462,12 @@ def _format_time(value: float | None) -> str:
 
 def _cell_order(cell: tuple[str, int, str]) -> tuple:
   partition, m, speed = cell
-  return (PARTITIONS.index(partition) if partition in PARTITIONS else 99, partition, m,
-          SPEEDS.index(speed) if speed in SPEEDS else 99)
+  return (
+    PARTITIONS.index(partition) if partition in PARTITIONS else 99,
+    partition,
+    m,
+    SPEEDS.index(speed) if speed in SPEEDS else 99,
+  )
 
 
 def _column_name(m: int, speed: str) -> str:
@@ -447,12 +499,14 @@ def relative_time_table(results: Iterable[Mapping[str, Any]]) -> str:
         row.append(f'{ours} ({_format_time(paper)})' if known else ours)
       if present:
         rows.append(row)
-    seeds = ['seeds'] + [str(len({r['seed'] for rs in grouped[partition][c].values() for r in rs}))
-                         for c in columns]
+    seeds = ['seeds'] + [
+      str(len({r['seed'] for rs in grouped[partition][c].values() for r in rs})) for c in columns
+    ]
     title = PARTITION_NAMES.get(partition, partition)
-    blocks.append(f'**{title} ({TARGET_ACCURACY:.0%}): relative time to target, ours (paper)**'
-                  '\n\n' + markdown_table(['Method'] + [_column_name(*c) for c in columns],
-                                     rows + [seeds]))
+    blocks.append(
+      f'**{title} ({TARGET_ACCURACY:.0%}): relative time to target, ours (paper)**'
+      '\n\n' + markdown_table(['Method'] + [_column_name(*c) for c in columns], rows + [seeds])
+    )
   return '\n\n'.join(blocks)
 
 
@@ -481,8 +535,10 @@ def top_accuracy_table(results: Iterable[Mapping[str, Any]]) -> str:
       if present:
         rows.append(row)
     title = PARTITION_NAMES.get(partition, partition)
-    blocks.append(f'**{title}: top accuracy (%), mean ± std over seeds, ours (paper)**\n\n'
-                  + markdown_table(['Method'] + [_column_name(*c) for c in columns], rows))
+    blocks.append(
+      f'**{title}: top accuracy (%), mean ± std over seeds, ours (paper)**\n\n'
+      + markdown_table(['Method'] + [_column_name(*c) for c in columns], rows)
+    )
   return '\n\n'.join(blocks)
 
 
@@ -490,8 +546,7 @@ def top_accuracy_table(results: Iterable[Mapping[str, Any]]) -> str:
 # Agreement with the paper's ordering.
 
 
-def _compass_fastest(relative: Mapping[str, float | None], baselines: Iterable[str]
-                     ) -> bool | None:
+def _compass_fastest(relative: Mapping[str, float | None], baselines: Iterable[str]) -> bool | None:
   """FedCompass faster than every baseline ("-" counts as slower); None without baselines."""
   baselines = list(baselines)
   if not baselines:
@@ -516,18 +571,22 @@ def ordering_agreement(results: Iterable[Mapping[str, Any]]) -> list[dict[str, A
       continue
     baselines = [b for b in BASELINES if b in ours]
     paper = {a: PAPER_TABLE_1.get((partition, m, speed, a)) for a in ALGORITHMS}
-    both = [a for a in ALGORITHMS
-            if ours.get(a) is not None and paper.get(a) is not None]
-    fastest_baseline = min((b for b in baselines if ours[b] is not None),
-                           key=lambda b: ours[b], default=None)
-    rows.append({
-        'partition': partition, 'm': m, 'speed': speed,
+    both = [a for a in ALGORITHMS if ours.get(a) is not None and paper.get(a) is not None]
+    fastest_baseline = min(
+      (b for b in baselines if ours[b] is not None), key=lambda b: ours[b], default=None
+    )
+    rows.append(
+      {
+        'partition': partition,
+        'm': m,
+        'speed': speed,
         'ours_compass_fastest': _compass_fastest(ours, baselines),
         'paper_compass_fastest': _compass_fastest(paper, baselines),
         'fastest_baseline': fastest_baseline,
         'spearman': spearman([ours[a] for a in both], [paper[a] for a in both]),
         'pairs': len(both),
-    })
+      }
+    )
   return rows
 
 
@@ -541,48 +600,77 @@ def agreement_table(results: Iterable[Mapping[str, Any]]) -> str:
     return 'n/a' if value is None else ('yes' if value else 'no')
 
   table = markdown_table(
-      ['Partition', 'Cell', 'FedCompass beats all baselines: ours', 'paper',
-       'fastest baseline (ours)', 'Spearman ρ vs paper', 'pairs'],
-      [[PARTITION_NAMES.get(r['partition'], r['partition']), _column_name(r['m'], r['speed']),
-        yes_no(r['ours_compass_fastest']), yes_no(r['paper_compass_fastest']),
+    [
+      'Partition',
+      'Cell',
+      'FedCompass beats all baselines: ours',
+      'paper',
+      'fastest baseline (ours)',
+      'Spearman ρ vs paper',
+      'pairs',
+    ],
+    [
+      [
+        PARTITION_NAMES.get(r['partition'], r['partition']),
+        _column_name(r['m'], r['speed']),
+        yes_no(r['ours_compass_fastest']),
+        yes_no(r['paper_compass_fastest']),
         DISPLAY_NAMES.get(r['fastest_baseline'], '-'),
-        '-' if r['spearman'] is None else f'{r["spearman"]:+.2f}', str(r['pairs'])]
-       for r in rows])
+        '-' if r['spearman'] is None else f'{r["spearman"]:+.2f}',
+        str(r['pairs']),
+      ]
+      for r in rows
+    ],
+  )
   judged = [r for r in rows if r['ours_compass_fastest'] is not None]
   ours = sum(bool(r['ours_compass_fastest']) for r in judged)
   paper = sum(bool(r['paper_compass_fastest']) for r in judged)
   same = sum(r['ours_compass_fastest'] == r['paper_compass_fastest'] for r in judged)
   rhos = [r['spearman'] for r in rows if r['spearman'] is not None]
-  summary = (f'FedCompass beats every baseline in {ours}/{len(judged)} cells in our runs and in '
-             f'{paper}/{len(judged)} of the same cells in the paper (same verdict in '
-             f'{same}/{len(judged)}).')
+  summary = (
+    f'FedCompass beats every baseline in {ours}/{len(judged)} cells in our runs and in '
+    f'{paper}/{len(judged)} of the same cells in the paper (same verdict in '
+    f'{same}/{len(judged)}).'
+  )
   if rhos:
-    summary += (f' Spearman ρ of relative times vs the paper: mean {sum(rhos) / len(rhos):+.2f}'
-                f' over {len(rhos)} cells (min {min(rhos):+.2f}, max {max(rhos):+.2f}).')
+    summary += (
+      f' Spearman ρ of relative times vs the paper: mean {sum(rhos) / len(rhos):+.2f}'
+      f' over {len(rhos)} cells (min {min(rhos):+.2f}, max {max(rhos):+.2f}).'
+    )
   return table + '\n\n' + summary
 
 
-def write_outputs(records: Sequence[dict[str, Any]], settings: dict[str, Any], workdir: str,
-                  output: str, wall_seconds: float) -> None:
+def write_outputs(
+  records: Sequence[dict[str, Any]],
+  settings: dict[str, Any],
+  workdir: str,
+  output: str,
+  wall_seconds: float,
+) -> None:
   """Writes `<workdir>/results.jsonl` and the markdown tables to `output`."""
   write_results(records, workdir)
   seeds = ','.join(map(str, settings['seeds']))
-  text = '\n\n'.join([
-      '# FedCompass reproduction: MNIST',
-      f'Seeds {seeds} (the paper: ten); target {TARGET_ACCURACY:.0%} test accuracy; '
-      f'virtual-time budgets {settings["sync_budget"]:g}s (FedAvg, FedAvgM) and '
-      f'{settings["async_budget"]:g}s (asynchronous algorithms); evaluation every '
-      f'{settings["eval_every"]} server versions; {len(records)} runs; wall time '
-      f'{wall_seconds:.0f}s.',
-      'Relative time = mean virtual time to first reach the target over the seeds that reached '
-      'it, divided by FedCompass\'s in the same cell; "-": the target was missed in at least '
-      'half of the seeds (as the paper). Paper values in parentheses (Table 1; Table 19 for '
-      '1/Q rows).',
-      '## Relative time to target (Table 1)',
-      relative_time_table(records),
-      '## Top accuracy (Tables 14-15)',
-      top_accuracy_table(records),
-      '## Agreement with the paper\'s ordering',
-      agreement_table(records),
-  ]) + '\n'
+  text = (
+    '\n\n'.join(
+      [
+        '# FedCompass reproduction: MNIST',
+        f'Seeds {seeds} (the paper: ten); target {TARGET_ACCURACY:.0%} test accuracy; '
+        f'virtual-time budgets {settings["sync_budget"]:g}s (FedAvg, FedAvgM) and '
+        f'{settings["async_budget"]:g}s (asynchronous algorithms); evaluation every '
+        f'{settings["eval_every"]} server versions; {len(records)} runs; wall time '
+        f'{wall_seconds:.0f}s.',
+        'Relative time = mean virtual time to first reach the target over the seeds that reached '
+        'it, divided by FedCompass\'s in the same cell; "-": the target was missed in at least '
+        'half of the seeds (as the paper). Paper values in parentheses (Table 1; Table 19 for '
+        '1/Q rows).',
+        '## Relative time to target (Table 1)',
+        relative_time_table(records),
+        '## Top accuracy (Tables 14-15)',
+        top_accuracy_table(records),
+        "## Agreement with the paper's ordering",
+        agreement_table(records),
+      ]
+    )
+    + '\n'
+  )
   write_text(output, text)

@@ -56,18 +56,35 @@ named constant or `make_config` argument):
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import ml_collections
 import numpy as np
 
 from fedsim_jax.config import ConfigError, base_config
-from fedsim_jax.reproduce.sweep import (check_choice, markdown_table, set_existing,
-                                        write_results, write_text)
+from fedsim_jax.reproduce.sweep import (
+  check_choice,
+  markdown_table,
+  set_existing,
+  write_results,
+  write_text,
+)
 
-ALGORITHMS = ('fedavg', 'fedavg_overselection', 'fedavg_time_limited', 'fedadam',
-              'fedadam_overselection', 'fedbuff', 'fedbuff_ema', 'fedbuff_kd', 'fedbuff_l2',
-              'fedbuff_adam', 'fare_dust', 'feast_msg')
+ALGORITHMS = (
+  'fedavg',
+  'fedavg_overselection',
+  'fedavg_time_limited',
+  'fedadam',
+  'fedadam_overselection',
+  'fedbuff',
+  'fedbuff_ema',
+  'fedbuff_kd',
+  'fedbuff_l2',
+  'fedbuff_adam',
+  'fare_dust',
+  'feast_msg',
+)
 LATENCY_MODELS = ('per_example', 'per_domain_per_example')
 DATASETS = ('mnist', 'fashion_mnist', 'emnist', 'digits')  # digits: scikit-learn's, smoke tests
 # Datasets split by their own client ids (EMNIST's writers, a converted TFF fed_emnist data
@@ -77,20 +94,36 @@ MODELS = ('emnist_cnn', 'mlp')
 
 # The simulator's algorithm behind each row.
 SIMULATOR_ALGORITHM = {
-    'fedavg': 'fedavg', 'fedavg_overselection': 'fedavg', 'fedavg_time_limited': 'fedavg',
-    'fedadam': 'fedadam', 'fedadam_overselection': 'fedadam', 'fedbuff': 'fedbuff',
-    'fedbuff_ema': 'fedbuff', 'fedbuff_kd': 'fedbuff', 'fedbuff_l2': 'fedbuff',
-    'fedbuff_adam': 'fedbuff', 'fare_dust': 'fare_dust', 'feast_msg': 'feast_msg'}
+  'fedavg': 'fedavg',
+  'fedavg_overselection': 'fedavg',
+  'fedavg_time_limited': 'fedavg',
+  'fedadam': 'fedadam',
+  'fedadam_overselection': 'fedadam',
+  'fedbuff': 'fedbuff',
+  'fedbuff_ema': 'fedbuff',
+  'fedbuff_kd': 'fedbuff',
+  'fedbuff_l2': 'fedbuff',
+  'fedbuff_adam': 'fedbuff',
+  'fare_dust': 'fare_dust',
+  'feast_msg': 'feast_msg',
+}
 ASYNCHRONOUS = ('fedbuff', 'fedbuff_ema', 'fedbuff_kd', 'fedbuff_l2', 'fedbuff_adam')
 OVERSELECTED = ('fedavg_overselection', 'fedadam_overselection', 'fare_dust', 'feast_msg')
 
 DISPLAY_NAMES = {
-    'fedavg': 'FedAvg', 'fedavg_overselection': 'FedAvg + over-sel.',
-    'fedavg_time_limited': 'FedAvg + time limit', 'fedadam': 'FedAdam',
-    'fedadam_overselection': 'FedAdam + over-sel.', 'fedbuff': 'FedBuff',
-    'fedbuff_ema': 'FedBuff + EMA', 'fedbuff_kd': 'FedBuff + KD reg.',
-    'fedbuff_l2': 'FedBuff + L2 reg.', 'fedbuff_adam': 'FedBuff + EMA + Adam',
-    'fare_dust': 'FARe-DUST', 'feast_msg': 'FeAST-on-MSG'}
+  'fedavg': 'FedAvg',
+  'fedavg_overselection': 'FedAvg + over-sel.',
+  'fedavg_time_limited': 'FedAvg + time limit',
+  'fedadam': 'FedAdam',
+  'fedadam_overselection': 'FedAdam + over-sel.',
+  'fedbuff': 'FedBuff',
+  'fedbuff_ema': 'FedBuff + EMA',
+  'fedbuff_kd': 'FedBuff + KD reg.',
+  'fedbuff_l2': 'FedBuff + L2 reg.',
+  'fedbuff_adam': 'FedBuff + EMA + Adam',
+  'fare_dust': 'FARe-DUST',
+  'feast_msg': 'FeAST-on-MSG',
+}
 LATENCY_NAMES = {'per_example': 'per-example', 'per_domain_per_example': 'per-domain per-example'}
 
 # Task (Sec. 4.1, Table 6) and its offline stand-in (module docstring).
@@ -100,13 +133,13 @@ PAPER_NUM_STRAGGLERS = 800
 DEFAULT_NUM_CLIENTS = 300
 DEFAULT_CONCENTRATION = 1.0
 PARTITION_SEED = 0
-PAPER_CLIENT_UPDATES = 100_000          # Sec. 4.1: EMNIST budget (2,000 rounds x 50)
-COHORT_SIZE = 50                        # Table 10: B
-OVERSELECTION_FACTOR = 1.2              # Table 10: B_t / B = 60 / 50
-BATCH_SIZE = 20                         # Table 10
-LOCAL_EPOCHS = 1.0                      # Table 10
-TIME_LIMIT_PERCENTILE = 75.0            # Sec. 2.1: population-wide p75 of one epoch's compute
-DEFAULT_EVAL_EVERY_UPDATES = 1000       # evaluations every ~1,000 client updates (100 per run)
+PAPER_CLIENT_UPDATES = 100_000  # Sec. 4.1: EMNIST budget (2,000 rounds x 50)
+COHORT_SIZE = 50  # Table 10: B
+OVERSELECTION_FACTOR = 1.2  # Table 10: B_t / B = 60 / 50
+BATCH_SIZE = 20  # Table 10
+LOCAL_EPOCHS = 1.0  # Table 10
+TIME_LIMIT_PERCENTILE = 75.0  # Sec. 2.1: population-wide p75 of one epoch's compute
+DEFAULT_EVAL_EVERY_UPDATES = 1000  # evaluations every ~1,000 client updates (100 per run)
 
 # Hyperparameters: the paper's EMNIST defaults, as dotted config paths, per latency model
 # (Tables 12-15, 17 and 19 are per model; 10, 11 and 16 apply to both).
@@ -125,27 +158,48 @@ DEFAULT_EVAL_EVERY_UPDATES = 1000       # evaluations every ~1,000 client update
 # |                        |           |                              | 0/0.9, tau_max 100,000 s   |
 # ("a/b": per-example / per-domain per-example.)
 _FEDAVG = {'client.learning_rate': 0.1, 'server.optimizer': 'sgd', 'server.learning_rate': 1.0}
-_SERVER_ADAM = {'server.optimizer': 'adam', 'server.learning_rate': 0.003, 'server.b1': 0.9,
-                'server.b2': 0.99, 'server.eps': 1e-4}
+_SERVER_ADAM = {
+  'server.optimizer': 'adam',
+  'server.learning_rate': 0.003,
+  'server.b1': 0.9,
+  'server.b2': 0.99,
+  'server.eps': 1e-4,
+}
 _FEDADAM = {'client.learning_rate': 0.03, **_SERVER_ADAM}
 _FEDBUFF = {
-    'per_example': {'client.learning_rate': 0.1, 'server.optimizer': 'sgd',
-                    'server.learning_rate': 1.0, 'scheduler.buffer_size': 20,
-                    'scheduler.concurrency': 100},
-    'per_domain_per_example': {'client.learning_rate': 0.01, 'server.optimizer': 'sgd',
-                               'server.learning_rate': 1.0, 'scheduler.buffer_size': 20,
-                               'scheduler.concurrency': 200},
+  'per_example': {
+    'client.learning_rate': 0.1,
+    'server.optimizer': 'sgd',
+    'server.learning_rate': 1.0,
+    'scheduler.buffer_size': 20,
+    'scheduler.concurrency': 100,
+  },
+  'per_domain_per_example': {
+    'client.learning_rate': 0.01,
+    'server.optimizer': 'sgd',
+    'server.learning_rate': 1.0,
+    'scheduler.buffer_size': 20,
+    'scheduler.concurrency': 200,
+  },
 }
-_FEDBUFF_EMA = 0.99                                                           # Tables 14, 15
-_FEDBUFF_KD = {'per_example': 0.1, 'per_domain_per_example': 0.05}            # Tables 14, 15
-_FEDBUFF_L2 = {'per_example': 0.5, 'per_domain_per_example': 0.05}            # Tables 14, 15
+_FEDBUFF_EMA = 0.99  # Tables 14, 15
+_FEDBUFF_KD = {'per_example': 0.1, 'per_domain_per_example': 0.05}  # Tables 14, 15
+_FEDBUFF_L2 = {'per_example': 0.5, 'per_domain_per_example': 0.05}  # Tables 14, 15
 # Tables 16, 17 (k, beta, rho); server optimizer: App. G.3 ("in conjunction with FedAdam").
 FARE_DUST = {'history_length': 50, 'ema_decay': 0.99, 'rho': 0.1, 'server_optimizer': 'adam'}
 FEAST = {  # Tables 18, 19; tau_max: App. G.4 ("100,000 s for all experiments")
-    'per_example': {'server_learning_rate': 0.006, 'ema_decay': 0.95, 'kappa': 0.0,
-                    'tau_max': 100_000.0},
-    'per_domain_per_example': {'server_learning_rate': 0.006, 'ema_decay': 0.99, 'kappa': 0.9,
-                               'tau_max': 100_000.0},
+  'per_example': {
+    'server_learning_rate': 0.006,
+    'ema_decay': 0.95,
+    'kappa': 0.0,
+    'tau_max': 100_000.0,
+  },
+  'per_domain_per_example': {
+    'server_learning_rate': 0.006,
+    'ema_decay': 0.99,
+    'kappa': 0.9,
+    'tau_max': 100_000.0,
+  },
 }
 
 
@@ -191,8 +245,9 @@ def _settings(algorithm: str, latency: str) -> dict[str, Any]:
 
 # {algorithm: {latency model: {dotted config path: value}}}.
 HYPERPARAMETERS: dict[str, dict[str, dict[str, Any]]] = {
-    algorithm: {latency: _settings(algorithm, latency) for latency in LATENCY_MODELS}
-    for algorithm in ALGORITHMS}
+  algorithm: {latency: _settings(algorithm, latency) for latency in LATENCY_MODELS}
+  for algorithm in ALGORITHMS
+}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -256,15 +311,17 @@ def _parse_results(text: str) -> dict[str, PaperRow]:
     cells = [cell.strip() for cell in line.strip().strip('|').split('|')]
     if len(cells) != 6:
       raise AssertionError(f'transcription error in row {cells[0]!r}')
-    rows[_ROW_KEYS[cells[0]]] = PaperRow(_median_interval(cells[1], cells[2]),
-                                         _median_interval(cells[3], cells[4]),
-                                         float(cells[5].replace(',', '')))
+    rows[_ROW_KEYS[cells[0]]] = PaperRow(
+      _median_interval(cells[1], cells[2]),
+      _median_interval(cells[3], cells[4]),
+      float(cells[5].replace(',', '')),
+    )
   return rows
 
 
 PAPER_RESULTS: dict[str, dict[str, PaperRow]] = {
-    'per_example': _parse_results(_TABLE_20),
-    'per_domain_per_example': _parse_results(_TABLE_21),
+  'per_example': _parse_results(_TABLE_20),
+  'per_domain_per_example': _parse_results(_TABLE_21),
 }
 
 # CIFAR-100-shaped synchronous round times implied by the paper (Sec. 4.1 / Table 6: 500
@@ -278,21 +335,27 @@ CIFAR_COHORT = 20
 CIFAR_OVERSELECTED = 24
 CIFAR_ROUNDS = 4000
 PAPER_ROUND_TIMES: dict[tuple[str, int], tuple[float, str]] = {
-    ('per_example', CIFAR_COHORT): (638_038 / CIFAR_ROUNDS, 'Table 22, FedAvg: 638,038 s'),
-    ('per_example', CIFAR_OVERSELECTED): (343_386 / CIFAR_ROUNDS,
-                                          'Table 22, FedAvg + over-sel.: 343,386 s'),
-    ('per_domain_per_example', CIFAR_COHORT): (1_004_752 / CIFAR_ROUNDS,
-                                               'Table 23, FedAvg: 1,004,752 s'),
-    ('per_domain_per_example', CIFAR_OVERSELECTED): (443_618 / CIFAR_ROUNDS,
-                                                     'Table 23, FedAvg + over-sel.: 443,618 s'),
+  ('per_example', CIFAR_COHORT): (638_038 / CIFAR_ROUNDS, 'Table 22, FedAvg: 638,038 s'),
+  ('per_example', CIFAR_OVERSELECTED): (
+    343_386 / CIFAR_ROUNDS,
+    'Table 22, FedAvg + over-sel.: 343,386 s',
+  ),
+  ('per_domain_per_example', CIFAR_COHORT): (
+    1_004_752 / CIFAR_ROUNDS,
+    'Table 23, FedAvg: 1,004,752 s',
+  ),
+  ('per_domain_per_example', CIFAR_OVERSELECTED): (
+    443_618 / CIFAR_ROUNDS,
+    'Table 23, FedAvg + over-sel.: 443,618 s',
+  ),
 }
 
 # Table 7 (= Table 3): one-epoch client latency percentiles (50, 95, 99) on EMNIST, seconds.
 PAPER_TABLE_7: dict[tuple[str, str], tuple[float, float, float]] = {
-    ('per_example', 'standard'): (69.89, 151.7, 223.4),
-    ('per_example', 'straggler'): (77.14, 160.5, 223.8),
-    ('per_domain_per_example', 'standard'): (59.35, 117.3, 194.3),
-    ('per_domain_per_example', 'straggler'): (151.5, 323.8, 472.0),
+  ('per_example', 'standard'): (69.89, 151.7, 223.4),
+  ('per_example', 'straggler'): (77.14, 160.5, 223.8),
+  ('per_domain_per_example', 'standard'): (59.35, 117.3, 194.3),
+  ('per_domain_per_example', 'straggler'): (151.5, 323.8, 472.0),
 }
 
 
@@ -310,14 +373,23 @@ def num_selected(cohort_size: int) -> int:
   return int(round(OVERSELECTION_FACTOR * cohort_size))
 
 
-def make_config(algorithm: str, latency: str, *, seed: int = 0, data_dir: str | None = None,
-                dataset: str = 'mnist', model: str = 'emnist_cnn',
-                num_clients: int = DEFAULT_NUM_CLIENTS, num_stragglers: int | None = None,
-                concentration: float = DEFAULT_CONCENTRATION,
-                client_updates: int = PAPER_CLIENT_UPDATES, cohort_size: int = COHORT_SIZE,
-                buffer_size: int | None = None, concurrency: int | None = None,
-                eval_every_updates: int = DEFAULT_EVAL_EVERY_UPDATES
-                ) -> ml_collections.ConfigDict:
+def make_config(
+  algorithm: str,
+  latency: str,
+  *,
+  seed: int = 0,
+  data_dir: str | None = None,
+  dataset: str = 'mnist',
+  model: str = 'emnist_cnn',
+  num_clients: int = DEFAULT_NUM_CLIENTS,
+  num_stragglers: int | None = None,
+  concentration: float = DEFAULT_CONCENTRATION,
+  client_updates: int = PAPER_CLIENT_UPDATES,
+  cohort_size: int = COHORT_SIZE,
+  buffer_size: int | None = None,
+  concurrency: int | None = None,
+  eval_every_updates: int = DEFAULT_EVAL_EVERY_UPDATES,
+) -> ml_collections.ConfigDict:
   """One run of the paper's EMNIST experiment (Tables 20-21) on the offline stand-in task.
 
   Args:
@@ -346,14 +418,17 @@ def make_config(algorithm: str, latency: str, *, seed: int = 0, data_dir: str | 
   check_choice('latency', latency, LATENCY_MODELS)
   check_choice('dataset', dataset, DATASETS)
   check_choice('model', model, MODELS)
-  num_stragglers = (default_num_stragglers(num_clients) if num_stragglers is None
-                    else num_stragglers)
+  num_stragglers = default_num_stragglers(num_clients) if num_stragglers is None else num_stragglers
   if not 1 <= num_stragglers < num_clients:
-    raise ConfigError(f'num_stragglers={num_stragglers!r} is invalid; allowed values: '
-                      f'1..{num_clients - 1} (num_clients - 1)')
+    raise ConfigError(
+      f'num_stragglers={num_stragglers!r} is invalid; allowed values: '
+      f'1..{num_clients - 1} (num_clients - 1)'
+    )
   if client_updates < cohort_size:
-    raise ConfigError(f'client_updates={client_updates!r} is invalid; allowed values: an '
-                      f'integer >= cohort_size ({cohort_size})')
+    raise ConfigError(
+      f'client_updates={client_updates!r} is invalid; allowed values: an '
+      f'integer >= cohort_size ({cohort_size})'
+    )
   c = base_config()
   c.seed = seed
   c.algorithm = SIMULATOR_ALGORITHM[algorithm]
@@ -409,10 +484,19 @@ def make_config(algorithm: str, latency: str, *, seed: int = 0, data_dir: str | 
 # Round times from the latency model alone.
 
 
-def synchronous_round_times(latency: str, *, num_clients: int, examples_per_client: int,
-                            cohort_size: int, num_selected: int | None = None,
-                            num_stragglers: int = 0, num_rounds: int, seed: int,
-                            batch_size: int = BATCH_SIZE, params: Any = None) -> np.ndarray:
+def synchronous_round_times(
+  latency: str,
+  *,
+  num_clients: int,
+  examples_per_client: int,
+  cohort_size: int,
+  num_selected: int | None = None,
+  num_stragglers: int = 0,
+  num_rounds: int,
+  seed: int,
+  batch_size: int = BATCH_SIZE,
+  params: Any = None,
+) -> np.ndarray:
   """Simulated synchronous round times `[num_rounds]` without training (digest 1.6, 1.10).
 
   Each round samples `num_selected` (B_t; None: `cohort_size`) of `num_clients` clients
@@ -437,21 +521,32 @@ def synchronous_round_times(latency: str, *, num_clients: int, examples_per_clie
 
   num_selected = cohort_size if num_selected is None else num_selected
   if not 1 <= cohort_size <= num_selected <= num_clients:
-    raise ValueError(f'cohort_size={cohort_size}, num_selected={num_selected}; allowed: '
-                     f'1 <= cohort_size <= num_selected <= num_clients ({num_clients})')
+    raise ValueError(
+      f'cohort_size={cohort_size}, num_selected={num_selected}; allowed: '
+      f'1 <= cohort_size <= num_selected <= num_clients ({num_clients})'
+    )
   if not 0 <= num_stragglers <= num_clients:
     raise ValueError(f'num_stragglers={num_stragglers}; allowed: 0..{num_clients}')
   rng = np.random.default_rng(seed)
   mask = np.arange(num_clients) < num_stragglers
   sizes = np.full(num_clients, examples_per_client, np.int64)
   settings = {'model': latency} if params is None else {'model': latency, 'params': params}
-  model = make_latency('lognormal', num_clients=num_clients, rng=rng, client_sizes=sizes,
-                       batch_size=batch_size, model_bytes=0, straggler_mask=mask, **settings)
+  model = make_latency(
+    'lognormal',
+    num_clients=num_clients,
+    rng=rng,
+    client_sizes=sizes,
+    batch_size=batch_size,
+    model_bytes=0,
+    straggler_mask=mask,
+    **settings,
+  )
   steps = -(-examples_per_client // batch_size)
   cohorts = np.argsort(rng.random((num_rounds, num_clients)), axis=1)[:, :num_selected]
   draws = model.sample_many(cohorts.ravel())
   times = (draws.communication + draws.overhead + draws.per_step * steps).reshape(
-      num_rounds, num_selected)
+    num_rounds, num_selected
+  )
   return np.sort(times, axis=1)[:, cohort_size - 1]
 
 
@@ -463,44 +558,83 @@ def round_time_report(num_rounds: int = 10_000, seed: int = 0) -> str:
   for latency in LATENCY_MODELS:
     for selected in (CIFAR_COHORT, CIFAR_OVERSELECTED):
       times = synchronous_round_times(
-          latency, num_clients=CIFAR_NUM_CLIENTS, examples_per_client=CIFAR_EXAMPLES,
-          cohort_size=CIFAR_COHORT, num_selected=selected,
-          num_stragglers=CIFAR_NUM_STRAGGLERS if latency != 'per_example' else 0,
-          num_rounds=num_rounds, seed=seed)
+        latency,
+        num_clients=CIFAR_NUM_CLIENTS,
+        examples_per_client=CIFAR_EXAMPLES,
+        cohort_size=CIFAR_COHORT,
+        num_selected=selected,
+        num_stragglers=CIFAR_NUM_STRAGGLERS if latency != 'per_example' else 0,
+        num_rounds=num_rounds,
+        seed=seed,
+      )
       paper, source = PAPER_ROUND_TIMES[(latency, selected)]
       mean = float(np.mean(times))
-      rows.append([LATENCY_NAMES[latency], f'{CIFAR_COHORT} of {selected}',
-                   f'{float(np.median(times)):.1f}', f'{mean:.1f}', f'{paper:.1f}',
-                   f'{100 * (mean / paper - 1):+.1f}%', f'{source} / {CIFAR_ROUNDS:,} rounds'])
-  table = markdown_table(['Latency model', 'B of B_t', 'Simulated median [s]',
-                          'Simulated mean [s]', 'Paper (implied mean) [s]', 'Mean vs paper',
-                          'Paper source'], rows)
-  return (f'Round time = the B-th fastest of B_t one-epoch client latencies, {num_rounds:,} '
-          f'simulated rounds (seed {seed}), {CIFAR_NUM_CLIENTS} clients x {CIFAR_EXAMPLES} '
-          f'examples, batch {BATCH_SIZE}, {CIFAR_NUM_STRAGGLERS} stragglers under per-domain '
-          'per-example. The paper reports only total times; divided by its 4,000 rounds '
-          '(80,000 client updates / 20, Sec. 4.1) they give a mean round time, so compare the '
-          'mean; the median is lower because round times are right-skewed.\n\n' + table)
+      rows.append(
+        [
+          LATENCY_NAMES[latency],
+          f'{CIFAR_COHORT} of {selected}',
+          f'{float(np.median(times)):.1f}',
+          f'{mean:.1f}',
+          f'{paper:.1f}',
+          f'{100 * (mean / paper - 1):+.1f}%',
+          f'{source} / {CIFAR_ROUNDS:,} rounds',
+        ]
+      )
+  table = markdown_table(
+    [
+      'Latency model',
+      'B of B_t',
+      'Simulated median [s]',
+      'Simulated mean [s]',
+      'Paper (implied mean) [s]',
+      'Mean vs paper',
+      'Paper source',
+    ],
+    rows,
+  )
+  return (
+    f'Round time = the B-th fastest of B_t one-epoch client latencies, {num_rounds:,} '
+    f'simulated rounds (seed {seed}), {CIFAR_NUM_CLIENTS} clients x {CIFAR_EXAMPLES} '
+    f'examples, batch {BATCH_SIZE}, {CIFAR_NUM_STRAGGLERS} stragglers under per-domain '
+    'per-example. The paper reports only total times; divided by its 4,000 rounds '
+    '(80,000 client updates / 20, Sec. 4.1) they give a mean round time, so compare the '
+    'mean; the median is lower because round times are right-skewed.\n\n' + table
+  )
 
 
-def latency_percentiles(client_sizes: np.ndarray, straggler_mask: np.ndarray, latency: str,
-                        seed: int, draws_per_client: int = 100, batch_size: int = BATCH_SIZE
-                        ) -> dict[str, tuple[float, float, float]]:
+def latency_percentiles(
+  client_sizes: np.ndarray,
+  straggler_mask: np.ndarray,
+  latency: str,
+  seed: int,
+  draws_per_client: int = 100,
+  batch_size: int = BATCH_SIZE,
+) -> dict[str, tuple[float, float, float]]:
   """One-epoch latency percentiles (50, 95, 99) per group ('standard', 'straggler') of a
   federation, drawn as the simulation draws them (Table 7's statistic)."""
   from fedsim_jax.runtime.latency.registry import make_latency
 
   sizes = np.maximum(np.asarray(client_sizes, np.int64), 1)
-  model = make_latency('lognormal', num_clients=len(sizes), rng=np.random.default_rng(seed),
-                       client_sizes=sizes, batch_size=batch_size, model_bytes=0,
-                       straggler_mask=np.asarray(straggler_mask, bool), model=latency)
+  model = make_latency(
+    'lognormal',
+    num_clients=len(sizes),
+    rng=np.random.default_rng(seed),
+    client_sizes=sizes,
+    batch_size=batch_size,
+    model_bytes=0,
+    straggler_mask=np.asarray(straggler_mask, bool),
+    model=latency,
+  )
   ids = np.repeat(np.arange(len(sizes)), draws_per_client)
   draws = model.sample_many(ids)
   steps = -(-sizes[ids] // batch_size)
   times = draws.communication + draws.overhead + draws.per_step * steps
   groups = np.asarray(straggler_mask, bool)[ids]
-  return {group: tuple(float(v) for v in np.percentile(times[groups == flag], [50, 95, 99]))
-          for group, flag in (('standard', False), ('straggler', True)) if np.any(groups == flag)}
+  return {
+    group: tuple(float(v) for v in np.percentile(times[groups == flag], [50, 95, 99]))
+    for group, flag in (('standard', False), ('straggler', True))
+    if np.any(groups == flag)
+  }
 
 
 def latency_table(stats: Mapping[str, Mapping[str, tuple[float, float, float]]]) -> str:
@@ -512,8 +646,9 @@ def latency_table(stats: Mapping[str, Mapping[str, tuple[float, float, float]]])
       if ours is None:
         continue
       paper = PAPER_TABLE_7[(latency, group)]
-      rows.append([LATENCY_NAMES[latency], group] + [f'{o:.1f} ({p:g})'
-                                                     for o, p in zip(ours, paper)])
+      rows.append(
+        [LATENCY_NAMES[latency], group] + [f'{o:.1f} ({p:g})' for o, p in zip(ours, paper)]
+      )
   return markdown_table(['Latency model', 'Clients', '50% [s]', '95% [s]', '99% [s]'], rows)
 
 
@@ -542,8 +677,9 @@ def _values(records: Sequence[Mapping[str, Any]], key: str, scale: float = 1.0) 
   return [scale * r[key] for r in records if r.get(key) is not None]
 
 
-def _by_algorithm(records: Iterable[Mapping[str, Any]], latency: str
-                  ) -> dict[str, list[Mapping[str, Any]]]:
+def _by_algorithm(
+  records: Iterable[Mapping[str, Any]], latency: str
+) -> dict[str, list[Mapping[str, Any]]]:
   grouped: dict[str, list[Mapping[str, Any]]] = {}
   for record in records:
     if record.get('latency') == latency:
@@ -568,19 +704,23 @@ def results_table(records: Iterable[Mapping[str, Any]], latency: str) -> str:
     times = _values(runs, 'virtual_time')
     paper = PAPER_RESULTS[latency].get(algorithm)
     ours = median_interval(straggler) if straggler else None
-    cells = [DISPLAY_NAMES.get(algorithm, algorithm),
-             _format_percent(ours) if ours else '-',
-             _format_percent(paper.straggler) if paper else '-',
-             _format_percent(median_interval(total)) if total else '-',
-             _format_percent(paper.total) if paper else '-',
-             _format_time(median_interval(times)) if times else '-',
-             f'{paper.time:,.0f}' if paper else '-',
-             str(len({r['seed'] for r in runs}))]
+    cells = [
+      DISPLAY_NAMES.get(algorithm, algorithm),
+      _format_percent(ours) if ours else '-',
+      _format_percent(paper.straggler) if paper else '-',
+      _format_percent(median_interval(total)) if total else '-',
+      _format_percent(paper.total) if paper else '-',
+      _format_time(median_interval(times)) if times else '-',
+      f'{paper.time:,.0f}' if paper else '-',
+      str(len({r['seed'] for r in runs})),
+    ]
     order = ALGORITHMS.index(algorithm) if algorithm in ALGORITHMS else len(ALGORITHMS)
     rows.append((-ours[0] if ours else math.inf, order, cells))
   rows.sort(key=lambda row: row[:2])
-  return markdown_table(['Algorithm', 'Straggler acc.', 'paper', 'Total acc.', 'paper',
-                         'Time [s]', 'paper', 'Seeds'], [cells for _, _, cells in rows])
+  return markdown_table(
+    ['Algorithm', 'Straggler acc.', 'paper', 'Total acc.', 'paper', 'Time [s]', 'paper', 'Seeds'],
+    [cells for _, _, cells in rows],
+  )
 
 
 def value_at(curve: Sequence[Sequence[float]], time: float, column: int) -> float | None:
@@ -608,14 +748,15 @@ def time_grid(records: Iterable[Mapping[str, Any]], points: int = 7) -> list[flo
   if not grouped:
     return []
   end = max(float(np.median(times)) for times in grouped.values())
-  return [float(f'{end / 2 ** k:.3g}') for k in reversed(range(points))]
+  return [float(f'{end / 2**k:.3g}') for k in reversed(range(points))]
 
 
 _CURVE_COLUMNS = {'straggler': 3, 'total': 2}
 
 
-def curves_table(records: Iterable[Mapping[str, Any]], latency: str, metric: str,
-                 points: int = 7) -> str:
+def curves_table(
+  records: Iterable[Mapping[str, Any]], latency: str, metric: str, points: int = 7
+) -> str:
   """Markdown: `metric` ('straggler' or 'total' accuracy, %) against virtual time for the runs
   of `latency`: per algorithm and time, median [5th, 95th percentile] over the seeds whose run
   lasted that long; '' where fewer than half of the seeds did (the run had ended)."""
@@ -631,64 +772,79 @@ def curves_table(records: Iterable[Mapping[str, Any]], latency: str, metric: str
     for time in grid:
       values = [value_at(r['curve'], time, column) for r in runs]
       values = [100.0 * v for v in values if v is not None]
-      cells.append(_format_percent(median_interval(values))
-                   if values and 2 * len(values) >= len(runs) else '')
+      cells.append(
+        _format_percent(median_interval(values)) if values and 2 * len(values) >= len(runs) else ''
+      )
     rows.append(cells)
   return markdown_table(['Algorithm'] + [f't={t:,.0f}s' for t in grid], rows)
 
 
-def write_outputs(records: Sequence[dict[str, Any]], settings: dict[str, Any], workdir: str,
-                  output: str, wall_seconds: float) -> None:
+def write_outputs(
+  records: Sequence[dict[str, Any]],
+  settings: dict[str, Any],
+  workdir: str,
+  output: str,
+  wall_seconds: float,
+) -> None:
   """Writes `<workdir>/results.jsonl` and the markdown tables to `output`, and prints them."""
   write_results(records, workdir)
   seeds = ','.join(map(str, settings['seeds']))
   dataset = settings['dataset']
   if dataset in NATURAL_DATASETS:
     title = '# Learning from straggler clients (Hard et al.): EMNIST Tables 20-21'
-    task = (f'{dataset} split by its writers (natural client ids); the '
-            f'{settings["num_stragglers"]} writers holding most examples of classes '
-            f'{list(STRAGGLER_CLASSES)} are the stragglers (the paper: 800 of 3,400, digits 0-4) '
-            'and the other writers lose those classes.')
+    task = (
+      f'{dataset} split by its writers (natural client ids); the '
+      f'{settings["num_stragglers"]} writers holding most examples of classes '
+      f'{list(STRAGGLER_CLASSES)} are the stragglers (the paper: 800 of 3,400, digits 0-4) '
+      'and the other writers lose those classes.'
+    )
   else:
-    title = ('# Learning from straggler clients (Hard et al.): EMNIST Tables 20-21, offline '
-             'stand-in')
-    task = (f'EMNIST is not available offline: these runs use {dataset} split over '
-            f'{settings["num_clients"]} clients (Dirichlet alpha = '
-            f'{settings["concentration"]:g}, partition seed {PARTITION_SEED}); the '
-            f'{settings["num_stragglers"]} clients holding most examples of classes '
-            f'{list(STRAGGLER_CLASSES)} are the stragglers (the paper: 800 of 3,400 EMNIST '
-            'writers, digits 0-4) and the other clients lose those classes. Absolute '
-            'accuracies and times are therefore not comparable with the paper\'s (EMNIST has '
-            '62 classes); compare the orderings and the trade-offs.')
+    title = '# Learning from straggler clients (Hard et al.): EMNIST Tables 20-21, offline stand-in'
+    task = (
+      f'EMNIST is not available offline: these runs use {dataset} split over '
+      f'{settings["num_clients"]} clients (Dirichlet alpha = '
+      f'{settings["concentration"]:g}, partition seed {PARTITION_SEED}); the '
+      f'{settings["num_stragglers"]} clients holding most examples of classes '
+      f'{list(STRAGGLER_CLASSES)} are the stragglers (the paper: 800 of 3,400 EMNIST '
+      'writers, digits 0-4) and the other clients lose those classes. Absolute '
+      "accuracies and times are therefore not comparable with the paper's (EMNIST has "
+      '62 classes); compare the orderings and the trade-offs.'
+    )
   parts = [
-      title,
-      task,
-      f'Seeds {seeds} (the paper: 10 trials); budget {settings["client_updates"]:,} client '
-      f'updates (the paper: {PAPER_CLIENT_UPDATES:,}): synchronous algorithms run '
-      f'{settings["client_updates"] // settings["cohort_size"]:,} rounds of B = '
-      f'{settings["cohort_size"]} (B_t = {num_selected(settings["cohort_size"])} with '
-      f'over-selection); model {settings["model"]}; {len(records)} runs; wall time '
-      f'{wall_seconds:.0f}s.',
-      'Cells: ours, then the paper\'s (EMNIST): final straggler accuracy (test examples of the '
-      'straggler classes), final total accuracy, and total virtual training time, as median '
-      '[5th, 95th percentile] over seeds (the paper: median [90% CI] over 10 trials). Rows '
-      'sorted by our straggler accuracy.',
+    title,
+    task,
+    f'Seeds {seeds} (the paper: 10 trials); budget {settings["client_updates"]:,} client '
+    f'updates (the paper: {PAPER_CLIENT_UPDATES:,}): synchronous algorithms run '
+    f'{settings["client_updates"] // settings["cohort_size"]:,} rounds of B = '
+    f'{settings["cohort_size"]} (B_t = {num_selected(settings["cohort_size"])} with '
+    f'over-selection); model {settings["model"]}; {len(records)} runs; wall time '
+    f'{wall_seconds:.0f}s.',
+    "Cells: ours, then the paper's (EMNIST): final straggler accuracy (test examples of the "
+    'straggler classes), final total accuracy, and total virtual training time, as median '
+    '[5th, 95th percentile] over seeds (the paper: median [90% CI] over 10 trials). Rows '
+    'sorted by our straggler accuracy.',
   ]
   for latency in LATENCY_MODELS:
     if not any(r.get('latency') == latency for r in records):
       continue
     table = 20 if latency == 'per_example' else 21
-    parts += [f'## Table {table}: {LATENCY_NAMES[latency]} latency', results_table(records,
-                                                                                   latency),
-              f'### Straggler accuracy against virtual time ({LATENCY_NAMES[latency]})',
-              curves_table(records, latency, 'straggler'),
-              f'### Total accuracy against virtual time ({LATENCY_NAMES[latency]})',
-              curves_table(records, latency, 'total')]
+    parts += [
+      f'## Table {table}: {LATENCY_NAMES[latency]} latency',
+      results_table(records, latency),
+      f'### Straggler accuracy against virtual time ({LATENCY_NAMES[latency]})',
+      curves_table(records, latency, 'straggler'),
+      f'### Total accuracy against virtual time ({LATENCY_NAMES[latency]})',
+      curves_table(records, latency, 'total'),
+    ]
   stats = settings.get('latency_stats')
-  parts += ['## One-epoch client latency of this federation: ours (paper\'s Table 7, EMNIST)',
-            latency_table(stats) if stats else 'Not computed (--only_existing).']
-  parts += ['## CIFAR-100-shaped synchronous round time (latency model only)',
-            round_time_report(settings['round_time_rounds'], settings['seeds'][0])]
+  parts += [
+    "## One-epoch client latency of this federation: ours (paper's Table 7, EMNIST)",
+    latency_table(stats) if stats else 'Not computed (--only_existing).',
+  ]
+  parts += [
+    '## CIFAR-100-shaped synchronous round time (latency model only)',
+    round_time_report(settings['round_time_rounds'], settings['seeds'][0]),
+  ]
   text = '\n\n'.join(parts) + '\n'
   write_text(output, text)
   print(text)

@@ -14,7 +14,8 @@ import json
 import math
 import os
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from fedsim_jax import cli
 
@@ -44,13 +45,16 @@ def set_existing(config: Any, path: str, value: Any) -> None:
   for part in parents:
     node = node.get(part) if isinstance(node, ml_collections.ConfigDict) else None
   if not isinstance(node, ml_collections.ConfigDict) or leaf not in node:
-    raise ConfigError(f'{path}: no such setting in this build; allowed values: the settings of '
-                      'fedsim_jax.config.base_config')
+    raise ConfigError(
+      f'{path}: no such setting in this build; allowed values: the settings of '
+      'fedsim_jax.config.base_config'
+    )
   set_by_path(config, path, value)
 
 
-def parse_list(name: str, text: str, convert: Callable[[str], Any],
-               check: Callable[[Any], bool], allowed: str) -> list:
+def parse_list(
+  name: str, text: str, convert: Callable[[str], Any], check: Callable[[Any], bool], allowed: str
+) -> list:
   """Parses the comma list `--name=text`: converted, checked, duplicates dropped, order kept.
 
   Raises:
@@ -91,11 +95,14 @@ def parse_overrides(name: str, text: str, algorithms: Sequence[str]) -> list[Ove
     target, _, value_text = item.partition('=')
     algorithm, _, path = target.strip().rpartition(':')
     if not value_text or not path:
-      raise FlagError(f'--{name}: {item!r} is invalid; allowed values: [algorithm:]path=value '
-                      'items separated by ;')
+      raise FlagError(
+        f'--{name}: {item!r} is invalid; allowed values: [algorithm:]path=value '
+        'items separated by ;'
+      )
     if algorithm and algorithm not in algorithms:
-      raise FlagError(f'--{name}: algorithm {algorithm!r} is not allowed; allowed values: '
-                      f'{list(algorithms)}')
+      raise FlagError(
+        f'--{name}: algorithm {algorithm!r} is not allowed; allowed values: {list(algorithms)}'
+      )
     try:
       value = ast.literal_eval(value_text.strip())
     except (ValueError, SyntaxError):
@@ -112,8 +119,9 @@ def apply_overrides(config: Any, algorithm: str, overrides: Sequence[Override]) 
       set_existing(config, path, value)
 
 
-def parse_one(name: str, text: str, convert: Callable[[str], Any],
-              check: Callable[[Any], bool], allowed: str) -> Any:
+def parse_one(
+  name: str, text: str, convert: Callable[[str], Any], check: Callable[[Any], bool], allowed: str
+) -> Any:
   """Parses a flag that takes exactly one value."""
   values = parse_list(name, text, convert, check, allowed)
   if len(values) != 1 or ',' in text:
@@ -121,8 +129,9 @@ def parse_one(name: str, text: str, convert: Callable[[str], Any],
   return values[0]
 
 
-def load_or_run(run_dir: str, config: Any, dataset: Callable[[], Any],
-                run_missing: bool = True) -> tuple[dict[str, Any] | None, str]:
+def load_or_run(
+  run_dir: str, config: Any, dataset: Callable[[], Any], run_missing: bool = True
+) -> tuple[dict[str, Any] | None, str]:
   """The run's summary and 'reused' when `run_dir/summary.json` exists, else runs it: 'ran'
   (or, with `run_missing=False`, returns `(None, 'missing')`).
 
@@ -261,10 +270,16 @@ def write_text(path: str, text: str) -> None:
     f.write(text)
 
 
-def sweep_main(argv: Sequence[str], *, parse_settings: Callable[[], dict[str, Any]],
-               run_sweep: Callable[[dict[str, Any], str, str | None], list[dict[str, Any]]],
-               write_outputs: Callable[..., None], workdir: str, output: str | None,
-               data_dir: str | None) -> None:
+def sweep_main(
+  argv: Sequence[str],
+  *,
+  parse_settings: Callable[[], dict[str, Any]],
+  run_sweep: Callable[[dict[str, Any], str, str | None], list[dict[str, Any]]],
+  write_outputs: Callable[..., None],
+  workdir: str,
+  output: str | None,
+  data_dir: str | None,
+) -> None:
   """A reproduction binary's `main`: parse, sweep, write `results.jsonl` and the tables.
 
   Invalid flags, configs and missing or corrupt data exit with code 2 and one stderr line.

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 class EventKind(enum.Enum):
   ARRIVAL = 'arrival'  # a client's update reaches the server
   DROPOUT = 'dropout'  # a client goes offline before finishing its task
-  TIMER = 'timer'      # a scheduler-set alarm (deadline, group timer, periodic trigger)
+  TIMER = 'timer'  # a scheduler-set alarm (deadline, group timer, periodic trigger)
 
 
 class Event(NamedTuple):  # a tuple: built once per event, on the hot path

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -37,8 +38,7 @@ from fedsim_jax.data.federated import ClientDataArrays, FederatedDataset
 from fedsim_jax.executor import ClientTask, Executor, TaskBatchResult
 
 
-def union_client_arrays(datasets: Sequence[FederatedDataset]) -> tuple[ClientDataArrays,
-                                                                        list[int]]:
+def union_client_arrays(datasets: Sequence[FederatedDataset]) -> tuple[ClientDataArrays, list[int]]:
   """One `ClientDataArrays` holding every federation's clients, and each one's client offset.
 
   Federations that share their training arrays (the same loaded dataset, partitioned by
@@ -60,15 +60,16 @@ def union_client_arrays(datasets: Sequence[FederatedDataset]) -> tuple[ClientDat
   tables, client_offsets, total = [], [], 0
   for dataset, offset in zip(datasets, row_offsets):
     table = np.zeros((dataset.num_clients, width), np.int32)
-    table[:, :dataset.client_indices.shape[1]] = dataset.client_indices + offset
+    table[:, : dataset.client_indices.shape[1]] = dataset.client_indices + offset
     tables.append(table)
     client_offsets.append(total)
     total += dataset.num_clients
   arrays = ClientDataArrays(
-      x=jnp.asarray(xs[0] if len(xs) == 1 else np.concatenate(xs)),
-      y=jnp.asarray(ys[0] if len(ys) == 1 else np.concatenate(ys)),
-      indices=jnp.asarray(np.concatenate(tables)),
-      sizes=jnp.asarray(np.concatenate([d.client_sizes for d in datasets])))
+    x=jnp.asarray(xs[0] if len(xs) == 1 else np.concatenate(xs)),
+    y=jnp.asarray(ys[0] if len(ys) == 1 else np.concatenate(ys)),
+    indices=jnp.asarray(np.concatenate(tables)),
+    sizes=jnp.asarray(np.concatenate([d.client_sizes for d in datasets])),
+  )
   return arrays, client_offsets
 
 
@@ -121,8 +122,7 @@ class SharedExecution:
     offset = 0
     for s in order:
       count = len(self._pending[s])
-      self._results[s] = dataclasses.replace(batch, num_tasks=count, row_offset=offset,
-                                             view=True)
+      self._results[s] = dataclasses.replace(batch, num_tasks=count, row_offset=offset, view=True)
       offset += count
     self._pending.clear()
     self._condition.notify_all()
@@ -150,14 +150,16 @@ class LockstepClientExecutor:
   def run(self, tasks: Sequence[ClientTask]) -> TaskBatchResult:
     self.tasks_run += len(tasks)
     self.steps_run += sum(t.num_steps for t in tasks)
-    mapped = [dataclasses.replace(t, client_id=t.client_id + self.client_offset,
-                                  stream=self.simulation) for t in tasks]
+    mapped = [
+      dataclasses.replace(t, client_id=t.client_id + self.client_offset, stream=self.simulation)
+      for t in tasks
+    ]
     return self.shared.submit(self.simulation, mapped)
 
 
-def lockstep_executors(executor_factory: Any, datasets: Sequence[FederatedDataset],
-                       base_keys: Sequence[jax.Array]
-                       ) -> tuple[SharedExecution, list[LockstepClientExecutor]]:
+def lockstep_executors(
+  executor_factory: Any, datasets: Sequence[FederatedDataset], base_keys: Sequence[jax.Array]
+) -> tuple[SharedExecution, list[LockstepClientExecutor]]:
   """Builds the shared executor over the union of `datasets` and one client executor each.
 
   Args:
@@ -167,15 +169,18 @@ def lockstep_executors(executor_factory: Any, datasets: Sequence[FederatedDatase
     base_keys: each simulation's training key (what its own `Executor` would get).
   """
   if not jax.config.jax_threefry_partitionable:
-    raise ValueError('lockstep sweeps need jax_threefry_partitionable=True (the default), so '
-                     'that union index tables sample the same examples')
+    raise ValueError(
+      'lockstep sweeps need jax_threefry_partitionable=True (the default), so '
+      'that union index tables sample the same examples'
+    )
   data, offsets = union_client_arrays(datasets)
   shared = SharedExecution(executor_factory(data, jnp.stack(list(base_keys))), len(datasets))
   return shared, [LockstepClientExecutor(shared, i, offset) for i, offset in enumerate(offsets)]
 
 
-def _drive_in_threads(simulations: Sequence[Any], stops: Sequence[Any],
-                      on_end: Any = None, first_alone: Any = None) -> None:
+def _drive_in_threads(
+  simulations: Sequence[Any], stops: Sequence[Any], on_end: Any = None, first_alone: Any = None
+) -> None:
   """Runs every `simulations[i].run(stops[i])` in its own thread; re-raises the first failure.
 
   `on_end(i, error)` is called when simulation i ends (error None) or fails. `first_alone`, an
@@ -198,8 +203,10 @@ def _drive_in_threads(simulations: Sequence[Any], stops: Sequence[Any],
       if on_end is not None:
         on_end(index, error)
 
-  threads = [threading.Thread(target=drive, args=(i,), name=f'lockstep-{i}', daemon=True)
-             for i in range(len(simulations))]
+  threads = [
+    threading.Thread(target=drive, args=(i,), name=f'lockstep-{i}', daemon=True)
+    for i in range(len(simulations))
+  ]
   for thread in threads:
     thread.start()
   for thread in threads:
@@ -209,8 +216,7 @@ def _drive_in_threads(simulations: Sequence[Any], stops: Sequence[Any],
     raise first
 
 
-def run_lockstep(simulations: Sequence[Any], stops: Sequence[Any],
-                 shared: SharedExecution) -> None:
+def run_lockstep(simulations: Sequence[Any], stops: Sequence[Any], shared: SharedExecution) -> None:
   """Runs every `simulations[i].run(stops[i])` in lockstep; re-raises the first failure."""
   _drive_in_threads(simulations, stops, on_end=shared.finish)
 

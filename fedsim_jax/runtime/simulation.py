@@ -17,7 +17,8 @@ import bisect
 import collections
 import dataclasses
 import math
-from typing import Any, Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import jax
 import numpy as np
@@ -25,8 +26,13 @@ import numpy as np
 from fedsim_jax.executor import ClientTask
 from fedsim_jax.models import Params
 from fedsim_jax.runtime.events import EventKind, EventQueue
-from fedsim_jax.runtime.latency import (AlwaysAvailable, Availability, LatencyModel,
-                                        TaskLatency, available_clients)
+from fedsim_jax.runtime.latency import (
+  AlwaysAvailable,
+  Availability,
+  LatencyModel,
+  TaskLatency,
+  available_clients,
+)
 from fedsim_jax.runtime.sampling import choose_one
 from fedsim_jax.runtime.updates import Aggregator, ResultRef, UpdateBatch, stack_results
 
@@ -77,14 +83,11 @@ class Scheduler(Protocol):
   they split tasks into segments, `on_segment_end(sim, handle)` (see `Simulation.dispatch`).
   """
 
-  def start(self, sim: 'Simulation') -> None:
-    ...
+  def start(self, sim: Simulation) -> None: ...
 
-  def on_arrival(self, sim: 'Simulation', handle: TaskHandle) -> None:
-    ...
+  def on_arrival(self, sim: Simulation, handle: TaskHandle) -> None: ...
 
-  def on_timer(self, sim: 'Simulation', payload: Any) -> None:
-    ...
+  def on_timer(self, sim: Simulation, payload: Any) -> None: ...
 
 
 @dataclasses.dataclass
@@ -95,11 +98,12 @@ class StopCondition:
   max_virtual_time: float | None = None
   max_client_updates: int | None = None
 
-  def reached(self, sim: 'Simulation') -> bool:
-    return ((self.max_versions is not None and sim.version >= self.max_versions)
-            or (self.max_virtual_time is not None and sim.now >= self.max_virtual_time)
-            or (self.max_client_updates is not None
-                and sim.client_updates >= self.max_client_updates))
+  def reached(self, sim: Simulation) -> bool:
+    return (
+      (self.max_versions is not None and sim.version >= self.max_versions)
+      or (self.max_virtual_time is not None and sim.now >= self.max_virtual_time)
+      or (self.max_client_updates is not None and sim.client_updates >= self.max_client_updates)
+    )
 
 
 @dataclasses.dataclass
@@ -120,9 +124,14 @@ class TaskAccounting:
       raise AssertionError(f'task accounting broken: {self}')
 
   def as_dict(self) -> dict[str, Any]:
-    return {'dispatched': self.dispatched, 'arrived': self.arrived,
-            'aggregated': self.aggregated, 'discarded': dict(sorted(self.discarded.items())),
-            'in_flight': self.in_flight, 'waiting': self.waiting}
+    return {
+      'dispatched': self.dispatched,
+      'arrived': self.arrived,
+      'aggregated': self.aggregated,
+      'discarded': dict(sorted(self.discarded.items())),
+      'in_flight': self.in_flight,
+      'waiting': self.waiting,
+    }
 
 
 VersionCallback = Callable[['Simulation'], None]
@@ -152,11 +161,22 @@ class Simulation:
       `task_params`) raise.
   """
 
-  def __init__(self, *, executor: Any, scheduler: Scheduler, aggregator: Aggregator,
-               latency: LatencyModel, init_params: Params, client_sizes: np.ndarray,
-               rng: np.random.Generator, availability: Availability | None = None,
-               deferred: bool = True, on_version: VersionCallback | None = None,
-               bucket_bits: int = 3, aggregate: bool = True):
+  def __init__(
+    self,
+    *,
+    executor: Any,
+    scheduler: Scheduler,
+    aggregator: Aggregator,
+    latency: LatencyModel,
+    init_params: Params,
+    client_sizes: np.ndarray,
+    rng: np.random.Generator,
+    availability: Availability | None = None,
+    deferred: bool = True,
+    on_version: VersionCallback | None = None,
+    bucket_bits: int = 3,
+    aggregate: bool = True,
+  ):
     self.executor = executor
     self.scheduler = scheduler
     self.aggregator = aggregator
@@ -176,14 +196,14 @@ class Simulation:
     self.accounting = TaskAccounting()
     self.executor_batches = 0
     self.executed_tasks = 0
-    self.gradient_steps = 0   # local steps of arrived tasks
+    self.gradient_steps = 0  # local steps of arrived tasks
     num_clients = self.num_clients
     self.dispatch_counts = np.zeros(num_clients, np.int64)
     self.aggregated_counts = np.zeros(num_clients, np.int64)
-    self.busy_time = np.zeros(num_clients, np.float64)   # virtual seconds spent on tasks
+    self.busy_time = np.zeros(num_clients, np.float64)  # virtual seconds spent on tasks
     self.steps_per_client = np.zeros(num_clients, np.int64)  # local steps of arrived tasks
     self.update_wait_time = 0.0  # sum over aggregated updates of (aggregation - arrival) time
-    self._busy = np.zeros(num_clients, np.int64)          # tasks in flight per client
+    self._busy = np.zeros(num_clients, np.int64)  # tasks in flight per client
     # Clients with no task in flight, ascending, kept as events change it: asynchronous
     # refills draw one of them per arrival, and scanning `_busy` for it was a hot path.
     self._not_busy: list[int] = list(range(num_clients))
@@ -244,10 +264,18 @@ class Simulation:
     """Draws the latency of the client's next task (pass it to `dispatch`)."""
     return self.latency.sample(int(client_id))
 
-  def dispatch(self, client_id: int, num_steps: int, *, latency: TaskLatency | None = None,
-               start_params: Params | None = None, task_inputs: Any = None,
-               metadata: dict[str, Any] | None = None, intermediate: bool = False,
-               continues: TaskHandle | None = None) -> TaskHandle:
+  def dispatch(
+    self,
+    client_id: int,
+    num_steps: int,
+    *,
+    latency: TaskLatency | None = None,
+    start_params: Params | None = None,
+    task_inputs: Any = None,
+    metadata: dict[str, Any] | None = None,
+    intermediate: bool = False,
+    continues: TaskHandle | None = None,
+  ) -> TaskHandle:
     """Sends the current (or given) model to an online client for `num_steps` local steps.
 
     Segments: a task whose inputs change during training (FedASMU's mid-training fetch of a
@@ -262,29 +290,46 @@ class Simulation:
     client_id, num_steps = int(client_id), int(num_steps)
     if num_steps < 0:
       raise ValueError(f'num_steps must be >= 0, got {num_steps}')
-    if continues is not None and (continues.status != 'segment_done'
-                                  or continues.client_id != client_id):
-      raise ValueError(f'continues=task {continues.task_id} ({continues.status}, client '
-                       f'{continues.client_id}); allowed: an ended intermediate segment of '
-                       f'client {client_id}')
-    if (not self._always_available
-        and self.availability.next_available(client_id, self.now) > self.now):
+    if continues is not None and (
+      continues.status != 'segment_done' or continues.client_id != client_id
+    ):
+      raise ValueError(
+        f'continues=task {continues.task_id} ({continues.status}, client '
+        f'{continues.client_id}); allowed: an ended intermediate segment of '
+        f'client {client_id}'
+      )
+    if (
+      not self._always_available
+      and self.availability.next_available(client_id, self.now) > self.now
+    ):
       raise ValueError(f'client {client_id} is offline at {self.now}')
     if latency is None:
       latency = self.sample_latency(client_id)
     task_id = self._next_task_id
     self._next_task_id += 1
-    task = ClientTask(client_id=client_id, num_steps=num_steps, seed=task_id,
-                      start_params=self.params if start_params is None else start_params,
-                      task_inputs=task_inputs)
+    task = ClientTask(
+      client_id=client_id,
+      num_steps=num_steps,
+      seed=task_id,
+      start_params=self.params if start_params is None else start_params,
+      task_inputs=task_inputs,
+    )
     arrival = self.now + latency.duration(num_steps)
-    offline_at = (math.inf if self._always_available
-                  else self.availability.online_until(client_id, self.now))
-    handle = TaskHandle(task_id=task_id, client_id=client_id, num_steps=num_steps,
-                        version=self.version if continues is None else continues.version,
-                        dispatch_time=self.now, arrival_time=min(arrival, offline_at),
-                        latency=latency, task=task, metadata=dict(metadata or {}),
-                        intermediate=intermediate)
+    offline_at = (
+      math.inf if self._always_available else self.availability.online_until(client_id, self.now)
+    )
+    handle = TaskHandle(
+      task_id=task_id,
+      client_id=client_id,
+      num_steps=num_steps,
+      version=self.version if continues is None else continues.version,
+      dispatch_time=self.now,
+      arrival_time=min(arrival, offline_at),
+      latency=latency,
+      task=task,
+      metadata=dict(metadata or {}),
+      intermediate=intermediate,
+    )
     # A segment whose client goes offline as it ends cannot be continued: a dropout.
     if offline_at < arrival or (intermediate and offline_at == arrival):
       self.queue.push(offline_at, EventKind.DROPOUT, handle)
@@ -309,8 +354,9 @@ class Simulation:
     """The client's model at the end of `handle` (start params + delta) for an arrived task
     or an ended intermediate segment, computing pending tasks first if needed."""
     ref = self._result(handle)
-    return jax.tree_util.tree_map(lambda start, delta: start + delta[ref.row],
-                                  handle.task.start_params, ref.batch.deltas)
+    return jax.tree_util.tree_map(
+      lambda start, delta: start + delta[ref.row], handle.task.start_params, ref.batch.deltas
+    )
 
   def task_aux(self, handle: TaskHandle) -> dict[str, np.ndarray]:
     """The `aux` results of `handle` (as `task_params`), one host value per key."""
@@ -319,14 +365,18 @@ class Simulation:
 
   def _check_results_exist(self) -> None:
     if not self.aggregate:
-      raise ValueError('this simulation runs the timeline only (aggregate=False): task results '
-                       'are never computed; allowed: aggregate=True')
+      raise ValueError(
+        'this simulation runs the timeline only (aggregate=False): task results '
+        'are never computed; allowed: aggregate=True'
+      )
 
   def _result(self, handle: TaskHandle) -> ResultRef:
     self._check_results_exist()
     if handle.status not in ('arrived', 'segment_done'):
-      raise ValueError(f'task {handle.task_id} is {handle.status}; only arrived tasks and '
-                       'ended segments have readable results')
+      raise ValueError(
+        f'task {handle.task_id} is {handle.status}; only arrived tasks and '
+        'ended segments have readable results'
+      )
     if not handle.computed:
       self._compute_pending()
     return handle.result_ref
@@ -338,9 +388,13 @@ class Simulation:
       raise ValueError(f'timer at {time} is in the past (now {self.now})')
     self.queue.push(time, EventKind.TIMER, payload)
 
-  def updates(self, handles: Sequence[TaskHandle], weights: Sequence[float],
-              with_client_params: bool = False,
-              staleness: Sequence[int] | None = None) -> UpdateBatch:
+  def updates(
+    self,
+    handles: Sequence[TaskHandle],
+    weights: Sequence[float],
+    with_client_params: bool = False,
+    staleness: Sequence[int] | None = None,
+  ) -> UpdateBatch:
     """The stacked results of arrived `handles` (computing pending tasks first if needed).
 
     Staleness defaults to the versions since each client's download, counted now; a scheduler
@@ -354,14 +408,23 @@ class Simulation:
       start = [h.task.start_params for h in handles]
     if staleness is None:
       staleness = [self.version - h.version for h in handles]
-    return stack_results([h.result_ref for h in handles], weights, staleness,
-                         [h.num_steps for h in handles],
-                         [h.metadata.get('group', 0) for h in handles],
-                         start_params=start, bucket_bits=self.bucket_bits,
-                         client_ids=[h.client_id for h in handles])
+    return stack_results(
+      [h.result_ref for h in handles],
+      weights,
+      staleness,
+      [h.num_steps for h in handles],
+      [h.metadata.get('group', 0) for h in handles],
+      start_params=start,
+      bucket_bits=self.bucket_bits,
+      client_ids=[h.client_id for h in handles],
+    )
 
-  def apply_updates(self, handles: Sequence[TaskHandle], weights: Sequence[float],
-                    staleness: Sequence[int] | None = None) -> None:
+  def apply_updates(
+    self,
+    handles: Sequence[TaskHandle],
+    weights: Sequence[float],
+    staleness: Sequence[int] | None = None,
+  ) -> None:
     """Aggregates the updates of arrived `handles` with `weights` into a new server version
     (`staleness` as in `updates`)."""
     if not handles:
@@ -371,7 +434,8 @@ class Simulation:
       self._new_version(handles)
       return
     self.apply_update_batch(
-        self.updates(handles, weights, self.aggregator.needs_client_params, staleness), handles)
+      self.updates(handles, weights, self.aggregator.needs_client_params, staleness), handles
+    )
 
   def apply_update_batch(self, batch: UpdateBatch, handles: Sequence[TaskHandle] = ()) -> None:
     """Applies a prepared `UpdateBatch` (which may hold rows that are not task results, e.g.
@@ -434,12 +498,11 @@ class Simulation:
     if handle.status == 'arrived':
       self.accounting.waiting -= 1
     handle.status = status
-    handle.task = None          # free the start params and results
+    handle.task = None  # free the start params and results
     handle.result_ref = None
 
   def _compute_pending(self) -> None:
-    pending = [h for h in self._pending
-               if h.status in ('in_flight', 'arrived', 'segment_done')]
+    pending = [h for h in self._pending if h.status in ('in_flight', 'arrived', 'segment_done')]
     self._pending = []
     if not pending:
       return
@@ -460,8 +523,10 @@ class Simulation:
     handle.status = 'segment_done'
     self.scheduler.on_segment_end(self, handle)
     if handle.status != 'continued':
-      raise RuntimeError(f'task {handle.task_id}: on_segment_end did not dispatch the next '
-                         'segment (dispatch(..., continues=handle))')
+      raise RuntimeError(
+        f'task {handle.task_id}: on_segment_end did not dispatch the next '
+        'segment (dispatch(..., continues=handle))'
+      )
 
   def run(self, stop: StopCondition) -> None:
     """Processes events until `stop` is reached or nothing is left to happen."""
@@ -469,11 +534,14 @@ class Simulation:
       self._started = True
       self.scheduler.start(self)
     # `stop.reached(self)`, unrolled: this loop runs a few times per client update.
-    max_versions, max_time, max_updates = (math.inf if limit is None else limit for limit in (
-        stop.max_versions, stop.max_virtual_time, stop.max_client_updates))
+    max_versions, max_time, max_updates = (
+      math.inf if limit is None else limit
+      for limit in (stop.max_versions, stop.max_virtual_time, stop.max_client_updates)
+    )
     queue, accounting = self.queue, self.accounting
-    while len(queue) and not (self.version >= max_versions or self.now >= max_time
-                              or accounting.arrived >= max_updates):
+    while len(queue) and not (
+      self.version >= max_versions or self.now >= max_time or accounting.arrived >= max_updates
+    ):
       if queue.peek_time() > max_time:
         self.now = stop.max_virtual_time
         break
@@ -511,17 +579,18 @@ class Simulation:
     self.accounting.check()
     aggregated = max(self.accounting.aggregated, 1)
     return {
-        'tasks': self.accounting.as_dict(),
-        'participation': {
-            'clients_participated': int((self.aggregated_counts > 0).sum()),
-            'aggregated_per_client_min': int(self.aggregated_counts.min()),
-            'aggregated_per_client_mean': float(self.aggregated_counts.mean()),
-            'aggregated_per_client_max': int(self.aggregated_counts.max()),
-        },
-        'mean_update_wait_time': self.update_wait_time / aggregated,
-        'client_busy_fraction': (float(self.busy_time.sum() / (self.num_clients * self.now))
-                                 if self.now > 0 else 0.0),
-        'mean_client_idle_time': float(np.mean(self.now - self.busy_time)),
-        'executor_batches': self.executor_batches,
-        'mean_executed_batch_size': self.executed_tasks / max(self.executor_batches, 1),
+      'tasks': self.accounting.as_dict(),
+      'participation': {
+        'clients_participated': int((self.aggregated_counts > 0).sum()),
+        'aggregated_per_client_min': int(self.aggregated_counts.min()),
+        'aggregated_per_client_mean': float(self.aggregated_counts.mean()),
+        'aggregated_per_client_max': int(self.aggregated_counts.max()),
+      },
+      'mean_update_wait_time': self.update_wait_time / aggregated,
+      'client_busy_fraction': (
+        float(self.busy_time.sum() / (self.num_clients * self.now)) if self.now > 0 else 0.0
+      ),
+      'mean_client_idle_time': float(np.mean(self.now - self.busy_time)),
+      'executor_batches': self.executor_batches,
+      'mean_executed_batch_size': self.executed_tasks / max(self.executor_batches, 1),
     }

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import flax.struct
 import jax
@@ -46,7 +47,8 @@ def weighted_mean_delta(updates: UpdateBatch) -> Params:
   """sum_k w_k delta_k / sum_k w_k (FedAvg's weighted average of client deltas)."""
   total = jnp.maximum(updates.weights.sum(), 1e-12)
   return jax.tree_util.tree_map(
-      lambda d: jnp.tensordot(updates.weights, d, axes=1) / total, updates.deltas)
+    lambda d: jnp.tensordot(updates.weights, d, axes=1) / total, updates.deltas
+  )
 
 
 class Aggregator(NamedTuple):
@@ -77,8 +79,9 @@ def _stack(trees: Sequence[Any]) -> Any:
 
 
 @jax.jit
-def _select_rows(accumulated: Params | None, source: Params, rows: jax.Array,
-                 mask: jax.Array) -> Params:
+def _select_rows(
+  accumulated: Params | None, source: Params, rows: jax.Array, mask: jax.Array
+) -> Params:
   """accumulated + (source[rows] where mask, else 0), leaf by leaf."""
 
   def select(acc, leaf):
@@ -90,12 +93,16 @@ def _select_rows(accumulated: Params | None, source: Params, rows: jax.Array,
   return jax.tree_util.tree_map(select, accumulated, source)
 
 
-def stack_results(refs: Sequence[ResultRef], weights: Sequence[float],
-                  staleness: Sequence[int], num_steps: Sequence[int],
-                  group: Sequence[int] | None = None,
-                  start_params: Sequence[Params] | None = None,
-                  bucket_bits: int = 3,
-                  client_ids: Sequence[int] | None = None) -> UpdateBatch:
+def stack_results(
+  refs: Sequence[ResultRef],
+  weights: Sequence[float],
+  staleness: Sequence[int],
+  num_steps: Sequence[int],
+  group: Sequence[int] | None = None,
+  start_params: Sequence[Params] | None = None,
+  bucket_bits: int = 3,
+  client_ids: Sequence[int] | None = None,
+) -> UpdateBatch:
   """Assembles an `UpdateBatch` from task results, padded to a bucketed size with weight 0.
 
   When the updates are exactly the rows of one executor batch (a synchronous round) the
@@ -103,8 +110,12 @@ def stack_results(refs: Sequence[ResultRef], weights: Sequence[float],
   """
   count = len(refs)
   first = refs[0].batch
-  whole_batch = (not first.view and all(r.batch is first for r in refs)
-                 and count == first.num_tasks and all(r.row == i for i, r in enumerate(refs)))
+  whole_batch = (
+    not first.view
+    and all(r.batch is first for r in refs)
+    and count == first.num_tasks
+    and all(r.row == i for i, r in enumerate(refs))
+  )
   if whole_batch:
     deltas = first.deltas
     num_rows = jax.tree_util.tree_leaves(deltas)[0].shape[0]
@@ -136,8 +147,12 @@ def stack_results(refs: Sequence[ResultRef], weights: Sequence[float],
       client_params = jax.tree_util.tree_map(lambda s, d: s[None] + d, starts[0], deltas)
     else:
       client_params = jax.tree_util.tree_map(jnp.add, _stack(starts), deltas)
-  return UpdateBatch(deltas=deltas, weights=padded(weights, np.float32),
-                     staleness=padded(staleness, np.int32), num_steps=padded(num_steps, np.int32),
-                     group=padded(group if group is not None else [0] * count, np.int32),
-                     client_params=client_params,
-                     client_id=None if client_ids is None else padded(client_ids, np.int32))
+  return UpdateBatch(
+    deltas=deltas,
+    weights=padded(weights, np.float32),
+    staleness=padded(staleness, np.int32),
+    num_steps=padded(num_steps, np.int32),
+    group=padded(group if group is not None else [0] * count, np.int32),
+    client_params=client_params,
+    client_id=None if client_ids is None else padded(client_ids, np.int32),
+  )

@@ -103,8 +103,13 @@ def step_scale(mean_delay: float) -> float:
   return max(1.0, math.log(mean_delay)) if mean_delay > 0 else 1.0
 
 
-def decayed_gradient(gradient: Params, previous_gradient: Params, h: Params, decay: float,
-                     decay_gradient: str = 'current') -> tuple[Params, Params]:
+def decayed_gradient(
+  gradient: Params,
+  previous_gradient: Params,
+  h: Params,
+  decay: float,
+  decay_gradient: str = 'current',
+) -> tuple[Params, Params]:
   """`(grad zeta, new h)` of one local step: grad zeta = g - g_prev + h_prev and
   h = beta h_prev + (1 - beta) x, x = g ('current') or g_prev ('previous')."""
   zeta = jax.tree_util.tree_map(lambda g, p, h: g - p + h, gradient, previous_gradient, h)
@@ -113,23 +118,34 @@ def decayed_gradient(gradient: Params, previous_gradient: Params, h: Params, dec
   return zeta, new_h
 
 
-def asofed_client_update(model: Model, optimizer: optax.GradientTransformation, batch_size: int,
-                         *, proximal: float, decay: float, decay_gradient: str = 'current',
-                         proximal_strength: float = 0.0, distillation_strength: float = 0.0,
-                         distillation_temperature: float = 1.0) -> ClientUpdate:
+def asofed_client_update(
+  model: Model,
+  optimizer: optax.GradientTransformation,
+  batch_size: int,
+  *,
+  proximal: float,
+  decay: float,
+  decay_gradient: str = 'current',
+  proximal_strength: float = 0.0,
+  distillation_strength: float = 0.0,
+  distillation_temperature: float = 1.0,
+) -> ClientUpdate:
   """ASO-Fed's local training (Algorithm 2; see the module docstring). `task_inputs` is the
   client's `AsoFedInputs`; the returned aux adds the final `h` and `previous_gradient` (the
   state the client keeps for its next task). The shared FedProx / distillation terms must be 0
   (ASO-Fed's constraint is `proximal`, lambda)."""
   del distillation_temperature
   if proximal < 0 or not 0 <= decay < 1:
-    raise ValueError(f'asofed.proximal={proximal}, asofed.decay={decay}; allowed: proximal >= 0, '
-                     '0 <= decay < 1')
+    raise ValueError(
+      f'asofed.proximal={proximal}, asofed.decay={decay}; allowed: proximal >= 0, 0 <= decay < 1'
+    )
   if decay_gradient not in DECAY_GRADIENTS:
     raise ValueError(f'asofed.decay_gradient={decay_gradient!r}; allowed: {DECAY_GRADIENTS}')
   if proximal_strength or distillation_strength:
-    raise ValueError(f'client.proximal_strength={proximal_strength}, client.distillation_strength='
-                     f'{distillation_strength}: asofed uses asofed.proximal; allowed: 0')
+    raise ValueError(
+      f'client.proximal_strength={proximal_strength}, client.distillation_strength='
+      f'{distillation_strength}: asofed uses asofed.proximal; allowed: 0'
+    )
 
   def objective(trainable, model_state, anchor, x, y, weights):
     params = model.merge(trainable, model_state)
@@ -138,38 +154,54 @@ def asofed_client_update(model: Model, optimizer: optax.GradientTransformation, 
     else:
       loss, new_state = model.loss(params, x, y, weights), model_state
     if proximal:
-      sq = sum(jnp.sum(jnp.square(p - a)) for p, a in zip(
-          jax.tree_util.tree_leaves(trainable), jax.tree_util.tree_leaves(anchor)))
+      sq = sum(
+        jnp.sum(jnp.square(p - a))
+        for p, a in zip(jax.tree_util.tree_leaves(trainable), jax.tree_util.tree_leaves(anchor))
+      )
       loss = loss + 0.5 * proximal * sq
     return loss, new_state
 
   def init(start_params, task_inputs: AsoFedInputs):
     trainable = model.split(start_params)[0]
     return AsoFedClientState(
-        params=start_params, opt_state=optimizer.init(trainable),
-        loss_sum=jnp.zeros((), jnp.float32), steps_run=jnp.zeros((), jnp.int32),
-        anchor=trainable, h=model.split(task_inputs.h)[0],
-        previous_gradient=model.split(task_inputs.previous_gradient)[0])
+      params=start_params,
+      opt_state=optimizer.init(trainable),
+      loss_sum=jnp.zeros((), jnp.float32),
+      steps_run=jnp.zeros((), jnp.int32),
+      anchor=trainable,
+      h=model.split(task_inputs.h)[0],
+      previous_gradient=model.split(task_inputs.previous_gradient)[0],
+    )
 
   def step(state, batch, task_inputs: AsoFedInputs):
     x, y, weights = batch
     trainable, model_state = model.split(state.params)
     (loss, new_state), grads = jax.value_and_grad(objective, has_aux=True)(
-        trainable, model_state, state.anchor, x, y, weights)
+      trainable, model_state, state.anchor, x, y, weights
+    )
     zeta, h = decayed_gradient(grads, state.previous_gradient, state.h, decay, decay_gradient)
     updates, opt_state = optimizer.update(zeta, state.opt_state, trainable)
     updates = jax.tree_util.tree_map(lambda u: task_inputs.step_scale * u, updates)
     params = model.merge(optax.apply_updates(trainable, updates), new_state)
-    return AsoFedClientState(params=params, opt_state=opt_state, loss_sum=state.loss_sum + loss,
-                             steps_run=state.steps_run + 1, anchor=state.anchor, h=h,
-                             previous_gradient=grads)
+    return AsoFedClientState(
+      params=params,
+      opt_state=opt_state,
+      loss_sum=state.loss_sum + loss,
+      steps_run=state.steps_run + 1,
+      anchor=state.anchor,
+      h=h,
+      previous_gradient=grads,
+    )
 
   def final(state, start_params):
     delta = jax.tree_util.tree_map(jnp.subtract, state.params, start_params)
     no_state = jax.tree_util.tree_map(jnp.zeros_like, model.split(start_params)[1])
-    return delta, {'train_loss': state.loss_sum / jnp.maximum(state.steps_run, 1),
-                   'steps_run': state.steps_run, 'h': model.merge(state.h, no_state),
-                   'previous_gradient': model.merge(state.previous_gradient, no_state)}
+    return delta, {
+      'train_loss': state.loss_sum / jnp.maximum(state.steps_run, 1),
+      'steps_run': state.steps_run,
+      'h': model.merge(state.h, no_state),
+      'previous_gradient': model.merge(state.previous_gradient, no_state),
+    }
 
   return ClientUpdate(init=init, step=step, final=final, batch_size=batch_size)
 
@@ -237,8 +269,9 @@ class AsoFedClients:
       if self._zeros is None:
         self._zeros = jax.tree_util.tree_map(jnp.zeros_like, sim.params)
       h = previous = self._zeros
-    return AsoFedInputs(h=h, previous_gradient=previous,
-                        step_scale=np.float32(self.step_scale(client)))
+    return AsoFedInputs(
+      h=h, previous_gradient=previous, step_scale=np.float32(self.step_scale(client))
+    )
 
   def observe_arrival(self, sim: Simulation, handle: TaskHandle) -> None:
     """Records the task's delay and, if it trained, the client's new (h, g_prev)."""
@@ -254,5 +287,7 @@ class AsoFedClients:
     if not handle.computed:
       sim.updates([handle], [1.0])  # computes the pending tasks
     ref = handle.result_ref
-    self.states[client] = (_row(ref.batch.aux['h'], ref.row),
-                           _row(ref.batch.aux['previous_gradient'], ref.row))
+    self.states[client] = (
+      _row(ref.batch.aux['h'], ref.row),
+      _row(ref.batch.aux['previous_gradient'], ref.row),
+    )

@@ -32,8 +32,14 @@ class AsynchronousScheduler:
     max_staleness: largest accepted staleness (None: no limit).
   """
 
-  def __init__(self, concurrency: int, buffer_size: int, local_work: LocalWork,
-               weighting: str = 'uniform', max_staleness: int | None = None):
+  def __init__(
+    self,
+    concurrency: int,
+    buffer_size: int,
+    local_work: LocalWork,
+    weighting: str = 'uniform',
+    max_staleness: int | None = None,
+  ):
     check_weighting(weighting)
     if concurrency < 1:
       raise ValueError(f'scheduler.concurrency={concurrency}; must be >= 1')
@@ -52,8 +58,10 @@ class AsynchronousScheduler:
 
   def start(self, sim: Simulation) -> None:
     if self.concurrency > sim.num_clients:
-      raise ValueError(f'scheduler.concurrency={self.concurrency} exceeds the federation '
-                       f'({sim.num_clients} clients)')
+      raise ValueError(
+        f'scheduler.concurrency={self.concurrency} exceeds the federation '
+        f'({sim.num_clients} clients)'
+      )
     self._refill(sim)
 
   def _schedule_refill(self, sim: Simulation, time: float | None = None) -> None:
@@ -71,8 +79,9 @@ class AsynchronousScheduler:
       chosen = [] if client is None else [client]
     else:
       idle = sim.idle_clients()
-      chosen = sorted(choose_without_replacement(sim.rng, idle, min(free, len(idle)))
-                      if len(idle) else [])
+      chosen = sorted(
+        choose_without_replacement(sim.rng, idle, min(free, len(idle))) if len(idle) else []
+      )
     if not chosen:
       retry = sim.next_availability_time()
       if retry != float('inf'):

@@ -68,7 +68,7 @@ def check_budgets(budgets: np.ndarray) -> np.ndarray:
   p = np.asarray(budgets, dtype=np.float64)
   if p.ndim != 1 or p.size == 0 or not np.all(np.isfinite(p)) or np.any(p <= 0) or np.any(p > 1):
     raise ValueError(
-        f'budgets={budgets!r} is invalid; allowed: a non-empty 1-D array of values in (0, 1]'
+      f'budgets={budgets!r} is invalid; allowed: a non-empty 1-D array of values in (0, 1]'
     )
   return p
 
@@ -77,9 +77,7 @@ def check_budgets(budgets: np.ndarray) -> np.ndarray:
 # Budget rules.
 
 
-def beta_levels(
-    num_clients: int, beta: int, rng: np.random.Generator | None = None
-) -> np.ndarray:
+def beta_levels(num_clients: int, beta: int, rng: np.random.Generator | None = None) -> np.ndarray:
   """The paper's beta-level budgets p_i = (1/2)^floor(beta * i / N) (Sec. VI-A).
 
   "p_i = (1/2)^{floor(beta i / N)}, where beta controls the number of
@@ -117,12 +115,12 @@ def _num_constrained(num_clients: int, r: float) -> int:
 
 
 def two_group_budgets(
-    num_clients: int,
-    r: float,
-    w: int,
-    rng: np.random.Generator | None = None,
-    *,
-    constrained_first: bool = True,
+  num_clients: int,
+  r: float,
+  w: int,
+  rng: np.random.Generator | None = None,
+  *,
+  constrained_first: bool = True,
 ) -> np.ndarray:
   """Two groups (r, W): round(r * N) clients have p = 1/W, the rest p = 1 (Sec. VI-E).
 
@@ -150,10 +148,10 @@ def two_group_budgets(
   """
   n = _check_int('num_clients', num_clients, 1)
   if (
-      isinstance(r, bool)
-      or not isinstance(r, (int, float, np.number))
-      or not math.isfinite(r)
-      or not 0 <= r <= 1
+    isinstance(r, bool)
+    or not isinstance(r, (int, float, np.number))
+    or not math.isfinite(r)
+    or not 0 <= r <= 1
   ):
     raise ValueError(f'r={r!r} is invalid; allowed: numbers in [0, 1]')
   w = _check_int('w', w, 1)
@@ -162,7 +160,7 @@ def two_group_budgets(
   if constrained_first:
     budgets[:m] = 1.0 / w
   else:
-    budgets[n - m:] = 1.0 / w
+    budgets[n - m :] = 1.0 / w
   if rng is None:
     return budgets
   return budgets[_check_rng(rng).permutation(n)]
@@ -234,7 +232,7 @@ class TrainingSchedule(abc.ABC):
   def _require_num_clients(self) -> None:
     if self.num_clients is None:
       raise ValueError(
-          'num_clients=None is invalid for a whole-federation mask; allowed: an integer >= 1'
+        'num_clients=None is invalid for a whole-federation mask; allowed: an integer >= 1'
       )
 
   def _decide(self, client: int, round_index: int) -> bool:
@@ -263,8 +261,8 @@ def training_mask(schedule: TrainingSchedule, selected: np.ndarray) -> np.ndarra
   selected = np.asarray(selected)
   if selected.dtype != bool or selected.ndim != 2 or selected.shape[1] != schedule.num_clients:
     raise ValueError(
-        f'selected with dtype {selected.dtype} and shape {selected.shape} is invalid; '
-        f'allowed: a bool array [T, {schedule.num_clients}]'
+      f'selected with dtype {selected.dtype} and shape {selected.shape} is invalid; '
+      f'allowed: a bool array [T, {schedule.num_clients}]'
     )
   out = np.zeros_like(selected)
   trained = np.zeros(schedule.num_clients, dtype=bool)
@@ -299,7 +297,7 @@ class AdHocSchedule(TrainingSchedule):
   """
 
   def __init__(
-      self, budgets: np.ndarray, rng: np.random.Generator, first_selection_trains: bool = True
+    self, budgets: np.ndarray, rng: np.random.Generator, first_selection_trains: bool = True
   ):
     self.budgets = check_budgets(budgets)
     self.num_clients = self.budgets.size
@@ -326,8 +324,8 @@ def _periods(budgets: np.ndarray, setting: str) -> np.ndarray:
   bad = np.abs(inverse - periods) > _INT_TOLERANCE * np.maximum(1.0, inverse)
   if np.any(bad):
     raise ValueError(
-        f'{setting}: budgets {budgets[bad].tolist()} are invalid for this schedule; '
-        'allowed: values with 1/p_i an integer (1, 1/2, 1/3, ...)'
+      f'{setting}: budgets {budgets[bad].tolist()} are invalid for this schedule; '
+      'allowed: values with 1/p_i an integer (1, 1/2, 1/3, ...)'
     )
   return periods.astype(np.int64)
 
@@ -355,11 +353,11 @@ class RoundRobinSchedule(TrainingSchedule):
   """
 
   def __init__(
-      self,
-      budgets: np.ndarray,
-      phase: str = 'zero',
-      rng: np.random.Generator | None = None,
-      first_selection_trains: bool = False,
+    self,
+    budgets: np.ndarray,
+    phase: str = 'zero',
+    rng: np.random.Generator | None = None,
+    first_selection_trains: bool = False,
   ):
     self.budgets = check_budgets(budgets)
     self.num_clients = self.budgets.size
@@ -369,11 +367,11 @@ class RoundRobinSchedule(TrainingSchedule):
     elif phase == 'random':
       if rng is None:
         raise ValueError(
-            "rng=None is invalid with phase='random'; allowed: a numpy.random.Generator"
+          "rng=None is invalid with phase='random'; allowed: a numpy.random.Generator"
         )
       self.phases = _check_rng(rng).integers(0, self.periods)
     else:
-      raise ValueError(f"phase={phase!r} is invalid; allowed: {', '.join(ROUND_ROBIN_PHASES)}")
+      raise ValueError(f'phase={phase!r} is invalid; allowed: {", ".join(ROUND_ROBIN_PHASES)}')
     self.phase = phase
     self.first_selection_trains = bool(first_selection_trains)
 
@@ -400,9 +398,7 @@ class SynchronisedSchedule(TrainingSchedule):
       integer >= 1.
   """
 
-  def __init__(
-      self, w: int, num_clients: int | None = None, first_selection_trains: bool = False
-  ):
+  def __init__(self, w: int, num_clients: int | None = None, first_selection_trains: bool = False):
     self.w = _check_int('w', w, 1)
     self.num_clients = None if num_clients is None else _check_int('num_clients', num_clients, 1)
     self.first_selection_trains = bool(first_selection_trains)
@@ -454,20 +450,20 @@ def _make_ad_hoc(budgets: np.ndarray, rng: np.random.Generator, **settings) -> T
 
 
 def _make_round_robin(
-    budgets: np.ndarray, rng: np.random.Generator, **settings
+  budgets: np.ndarray, rng: np.random.Generator, **settings
 ) -> TrainingSchedule:
   return RoundRobinSchedule(budgets, rng=rng, **settings)
 
 
 def _make_synchronised(
-    budgets: np.ndarray, rng: np.random.Generator, **settings
+  budgets: np.ndarray, rng: np.random.Generator, **settings
 ) -> TrainingSchedule:
   p = check_budgets(budgets)
   if 'w' not in settings:
     if not np.all(p == p[0]):
       raise ValueError(
-          'synchronised schedule without w needs equal budgets; allowed: pass w, or '
-          'budgets all equal to 1/W'
+        'synchronised schedule without w needs equal budgets; allowed: pass w, or '
+        'budgets all equal to 1/W'
       )
     settings['w'] = int(_periods(p[:1], 'synchronised')[0])
   return SynchronisedSchedule(num_clients=p.size, **settings)
@@ -478,16 +474,16 @@ def _make_quota(budgets: np.ndarray, rng: np.random.Generator, **settings) -> Tr
 
 
 SCHEDULES: dict[str, Callable[..., TrainingSchedule]] = {
-    'ad_hoc': _make_ad_hoc,
-    'round_robin': _make_round_robin,
-    'synchronised': _make_synchronised,
-    'quota': _make_quota,
+  'ad_hoc': _make_ad_hoc,
+  'round_robin': _make_round_robin,
+  'synchronised': _make_synchronised,
+  'quota': _make_quota,
 }
 """Schedule name -> factory(budgets, rng, **settings); call through `make_schedule`."""
 
 
 def make_schedule(
-    name: str, budgets: np.ndarray, rng: np.random.Generator | None, **settings: object
+  name: str, budgets: np.ndarray, rng: np.random.Generator | None, **settings: object
 ) -> TrainingSchedule:
   """Builds the training schedule named `name` for clients with budgets p.
 
@@ -501,7 +497,7 @@ def make_schedule(
     ValueError: unknown `name` or invalid settings.
   """
   if name not in SCHEDULES:
-    raise ValueError(f"schedule={name!r} is invalid; allowed: {', '.join(SCHEDULES)}")
+    raise ValueError(f'schedule={name!r} is invalid; allowed: {", ".join(SCHEDULES)}')
   if name == 'quota' and 'total_rounds' not in settings:
     raise ValueError('total_rounds is missing for the quota schedule; allowed: an integer >= 1')
   return SCHEDULES[name](budgets, rng, **settings)

@@ -66,15 +66,20 @@ def ccfedavg_server_aggregator(num_clients: int) -> Aggregator:
       return mask.reshape(-1, *([1] * (leaf.ndim - 1)))
 
     deltas = jax.tree_util.tree_map(
-        lambda d, table: jnp.where(row_mask(estimate, d), table[ids], d),
-        updates.deltas, state.last_delta)
+      lambda d, table: jnp.where(row_mask(estimate, d), table[ids], d),
+      updates.deltas,
+      state.last_delta,
+    )
     # Trained rows overwrite their client's history (padding and estimate rows write it back).
     last_delta = jax.tree_util.tree_map(
-        lambda table, d: table.at[ids].set(jnp.where(row_mask(trained, d), d, table[ids])),
-        state.last_delta, deltas)
+      lambda table, d: table.at[ids].set(jnp.where(row_mask(trained, d), d, table[ids])),
+      state.last_delta,
+      deltas,
+    )
     count = jnp.maximum((updates.weights > 0).sum(), 1)
     mean = jax.tree_util.tree_map(
-        lambda d: jnp.tensordot((updates.weights > 0).astype(d.dtype), d, axes=1) / count, deltas)
+      lambda d: jnp.tensordot((updates.weights > 0).astype(d.dtype), d, axes=1) / count, deltas
+    )
     params = jax.tree_util.tree_map(jnp.add, state.params, mean)
     return HistoryState(params=params, last_delta=last_delta)
 
@@ -94,16 +99,25 @@ class BudgetedScheduler:
     steps_per_client: optional per-client local steps (FedNova's p_i K), overriding local_work.
   """
 
-  def __init__(self, cohort_size: int, local_work: LocalWork, schedule: Any,
-               estimator: str = 'last_delta', switch_round: int = 100, storage: str = 'client',
-               steps_per_client: np.ndarray | None = None):
+  def __init__(
+    self,
+    cohort_size: int,
+    local_work: LocalWork,
+    schedule: Any,
+    estimator: str = 'last_delta',
+    switch_round: int = 100,
+    storage: str = 'client',
+    steps_per_client: np.ndarray | None = None,
+  ):
     if estimator not in ESTIMATORS:
       raise ValueError(f'scheduler.estimator={estimator!r}; allowed: {ESTIMATORS}')
     if storage not in STORAGES:
       raise ValueError(f'scheduler.storage={storage!r}; allowed: {STORAGES}')
     if storage == 'server' and estimator != 'last_delta':
-      raise ValueError("scheduler.storage='server' implements Algorithm 2, which stores "
-                       "deltas: it needs scheduler.estimator='last_delta'")
+      raise ValueError(
+        "scheduler.storage='server' implements Algorithm 2, which stores "
+        "deltas: it needs scheduler.estimator='last_delta'"
+      )
     if cohort_size < 1:
       raise ValueError(f'scheduler.cohort_size={cohort_size}; must be >= 1')
     self.cohort_size = cohort_size
@@ -114,7 +128,7 @@ class BudgetedScheduler:
     self.storage = storage
     self.steps_per_client = steps_per_client
     self.round_index = -1
-    self.trained_updates = 0    # per run: updates computed by training
+    self.trained_updates = 0  # per run: updates computed by training
     self.estimated_updates = 0  # per run: updates filled in by estimation
     self._last_delta: dict[int, Params] = {}
     self._last_model: dict[int, Params] = {}
@@ -125,14 +139,15 @@ class BudgetedScheduler:
 
   def start(self, sim: Simulation) -> None:
     if self.cohort_size > sim.num_clients:
-      raise ValueError(f'scheduler.cohort_size={self.cohort_size} exceeds the federation '
-                       f'({sim.num_clients} clients)')
+      raise ValueError(
+        f'scheduler.cohort_size={self.cohort_size} exceeds the federation '
+        f'({sim.num_clients} clients)'
+      )
     self._start_round(sim)
 
   def report(self) -> dict[str, int]:
     """Compute accounting for the run summary: updates trained vs estimated."""
-    return {'trained_updates': self.trained_updates,
-            'estimated_updates': self.estimated_updates}
+    return {'trained_updates': self.trained_updates, 'estimated_updates': self.estimated_updates}
 
   def _start_round(self, sim: Simulation) -> None:
     self.round_index += 1
@@ -141,8 +156,11 @@ class BudgetedScheduler:
     for client in cohort:
       client = int(client)
       if self.schedule.trains(client, self.round_index, client in self._has_trained):
-        steps = (int(self.steps_per_client[client]) if self.steps_per_client is not None
-                 else self.local_work.num_steps(int(sim.client_sizes[client])))
+        steps = (
+          int(self.steps_per_client[client])
+          if self.steps_per_client is not None
+          else self.local_work.num_steps(int(sim.client_sizes[client]))
+        )
         self._training.append(sim.dispatch(client, steps))
       else:
         self._skipping.append(client)
@@ -171,12 +189,14 @@ class BudgetedScheduler:
     skipping = [] if kind == 'ignore' else self._skipping
     if trained:
       batch = sim.updates(trained, [1.0] * len(trained))
-      rows = [jax.tree_util.tree_map(lambda d, i=i: d[i], batch.deltas)
-              for i in range(len(trained))]
+      rows = [
+        jax.tree_util.tree_map(lambda d, i=i: d[i], batch.deltas) for i in range(len(trained))
+      ]
       for handle, delta in zip(trained, rows):
         self._last_delta[handle.client_id] = delta
         self._last_model[handle.client_id] = jax.tree_util.tree_map(
-            jnp.add, handle.task.start_params, delta)
+          jnp.add, handle.task.start_params, delta
+        )
         self._has_trained.add(handle.client_id)
     else:
       rows = []
@@ -197,17 +217,20 @@ class BudgetedScheduler:
         estimates.append(self._last_delta.get(client, zeros))
       else:
         model = self._last_model.get(client)
-        estimates.append(zeros if model is None else
-                         jax.tree_util.tree_map(jnp.subtract, model, sim.params))
+        estimates.append(
+          zeros if model is None else jax.tree_util.tree_map(jnp.subtract, model, sim.params)
+        )
     deltas = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *(rows + estimates))
     count = len(rows) + len(estimates)
     # Weights 1/|S_t|: the mean over the selected clients; a FedNova-style normalization
     # ('steps') reads them as the p_i of its sum.
     batch = UpdateBatch(
-        deltas=deltas, weights=np.full(count, 1.0 / count, np.float32),
-        staleness=np.zeros(count, np.int32),
-        num_steps=np.array([h.num_steps for h in trained] + [0] * len(estimates), np.int32),
-        group=np.array([0] * len(rows) + [ESTIMATE_ROW] * len(estimates), np.int32),
-        client_id=np.array([h.client_id for h in trained] + skipping, np.int32))
+      deltas=deltas,
+      weights=np.full(count, 1.0 / count, np.float32),
+      staleness=np.zeros(count, np.int32),
+      num_steps=np.array([h.num_steps for h in trained] + [0] * len(estimates), np.int32),
+      group=np.array([0] * len(rows) + [ESTIMATE_ROW] * len(estimates), np.int32),
+      client_id=np.array([h.client_id for h in trained] + skipping, np.int32),
+    )
     sim.apply_update_batch(batch, trained)
     self._start_round(sim)

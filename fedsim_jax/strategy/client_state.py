@@ -13,7 +13,8 @@ scheduler's own, called with the plain simulation.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from fedsim_jax.runtime.simulation import Simulation, TaskHandle
 
@@ -34,8 +35,9 @@ class _DispatchWithInputs:
 
   def dispatch(self, client_id: int, num_steps: int, **kwargs) -> TaskHandle:
     if kwargs.get('task_inputs') is not None:
-      raise ValueError('the wrapped scheduler sets task_inputs itself; WithClientState cannot '
-                       'add its own')
+      raise ValueError(
+        'the wrapped scheduler sets task_inputs itself; WithClientState cannot add its own'
+      )
     kwargs['task_inputs'] = self._task_inputs(self._sim, int(client_id))
     return self._sim.dispatch(client_id, num_steps, **kwargs)
 
@@ -49,8 +51,9 @@ class WithClientState:
     observe_arrival: called with each arrived task before `scheduler.on_arrival`.
   """
 
-  def __init__(self, scheduler: Any, task_inputs: TaskInputsFn,
-               observe_arrival: ArrivalObserver | None = None):
+  def __init__(
+    self, scheduler: Any, task_inputs: TaskInputsFn, observe_arrival: ArrivalObserver | None = None
+  ):
     self.scheduler = scheduler
     self.task_inputs = task_inputs
     self.observe_arrival = observe_arrival

@@ -36,8 +36,9 @@ def with_ema(aggregator: Aggregator, decay: float) -> Aggregator:
 
   def apply(state: EMAState, updates: UpdateBatch) -> EMAState:
     inner = aggregator.apply(state.inner, updates)
-    ema = jax.tree_util.tree_map(lambda e, p: decay * e + (1 - decay) * p, state.eval_params,
-                                 inner.params)
+    ema = jax.tree_util.tree_map(
+      lambda e, p: decay * e + (1 - decay) * p, state.eval_params, inner.params
+    )
     return EMAState(inner=inner, eval_params=ema)
 
   return Aggregator(init=init, apply=apply, needs_client_params=aggregator.needs_client_params)

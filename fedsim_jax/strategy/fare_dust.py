@@ -72,8 +72,12 @@ from fedsim_jax.models import Model, Params
 from fedsim_jax.runtime.simulation import Simulation, TaskHandle
 from fedsim_jax.runtime.updates import UpdateBatch
 from fedsim_jax.strategy.local_work import LocalWork
-from fedsim_jax.strategy.synchronous import (AroundRounds, ClosingRound, SynchronousScheduler,
-                                             update_weights)
+from fedsim_jax.strategy.synchronous import (
+  AroundRounds,
+  ClosingRound,
+  SynchronousScheduler,
+  update_weights,
+)
 
 EMPTY_HISTORY_RULES = ('no_distillation', 'latest_model')
 EXPIRED_REASON = 'expired_from_history'
@@ -82,8 +86,9 @@ EXPIRED_REASON = 'expired_from_history'
 @jax.jit
 def weighted_delta_sum(updates: UpdateBatch) -> tuple[Params, jax.Array]:
   """(sum_k p_k delta_k, sum_k p_k) over an update batch (padding rows have p_k = 0)."""
-  total = jax.tree_util.tree_map(lambda d: jnp.tensordot(updates.weights, d, axes=1),
-                                 updates.deltas)
+  total = jax.tree_util.tree_map(
+    lambda d: jnp.tensordot(updates.weights, d, axes=1), updates.deltas
+  )
   return total, updates.weights.sum()
 
 
@@ -93,12 +98,12 @@ def _add(a: Params, b: Params) -> Params:
 
 
 @jax.jit
-def stale_teacher(params: Params, delta_sum: Params, weight_sum: jax.Array,
-                  learning_rate: jax.Array) -> Params:
+def stale_teacher(
+  params: Params, delta_sum: Params, weight_sum: jax.Array, learning_rate: jax.Array
+) -> Params:
   """w_teacher = w_t + eta * delta_sum / weight_sum (Algorithm 1 line 7 with deltas = new - old;
   weight_sum is the count b_t' under uniform weights)."""
-  return jax.tree_util.tree_map(lambda p, d: p + learning_rate * d / weight_sum, params,
-                                delta_sum)
+  return jax.tree_util.tree_map(lambda p, d: p + learning_rate * d / weight_sum, params, delta_sum)
 
 
 @dataclasses.dataclass
@@ -142,8 +147,9 @@ class DeltaHistory:
   def slot(self, round_index: int) -> HistorySlot | None:
     return self._slots.get(round_index)
 
-  def push(self, round_index: int, delta_sum: Params, weight_sum: float,
-           count: int) -> HistorySlot | None:
+  def push(
+    self, round_index: int, delta_sum: Params, weight_sum: float, count: int
+  ) -> HistorySlot | None:
     """Adds round `round_index`'s accumulator; returns the evicted slot, if any."""
     if self._slots and round_index <= next(reversed(self._slots)):
       raise ValueError(f'round {round_index} pushed after round {next(reversed(self._slots))}')
@@ -186,13 +192,21 @@ class FareDustScheduler(AroundRounds):
     rng: the history-sampling stream.
   """
 
-  def __init__(self, cohort_size: int, local_work: LocalWork, weighting: str, *,
-               num_selected: int | None, history_length: int, teacher_learning_rate: float,
-               distill: bool, empty_history: str = 'no_distillation',
-               rng: np.random.Generator):
+  def __init__(
+    self,
+    cohort_size: int,
+    local_work: LocalWork,
+    weighting: str,
+    *,
+    num_selected: int | None,
+    history_length: int,
+    teacher_learning_rate: float,
+    distill: bool,
+    empty_history: str = 'no_distillation',
+    rng: np.random.Generator,
+  ):
     if empty_history not in EMPTY_HISTORY_RULES:
-      raise ValueError(f'fare_dust.empty_history={empty_history!r}; allowed: '
-                       f'{EMPTY_HISTORY_RULES}')
+      raise ValueError(f'fare_dust.empty_history={empty_history!r}; allowed: {EMPTY_HISTORY_RULES}')
     if teacher_learning_rate <= 0:
       raise ValueError(f'fare_dust.teacher_learning_rate={teacher_learning_rate}; must be > 0')
     self.history = DeltaHistory(history_length)
@@ -201,12 +215,16 @@ class FareDustScheduler(AroundRounds):
     self.weighting = weighting
     self.rng = rng
     self.rounds = SynchronousScheduler(
-        cohort_size, local_work, weighting, num_selected=num_selected,
-        late_update_handler=self._late_update,
-        task_inputs=self._teacher_inputs if distill else None,
-        round_closing=self._round_closing)
-    self.folded = 0          # late updates summed into the history
-    self.teachers_sent = 0   # tasks dispatched with a historical teacher
+      cohort_size,
+      local_work,
+      weighting,
+      num_selected=num_selected,
+      late_update_handler=self._late_update,
+      task_inputs=self._teacher_inputs if distill else None,
+      round_closing=self._round_closing,
+    )
+    self.folded = 0  # late updates summed into the history
+    self.teachers_sent = 0  # tasks dispatched with a historical teacher
     self._teacher_cache: tuple[int, dict[int, TeacherInputs]] = (-1, {})
 
   # ---- Algorithm 1 -----------------------------------------------------------------------
@@ -245,8 +263,12 @@ class FareDustScheduler(AroundRounds):
         weight = 1.0 if self.empty_history == 'latest_model' else 0.0
         cache[key] = TeacherInputs(params=sim.params, weight=np.float32(weight))
       else:
-        teacher = stale_teacher(sim.params, slot.delta_sum, np.float32(slot.weight_sum),
-                                np.float32(self.teacher_learning_rate))
+        teacher = stale_teacher(
+          sim.params,
+          slot.delta_sum,
+          np.float32(slot.weight_sum),
+          np.float32(self.teacher_learning_rate),
+        )
         cache[key] = TeacherInputs(params=teacher, weight=np.float32(1.0))
     if slot is not None:
       self.teachers_sent += 1
@@ -254,17 +276,30 @@ class FareDustScheduler(AroundRounds):
 
   def report(self) -> dict[str, Any]:
     """History figures for the run summary."""
-    return {'history_rounds': len(self.history), 'late_updates_folded': self.folded,
-            'tasks_with_teacher': self.teachers_sent}
+    return {
+      'history_rounds': len(self.history),
+      'late_updates_folded': self.folded,
+      'tasks_with_teacher': self.teachers_sent,
+    }
 
 
-def fare_dust_client_update(model: Model, optimizer: optax.GradientTransformation,
-                            batch_size: int, *, distillation_strength: float,
-                            distillation_temperature: float = 1.0,
-                            proximal_strength: float = 0.0) -> ClientUpdate:
+def fare_dust_client_update(
+  model: Model,
+  optimizer: optax.GradientTransformation,
+  batch_size: int,
+  *,
+  distillation_strength: float,
+  distillation_temperature: float = 1.0,
+  proximal_strength: float = 0.0,
+) -> ClientUpdate:
   """Algorithm 3: local SGD on F_i + rho * psi_i(w, w_teacher), each task's teacher read from
   its `TeacherInputs` task inputs (`sgd_client_update` with `teacher='task_inputs'`)."""
-  return sgd_client_update(model, optimizer, batch_size, proximal_strength=proximal_strength,
-                           distillation_strength=distillation_strength,
-                           distillation_temperature=distillation_temperature,
-                           teacher='task_inputs')
+  return sgd_client_update(
+    model,
+    optimizer,
+    batch_size,
+    proximal_strength=proximal_strength,
+    distillation_strength=distillation_strength,
+    distillation_temperature=distillation_temperature,
+    teacher='task_inputs',
+  )

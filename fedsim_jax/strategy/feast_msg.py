@@ -49,7 +49,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import flax.struct
 import jax
@@ -99,14 +100,14 @@ def feast_aggregator(server_learning_rate: float) -> Aggregator:
   return Aggregator(init=init, apply=apply)
 
 
-def auxiliary_update(server_learning_rate: float, kappa: float,
-                     decay: float) -> Callable[[FeastState, Params, Params, jax.Array],
-                                               FeastState]:
+def auxiliary_update(
+  server_learning_rate: float, kappa: float, decay: float
+) -> Callable[[FeastState, Params, Params, jax.Array], FeastState]:
   """`(state, w_t, delta_sum, weight_sum) -> state` with a_{t+1} of Equations (1)-(2):
 
-    mean = delta_sum / weight_sum                      (Delta_t^+ / B_t^+, deltas new - old)
-    w^+  = w_t + eta_g mean
-    a    = decay (a + kappa eta_g mean) + (1 - decay) w^+
+  mean = delta_sum / weight_sum                      (Delta_t^+ / B_t^+, deltas new - old)
+  w^+  = w_t + eta_g mean
+  a    = decay (a + kappa eta_g mean) + (1 - decay) w^+
   """
   if server_learning_rate <= 0:
     raise ValueError(f'server.learning_rate={server_learning_rate}; must be > 0')
@@ -117,8 +118,9 @@ def auxiliary_update(server_learning_rate: float, kappa: float,
   auxiliary_learning_rate = kappa * server_learning_rate
 
   @jax.jit
-  def update(state: FeastState, start_params: Params, delta_sum: Params,
-             weight_sum: jax.Array) -> FeastState:
+  def update(
+    state: FeastState, start_params: Params, delta_sum: Params, weight_sum: jax.Array
+  ) -> FeastState:
     def leaf(a, w, d):
       mean = d / weight_sum
       w_plus = w + server_learning_rate * mean
@@ -169,10 +171,17 @@ class FeastScheduler:
     window_close: 'complete' (at tau_max or once every straggler is in) or 'tau_max'.
   """
 
-  def __init__(self, cohort_size: int, local_work: LocalWork, weighting: str, *,
-               num_selected: int | None, tau_max: float,
-               update_auxiliary: Callable[[FeastState, Params, Params, jax.Array], FeastState],
-               window_close: str = 'complete'):
+  def __init__(
+    self,
+    cohort_size: int,
+    local_work: LocalWork,
+    weighting: str,
+    *,
+    num_selected: int | None,
+    tau_max: float,
+    update_auxiliary: Callable[[FeastState, Params, Params, jax.Array], FeastState],
+    window_close: str = 'complete',
+  ):
     if not 0 <= tau_max < math.inf:
       raise ValueError(f'feast.tau_max={tau_max}; allowed: 0 <= tau_max < inf')
     if window_close not in WINDOW_CLOSE_RULES:
@@ -181,15 +190,19 @@ class FeastScheduler:
     self.close_when_complete = window_close == 'complete'
     self.weighting = weighting
     self.update_auxiliary = update_auxiliary
-    self.rounds = SynchronousScheduler(cohort_size, local_work, weighting,
-                                       num_selected=num_selected,
-                                       late_update_handler=self._late_update,
-                                       round_closing=self._round_closing)
+    self.rounds = SynchronousScheduler(
+      cohort_size,
+      local_work,
+      weighting,
+      num_selected=num_selected,
+      late_update_handler=self._late_update,
+      round_closing=self._round_closing,
+    )
     self._windows: collections.deque[StragglerWindow] = collections.deque()  # round order
     self._open: dict[int, StragglerWindow] = {}
     self._pending_round: dict[TaskHandle, int] = {}
-    self.folded = 0               # stragglers folded into some Delta^+
-    self.auxiliary_updates = 0    # windows applied to a
+    self.folded = 0  # stragglers folded into some Delta^+
+    self.auxiliary_updates = 0  # windows applied to a
     self.window_sizes: list[int] = []  # B_t^+ of each applied window, in round order
 
   # ---- Scheduler protocol ----------------------------------------------------------------
@@ -203,7 +216,7 @@ class FeastScheduler:
   def on_timer(self, sim: Simulation, payload: Any) -> None:
     if isinstance(payload, tuple) and payload[0] == _WINDOW_TIMER:
       window = self._open.get(payload[1])
-      if window is not None:   # else it already closed with every straggler in
+      if window is not None:  # else it already closed with every straggler in
         self._close(sim, window)
       return
     self.rounds.on_timer(sim, payload)
@@ -225,8 +238,15 @@ class FeastScheduler:
   def _round_closing(self, sim: Simulation, closing: ClosingRound) -> None:
     # Line 11: Delta_t^+ starts as the fast clients' Delta_t; w_t is the current model.
     delta_sum, weight_sum = weighted_delta_sum(sim.updates(closing.aggregated, closing.weights))
-    window = StragglerWindow(closing.index, closing.start_time, sim.params, delta_sum,
-                             float(weight_sum), len(closing.aggregated), set(closing.stragglers))
+    window = StragglerWindow(
+      closing.index,
+      closing.start_time,
+      sim.params,
+      delta_sum,
+      float(weight_sum),
+      len(closing.aggregated),
+      set(closing.stragglers),
+    )
     self._windows.append(window)
     self._open[window.round_index] = window
     for handle in window.pending:
@@ -260,19 +280,25 @@ class FeastScheduler:
   def _close(self, sim: Simulation, window: StragglerWindow) -> None:
     window.closed = True
     self._open.pop(window.round_index, None)
-    for handle in window.pending:   # still training: they will arrive beyond tau_max
+    for handle in window.pending:  # still training: they will arrive beyond tau_max
       self._pending_round.pop(handle, None)
     # Lines 16-17, in round order.
     while self._windows and self._windows[0].closed:
       done = self._windows.popleft()
-      sim.update_server_state(lambda state, w=done: self.update_auxiliary(
-          state, w.start_params, w.delta_sum, jnp.float32(w.weight_sum)))
+      sim.update_server_state(
+        lambda state, w=done: self.update_auxiliary(
+          state, w.start_params, w.delta_sum, jnp.float32(w.weight_sum)
+        )
+      )
       self.auxiliary_updates += 1
       self.window_sizes.append(done.count)
 
   def report(self) -> dict[str, Any]:
     """Window figures for the run summary."""
     sizes = self.window_sizes
-    return {'stragglers_folded': self.folded, 'auxiliary_updates': self.auxiliary_updates,
-            'pending_windows': len(self._windows),
-            'mean_window_updates': sum(sizes) / len(sizes) if sizes else 0.0}
+    return {
+      'stragglers_folded': self.folded,
+      'auxiliary_updates': self.auxiliary_updates,
+      'pending_windows': len(self._windows),
+      'mean_window_updates': sum(sizes) / len(sizes) if sizes else 0.0,
+    }

@@ -96,7 +96,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import flax.struct
 import jax
@@ -110,8 +111,12 @@ from fedsim_jax.models import Model, Params
 from fedsim_jax.runtime.latency import TaskLatency
 from fedsim_jax.runtime.simulation import Simulation, TaskHandle
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
-from fedsim_jax.strategy.fedasmu_fetch import (FIXED_FETCH_PRESETS, FetchPolicy, FixedFetch,
-                                               make_fetch_policy)
+from fedsim_jax.strategy.fedasmu_fetch import (
+  FIXED_FETCH_PRESETS,
+  FetchPolicy,
+  FixedFetch,
+  make_fetch_policy,
+)
 from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.strategy.periodic_trigger import PeriodicTriggerScheduler
 from fedsim_jax.strategy.staleness import StalenessFn
@@ -123,13 +128,13 @@ STATIC_ALPHAS = ('fedasync', 'frozen')
 # Variant -> (dynamic aggregation, fetch policy; 'config': `fedasmu_fetch.policy`), Sec. 5
 # ablation (Fig. 2) and the appendix's time-slot heuristics H1-H3.
 FEDASMU_VARIANTS = {
-    'fedasmu': (True, 'config'),
-    'fedasmu_da': (False, 'config'),
-    'fedasmu_fa': (True, 'none'),
-    'fedasmu_0': (False, 'none'),
-    'fedasmu_h1': (True, 'h1'),
-    'fedasmu_h2': (True, 'h2'),
-    'fedasmu_h3': (True, 'h3'),
+  'fedasmu': (True, 'config'),
+  'fedasmu_da': (False, 'config'),
+  'fedasmu_fa': (True, 'none'),
+  'fedasmu_0': (False, 'none'),
+  'fedasmu_h1': (True, 'h1'),
+  'fedasmu_h2': (True, 'h2'),
+  'fedasmu_h3': (True, 'h3'),
 }
 
 
@@ -154,7 +159,7 @@ class ServerSettings:
   lambda_learning_rate: float = 1e-4
   sigma_learning_rate: float = 1e-4
   iota_learning_rate: float = 1e-4
-  client_learning_rate: float = 0.005   # η_i of the gradient estimate
+  client_learning_rate: float = 0.005  # η_i of the gradient estimate
   alpha_min: float = 0.001
   min_version: float = 1.0
   sigma_min: float = 0.001
@@ -162,14 +167,16 @@ class ServerSettings:
   sigma_gradient: str = 'exact'
   gradient_sign: str = 'printed'
   static_alpha: str = 'fedasync'
-  fedasync_alpha: float = 0.6           # static 'fedasync': server.alpha
+  fedasync_alpha: float = 0.6  # static 'fedasync': server.alpha
   staleness_fn: StalenessFn | None = None  # static 'fedasync': s(t - o)
 
   def __post_init__(self):
-    for name, value, allowed in (('xi_form', self.xi_form, XI_FORMS),
-                                 ('sigma_gradient', self.sigma_gradient, SIGMA_GRADIENTS),
-                                 ('gradient_sign', self.gradient_sign, GRADIENT_SIGNS),
-                                 ('static_alpha', self.static_alpha, STATIC_ALPHAS)):
+    for name, value, allowed in (
+      ('xi_form', self.xi_form, XI_FORMS),
+      ('sigma_gradient', self.sigma_gradient, SIGMA_GRADIENTS),
+      ('gradient_sign', self.gradient_sign, GRADIENT_SIGNS),
+      ('static_alpha', self.static_alpha, STATIC_ALPHAS),
+    ):
       if value not in allowed:
         raise ValueError(f'fedasmu.{name}={value!r}; allowed: {allowed}')
     if self.sigma_gradient == 'printed' and self.xi_form != 'appendix':
@@ -180,8 +187,10 @@ class ServerSettings:
     if not 0 < self.alpha_min < 1:
       raise ValueError(f'fedasmu.alpha_min={self.alpha_min!r}; allowed: 0 < x < 1')
     if self.uses_positive_sigma and not self.sigma_0 >= self.sigma_min:
-      raise ValueError(f'fedasmu.sigma_0={self.sigma_0!r}; allowed with the printed xi_form or '
-                       f'sigma_gradient: a number >= fedasmu.sigma_min ({self.sigma_min})')
+      raise ValueError(
+        f'fedasmu.sigma_0={self.sigma_0!r}; allowed with the printed xi_form or '
+        f'sigma_gradient: a number >= fedasmu.sigma_min ({self.sigma_min})'
+      )
     if not self.dynamic and self.static_alpha == 'fedasync' and self.staleness_fn is None:
       raise ValueError("static_alpha='fedasync' needs staleness_fn (server.staleness)")
 
@@ -213,8 +222,9 @@ def weight_polynomial(lam, sigma, iota, version, staleness, settings: ServerSett
     d_lambda = 1.0 / root
     d_sigma_exact = -lam / (2.0 * sigma * root)
   xi = lam * d_lambda + iota
-  d_sigma = (d_sigma_exact if settings.sigma_gradient == 'exact'
-             else -jnp.log(sigma) * d_lambda)  # the appendix's ln(σ) in place of λ ln(s)
+  d_sigma = (
+    d_sigma_exact if settings.sigma_gradient == 'exact' else -jnp.log(sigma) * d_lambda
+  )  # the appendix's ln(σ) in place of λ ln(s)
   denominator = 1.0 + mu * xi
   raw = mu * xi / denominator
   inside = (denominator > 0) & (raw >= settings.alpha_min)
@@ -225,22 +235,37 @@ def weight_polynomial(lam, sigma, iota, version, staleness, settings: ServerSett
 
 def tree_vdot(a: Params, b: Params) -> jax.Array:
   """sum over leaves of <a, b> (float32)."""
-  return sum(jnp.vdot(x.astype(jnp.float32), y.astype(jnp.float32))
-             for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
+  return sum(
+    jnp.vdot(x.astype(jnp.float32), y.astype(jnp.float32))
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b))
+  )
 
 
-def control_gradients(client: Params, before: Params, after: Params, num_steps, d_alpha_d_xi,
-                      d_lambda, d_sigma, settings: ServerSettings):
+def control_gradients(
+  client: Params,
+  before: Params,
+  after: Params,
+  num_steps,
+  d_alpha_d_xi,
+  d_lambda,
+  d_sigma,
+  settings: ServerSettings,
+):
   """The appendix's ∇_λ, ∇_σ, ∇_ι of F(w_o) for one aggregation w_o = (1 - α) w_{o-1} + α w'.
 
   `client` = w_{o'}^i, `before` = w_{o-1}, `after` = w_o; `num_steps` = 𝓛.
   """
-  estimate = tree_vdot(jax.tree_util.tree_map(jnp.subtract, client, after),
-                       jax.tree_util.tree_map(jnp.subtract, client, before))
+  estimate = tree_vdot(
+    jax.tree_util.tree_map(jnp.subtract, client, after),
+    jax.tree_util.tree_map(jnp.subtract, client, before),
+  )
   if settings.gradient_sign == 'descent':
     estimate = -estimate
-  scale = estimate / (settings.client_learning_rate
-                      * jnp.maximum(jnp.asarray(num_steps, jnp.float32), 1.0)) * d_alpha_d_xi
+  scale = (
+    estimate
+    / (settings.client_learning_rate * jnp.maximum(jnp.asarray(num_steps, jnp.float32), 1.0))
+    * d_alpha_d_xi
+  )
   return scale * d_lambda, scale * d_sigma, scale
 
 
@@ -271,48 +296,64 @@ def fedasmu_aggregator(num_clients: int, settings: ServerSettings) -> Aggregator
 
   def init(params: Params) -> FedasmuServerState:
     full = lambda value: jnp.full((num_clients,), value, jnp.float32)
-    return FedasmuServerState(params=params, lam=full(settings.lambda_0),
-                              sigma=full(settings.sigma_0), iota=full(settings.iota_0),
-                              version=jnp.zeros((), jnp.int32), alpha=full(0.0),
-                              aggregations=jnp.zeros((num_clients,), jnp.int32))
+    return FedasmuServerState(
+      params=params,
+      lam=full(settings.lambda_0),
+      sigma=full(settings.sigma_0),
+      iota=full(settings.iota_0),
+      version=jnp.zeros((), jnp.int32),
+      alpha=full(0.0),
+      aggregations=jnp.zeros((num_clients,), jnp.int32),
+    )
 
   def aggregate_one(state: FedasmuServerState, row) -> tuple[FedasmuServerState, None]:
     client_params, client, versions_since, num_steps, real = row
-    staleness = versions_since + 1   # t - o + 1
+    staleness = versions_since + 1  # t - o + 1
     lam, sigma, iota = state.lam[client], state.sigma[client], state.iota[client]
     if settings.dynamic or settings.static_alpha == 'frozen':
       if not settings.dynamic:
         lam, sigma, iota = settings.lambda_0, settings.sigma_0, settings.iota_0
       _, alpha, d_alpha_d_xi, d_lambda, d_sigma = weight_polynomial(
-          lam, sigma, iota, state.version, staleness, settings)
+        lam, sigma, iota, state.version, staleness, settings
+      )
     else:
       alpha = settings.fedasync_alpha * settings.staleness_fn(versions_since)
     params = jax.tree_util.tree_map(
-        lambda w, c: jnp.where(real, (1 - alpha) * w + alpha * c, w), state.params, client_params)
+      lambda w, c: jnp.where(real, (1 - alpha) * w + alpha * c, w), state.params, client_params
+    )
     if settings.dynamic:  # Formula 3 (see the module docstring for its timing)
       grad_lambda, grad_sigma, grad_iota = control_gradients(
-          client_params, state.params, params, num_steps, d_alpha_d_xi, d_lambda, d_sigma,
-          settings)
+        client_params, state.params, params, num_steps, d_alpha_d_xi, d_lambda, d_sigma, settings
+      )
       new_sigma = sigma - settings.sigma_learning_rate * grad_sigma
       if settings.uses_positive_sigma:
         new_sigma = jnp.maximum(new_sigma, settings.sigma_min)
       lam = jnp.where(real, lam - settings.lambda_learning_rate * grad_lambda, lam)
       sigma = jnp.where(real, new_sigma, sigma)
       iota = jnp.where(real, iota - settings.iota_learning_rate * grad_iota, iota)
-      state = state.replace(lam=state.lam.at[client].set(lam),
-                            sigma=state.sigma.at[client].set(sigma),
-                            iota=state.iota.at[client].set(iota))
+      state = state.replace(
+        lam=state.lam.at[client].set(lam),
+        sigma=state.sigma.at[client].set(sigma),
+        iota=state.iota.at[client].set(iota),
+      )
     state = state.replace(
-        params=params, version=state.version + real.astype(jnp.int32),
-        alpha=state.alpha.at[client].set(jnp.where(real, alpha, state.alpha[client])),
-        aggregations=state.aggregations.at[client].add(real.astype(jnp.int32)))
+      params=params,
+      version=state.version + real.astype(jnp.int32),
+      alpha=state.alpha.at[client].set(jnp.where(real, alpha, state.alpha[client])),
+      aggregations=state.aggregations.at[client].add(real.astype(jnp.int32)),
+    )
     return state, None
 
   def apply(state: FedasmuServerState, updates: UpdateBatch) -> FedasmuServerState:
     if updates.client_id is None or updates.client_params is None:
       raise ValueError('fedasmu_aggregator needs client_id and client_params in the UpdateBatch')
-    rows = (updates.client_params, jnp.asarray(updates.client_id, jnp.int32),
-            jnp.asarray(updates.staleness, jnp.int32), updates.num_steps, updates.weights > 0)
+    rows = (
+      updates.client_params,
+      jnp.asarray(updates.client_id, jnp.int32),
+      jnp.asarray(updates.staleness, jnp.int32),
+      updates.num_steps,
+      updates.weights > 0,
+    )
     state, _ = jax.lax.scan(aggregate_one, state, rows)
     return state
 
@@ -325,14 +366,13 @@ def fedasmu_aggregator(num_clients: int, settings: ServerSettings) -> Aggregator
 def fetch_beta(gamma, v, fresh_version, download_version, mu_beta: float):
   """Formula 8: `(φ, β)` with β projected onto [0, 1) (β = 0 where φ <= 0)."""
   g = jnp.asarray(fresh_version, jnp.float32)
-  gap = g - jnp.asarray(download_version, jnp.float32) + 1.0   # g - o + 1
+  gap = g - jnp.asarray(download_version, jnp.float32) + 1.0  # g - o + 1
   phi = gamma / jnp.sqrt(g) * (1.0 - v / jnp.sqrt(gap))
   beta = jnp.where(phi > 0, mu_beta * phi / (1.0 + mu_beta * phi), 0.0)
   return phi, beta
 
 
-def blend_gradients(loss_slope, phi, gamma, v, fresh_version, download_version,
-                    mu_beta: float):
+def blend_gradients(loss_slope, phi, gamma, v, fresh_version, download_version, mu_beta: float):
   """The appendix's ∇_γ, ∇_v of F_i(w_a, ζ), given `loss_slope` = ∂F_i/∂β =
   <∇F_i(w_a, ζ), w_g - w_b> (zero where β is projected to 0)."""
   g = jnp.asarray(fresh_version, jnp.float32)
@@ -360,11 +400,24 @@ class FetchInputs(NamedTuple):
   download_version: Any
 
 
-def fetch_inputs(global_params: Params, *, blend: bool, gamma: float, v: float,
-                 fresh_version: int, download_version: int) -> FetchInputs:
+def fetch_inputs(
+  global_params: Params,
+  *,
+  blend: bool,
+  gamma: float,
+  v: float,
+  fresh_version: int,
+  download_version: int,
+) -> FetchInputs:
   f32 = np.float32
-  return FetchInputs(global_params=global_params, blend=f32(blend), gamma=f32(gamma), v=f32(v),
-                     fresh_version=f32(fresh_version), download_version=f32(download_version))
+  return FetchInputs(
+    global_params=global_params,
+    blend=f32(blend),
+    gamma=f32(gamma),
+    v=f32(v),
+    fresh_version=f32(fresh_version),
+    download_version=f32(download_version),
+  )
 
 
 @flax.struct.dataclass
@@ -385,11 +438,18 @@ class FedasmuClientState:
   record: BlendRecord
 
 
-def fedasmu_client_update(model: Model, optimizer: optax.GradientTransformation,
-                          batch_size: int, *, mu_beta: float, gamma_learning_rate: float,
-                          v_learning_rate: float, proximal_strength: float = 0.0,
-                          distillation_strength: float = 0.0,
-                          distillation_temperature: float = 1.0) -> ClientUpdate:
+def fedasmu_client_update(
+  model: Model,
+  optimizer: optax.GradientTransformation,
+  batch_size: int,
+  *,
+  mu_beta: float,
+  gamma_learning_rate: float,
+  v_learning_rate: float,
+  proximal_strength: float = 0.0,
+  distillation_strength: float = 0.0,
+  distillation_temperature: float = 1.0,
+) -> ClientUpdate:
   """Formula 4 local SGD whose segments may start with the blend of Formulas 7-9.
 
   The blend runs inside the first `step` of a segment whose `FetchInputs.blend` is 1, on that
@@ -401,38 +461,53 @@ def fedasmu_client_update(model: Model, optimizer: optax.GradientTransformation,
   """
   del distillation_temperature
   if proximal_strength or distillation_strength:
-    raise ValueError(f'client.proximal_strength={proximal_strength}, client.distillation_strength'
-                     f'={distillation_strength}: FedASMU devices train Formula 4 plain SGD; '
-                     'allowed: 0')
+    raise ValueError(
+      f'client.proximal_strength={proximal_strength}, client.distillation_strength'
+      f'={distillation_strength}: FedASMU devices train Formula 4 plain SGD; '
+      'allowed: 0'
+    )
   if not mu_beta > 0 or gamma_learning_rate < 0 or v_learning_rate < 0:
-    raise ValueError(f'fedasmu.mu_beta={mu_beta}, fedasmu.gamma_learning_rate='
-                     f'{gamma_learning_rate}, fedasmu.v_learning_rate={v_learning_rate}; '
-                     'allowed: mu_beta > 0, learning rates >= 0')
+    raise ValueError(
+      f'fedasmu.mu_beta={mu_beta}, fedasmu.gamma_learning_rate='
+      f'{gamma_learning_rate}, fedasmu.v_learning_rate={v_learning_rate}; '
+      'allowed: mu_beta > 0, learning rates >= 0'
+    )
   inner = sgd_client_update(model, optimizer, batch_size)
 
   def init(start_params: Params, inputs: FetchInputs) -> FedasmuClientState:
     zero = jnp.zeros((), jnp.float32)
-    record = BlendRecord(blended=zero, beta=zero, loss_before=zero, loss_after=zero,
-                         gamma=jnp.asarray(inputs.gamma, jnp.float32),
-                         v=jnp.asarray(inputs.v, jnp.float32))
+    record = BlendRecord(
+      blended=zero,
+      beta=zero,
+      loss_before=zero,
+      loss_after=zero,
+      gamma=jnp.asarray(inputs.gamma, jnp.float32),
+      v=jnp.asarray(inputs.v, jnp.float32),
+    )
     return FedasmuClientState(inner=inner.init(start_params, None), record=record)
 
   def blend(params: Params, batch, inputs: FetchInputs, record: BlendRecord):
     x, y, weights = batch
-    phi, beta = fetch_beta(inputs.gamma, inputs.v, inputs.fresh_version,
-                           inputs.download_version, mu_beta)
-    blended = jax.tree_util.tree_map(lambda b, g: (1 - beta) * b + beta * g, params,
-                                     inputs.global_params)                      # Formula 7
+    phi, beta = fetch_beta(
+      inputs.gamma, inputs.v, inputs.fresh_version, inputs.download_version, mu_beta
+    )
+    blended = jax.tree_util.tree_map(
+      lambda b, g: (1 - beta) * b + beta * g, params, inputs.global_params
+    )  # Formula 7
     loss_before = model.loss(params, x, y, weights)
     loss_after, gradient = jax.value_and_grad(model.loss)(blended, x, y, weights)
-    slope = tree_vdot(gradient, jax.tree_util.tree_map(jnp.subtract, inputs.global_params,
-                                                       params))
-    grad_gamma, grad_v = blend_gradients(slope, phi, inputs.gamma, inputs.v,
-                                         inputs.fresh_version, inputs.download_version, mu_beta)
-    record = BlendRecord(blended=jnp.ones((), jnp.float32), beta=beta, loss_before=loss_before,
-                         loss_after=loss_after,
-                         gamma=inputs.gamma - gamma_learning_rate * grad_gamma,   # Formula 9
-                         v=inputs.v - v_learning_rate * grad_v)
+    slope = tree_vdot(gradient, jax.tree_util.tree_map(jnp.subtract, inputs.global_params, params))
+    grad_gamma, grad_v = blend_gradients(
+      slope, phi, inputs.gamma, inputs.v, inputs.fresh_version, inputs.download_version, mu_beta
+    )
+    record = BlendRecord(
+      blended=jnp.ones((), jnp.float32),
+      beta=beta,
+      loss_before=loss_before,
+      loss_after=loss_after,
+      gamma=inputs.gamma - gamma_learning_rate * grad_gamma,  # Formula 9
+      v=inputs.v - v_learning_rate * grad_v,
+    )
     return blended, record
 
   def keep(params: Params, batch, inputs: FetchInputs, record: BlendRecord):
@@ -441,16 +516,23 @@ def fedasmu_client_update(model: Model, optimizer: optax.GradientTransformation,
 
   def step(state: FedasmuClientState, batch, inputs: FetchInputs) -> FedasmuClientState:
     first = (state.inner.steps_run == 0) & (inputs.blend > 0)
-    params, record = jax.lax.cond(first, blend, keep, state.inner.params, batch, inputs,
-                                  state.record)
+    params, record = jax.lax.cond(
+      first, blend, keep, state.inner.params, batch, inputs, state.record
+    )
     inner_state = inner.step(state.inner.replace(params=params), batch, None)  # Formula 4
     return FedasmuClientState(inner=inner_state, record=record)
 
   def final(state: FedasmuClientState, start_params: Params):
     delta, aux = inner.final(state.inner, start_params)
     r = state.record
-    aux.update(fetch_blended=r.blended, fetch_beta=r.beta, fetch_loss_before=r.loss_before,
-               fetch_loss_after=r.loss_after, fetch_gamma=r.gamma, fetch_v=r.v)
+    aux.update(
+      fetch_blended=r.blended,
+      fetch_beta=r.beta,
+      fetch_loss_before=r.loss_before,
+      fetch_loss_after=r.loss_after,
+      fetch_gamma=r.gamma,
+      fetch_v=r.v,
+    )
     return delta, aux
 
   return ClientUpdate(init=init, step=step, final=final, batch_size=batch_size)
@@ -470,31 +552,54 @@ class FedasmuScheduler(PeriodicTriggerScheduler):
     gamma_0, v_0: every device's initial γ, v.
   """
 
-  def __init__(self, trigger_period: float, trigger_count: int, concurrency: int,
-               local_work: LocalWork, *, tau: int, fetch_policy: FetchPolicy | None,
-               gamma_0: float = 1.0, v_0: float = 1.0, timing: str = 'periodic'):
+  def __init__(
+    self,
+    trigger_period: float,
+    trigger_count: int,
+    concurrency: int,
+    local_work: LocalWork,
+    *,
+    tau: int,
+    fetch_policy: FetchPolicy | None,
+    gamma_0: float = 1.0,
+    v_0: float = 1.0,
+    timing: str = 'periodic',
+  ):
     if not isinstance(tau, int) or tau < 1:
       raise ValueError(f'fedasmu.tau={tau!r}; allowed: an integer >= 1')
-    super().__init__(trigger_period, trigger_count, concurrency, 1, local_work, 'uniform',
-                     max_staleness=tau - 1, timing=timing)
+    super().__init__(
+      trigger_period,
+      trigger_count,
+      concurrency,
+      1,
+      local_work,
+      'uniform',
+      max_staleness=tau - 1,
+      timing=timing,
+    )
     if fetch_policy is not None:
       if local_work.time_limit is not None:
-        raise ValueError('scheduler.time_limit: FedASMU fetches after a local epoch; allowed: '
-                         'None (set client.local_epochs or client.local_steps)')
-      if local_work.steps is None and not (float(local_work.epochs).is_integer()
-                                           and local_work.epochs >= 2):
-        raise ValueError(f'client.local_epochs={local_work.epochs!r}; allowed with a fetch: an '
-                         'integer >= 2')
+        raise ValueError(
+          'scheduler.time_limit: FedASMU fetches after a local epoch; allowed: '
+          'None (set client.local_epochs or client.local_steps)'
+        )
+      if local_work.steps is None and not (
+        float(local_work.epochs).is_integer() and local_work.epochs >= 2
+      ):
+        raise ValueError(
+          f'client.local_epochs={local_work.epochs!r}; allowed with a fetch: an integer >= 2'
+        )
       if local_work.steps is not None and local_work.steps < 2:
-        raise ValueError(f'client.local_steps={local_work.steps!r}; allowed with a fetch: an '
-                         'integer >= 2')
+        raise ValueError(
+          f'client.local_steps={local_work.steps!r}; allowed with a fetch: an integer >= 2'
+        )
     self.tau = tau
     self.fetch_policy = fetch_policy
     self.gamma_0, self.v_0 = float(gamma_0), float(v_0)
-    self.gamma = np.zeros(0, np.float32)   # γ_i, v_i: set at start
+    self.gamma = np.zeros(0, np.float32)  # γ_i, v_i: set at start
     self.v = np.zeros(0, np.float32)
-    self.fetches = 0       # fresh-model requests
-    self.blends = 0        # requests answered with a newer model (g > o)
+    self.fetches = 0  # fresh-model requests
+    self.blends = 0  # requests answered with a newer model (g > o)
     self.rewards: list[float] = []
 
   @property
@@ -516,10 +621,24 @@ class FedasmuScheduler(PeriodicTriggerScheduler):
     covered = math.ceil(fetch_epoch * num_examples / self.local_work.batch_size)
     return max(1, min(covered, total_steps - 1))
 
-  def _inputs(self, sim: Simulation, client: int, global_params: Params, *, blend: bool,
-              fresh_version: int = 0, download_version: int = 0) -> FetchInputs:
-    return fetch_inputs(global_params, blend=blend, gamma=self.gamma[client], v=self.v[client],
-                        fresh_version=fresh_version, download_version=download_version)
+  def _inputs(
+    self,
+    sim: Simulation,
+    client: int,
+    global_params: Params,
+    *,
+    blend: bool,
+    fresh_version: int = 0,
+    download_version: int = 0,
+  ) -> FetchInputs:
+    return fetch_inputs(
+      global_params,
+      blend=blend,
+      gamma=self.gamma[client],
+      v=self.v[client],
+      fresh_version=fresh_version,
+      download_version=download_version,
+    )
 
   def start_task(self, sim: Simulation, client: int) -> None:
     latency = sim.sample_latency(client)
@@ -530,16 +649,23 @@ class FedasmuScheduler(PeriodicTriggerScheduler):
       sim.dispatch(client, total, latency=latency, metadata=metadata)
       return
     plain = self._inputs(sim, client, sim.params, blend=False)
-    if total < 2:   # no step boundary to fetch at
+    if total < 2:  # no step boundary to fetch at
       sim.dispatch(client, total, latency=latency, task_inputs=plain, metadata=metadata)
       return
-    fetch_epoch = self.fetch_policy.propose(client, self.num_epochs)   # Alg. 2 line 1
+    fetch_epoch = self.fetch_policy.propose(client, self.num_epochs)  # Alg. 2 line 1
     first = self._fetch_step(num_examples, fetch_epoch, total)
     # Segment 1: download w_o, train epochs 1..l*; it ends when the request reaches the server.
-    segment = TaskLatency(communication=latency.communication / 2, overhead=latency.overhead,
-                          per_step=latency.per_step)
-    sim.dispatch(client, first, latency=segment, task_inputs=plain, intermediate=True,
-                 metadata={**metadata, 'fetch_epoch': fetch_epoch, 'task_latency': latency})
+    segment = TaskLatency(
+      communication=latency.communication / 2, overhead=latency.overhead, per_step=latency.per_step
+    )
+    sim.dispatch(
+      client,
+      first,
+      latency=segment,
+      task_inputs=plain,
+      intermediate=True,
+      metadata={**metadata, 'fetch_epoch': fetch_epoch, 'task_latency': latency},
+    )
 
   def _fetch_download_time(self, sim: Simulation, client: int, latency: TaskLatency) -> float:
     extra = getattr(sim.latency, 'extra_download_time', None)
@@ -552,14 +678,27 @@ class FedasmuScheduler(PeriodicTriggerScheduler):
     fresh = fresh_version > download_version
     local = sim.task_params(handle)
     download = self._fetch_download_time(sim, client, latency) if fresh else 0.0
-    segment = TaskLatency(communication=download + latency.communication / 2, overhead=0.0,
-                          per_step=latency.per_step)
-    inputs = self._inputs(sim, client, sim.params if fresh else local, blend=fresh,
-                          fresh_version=fresh_version, download_version=download_version)
+    segment = TaskLatency(
+      communication=download + latency.communication / 2, overhead=0.0, per_step=latency.per_step
+    )
+    inputs = self._inputs(
+      sim,
+      client,
+      sim.params if fresh else local,
+      blend=fresh,
+      fresh_version=fresh_version,
+      download_version=download_version,
+    )
     metadata = {key: value for key, value in handle.metadata.items() if key != 'task_latency'}
-    sim.dispatch(client, metadata['total_steps'] - handle.num_steps, latency=segment,
-                 start_params=local, task_inputs=inputs, continues=handle,
-                 metadata={**metadata, 'fresh_version': fresh_version, 'blended': fresh})
+    sim.dispatch(
+      client,
+      metadata['total_steps'] - handle.num_steps,
+      latency=segment,
+      start_params=local,
+      task_inputs=inputs,
+      continues=handle,
+      metadata={**metadata, 'fresh_version': fresh_version, 'blended': fresh},
+    )
     self.fetches += 1
     self.blends += int(fresh)
 
@@ -577,25 +716,31 @@ class FedasmuScheduler(PeriodicTriggerScheduler):
 
   def aggregate(self, sim: Simulation, buffer: Sequence[TaskHandle]) -> None:
     """Formula 1 with 𝓛 = the whole task's steps (a segmented task's last segment ran fewer)."""
-    batch = sim.updates(buffer, [1.0] * len(buffer),
-                        with_client_params=sim.aggregator.needs_client_params)
+    batch = sim.updates(
+      buffer, [1.0] * len(buffer), with_client_params=sim.aggregator.needs_client_params
+    )
     steps = np.zeros(np.shape(batch.num_steps), np.int32)
-    steps[:len(buffer)] = [h.metadata['total_steps'] for h in buffer]
+    steps[: len(buffer)] = [h.metadata['total_steps'] for h in buffer]
     sim.apply_update_batch(batch.replace(num_steps=steps), buffer)
 
   def report(self) -> dict[str, Any]:
     rewards = np.asarray(self.rewards, np.float64)
-    return {**super().report(), 'fetches': self.fetches, 'blends': self.blends,
-            'mean_reward': float(rewards.mean()) if rewards.size else None,
-            'mean_gamma': float(self.gamma.mean()) if self.gamma.size else None,
-            'mean_v': float(self.v.mean()) if self.v.size else None}
+    return {
+      **super().report(),
+      'fetches': self.fetches,
+      'blends': self.blends,
+      'mean_reward': float(rewards.mean()) if rewards.size else None,
+      'mean_gamma': float(self.gamma.mean()) if self.gamma.size else None,
+      'mean_v': float(self.v.mean()) if self.v.size else None,
+    }
 
 
 # ---- Builder ---------------------------------------------------------------------------------
 
 
-def make_fetch_policy_for(config: ml_collections.ConfigDict, num_clients: int
-                          ) -> FetchPolicy | None:
+def make_fetch_policy_for(
+  config: ml_collections.ConfigDict, num_clients: int
+) -> FetchPolicy | None:
   """The variant's fetch policy; the learned one seeded from the run seed (its own stream)."""
   name = fetch_policy_name(config.algorithm, config.fedasmu_fetch.policy)
   if name == 'none':
@@ -606,34 +751,62 @@ def make_fetch_policy_for(config: ml_collections.ConfigDict, num_clients: int
   return make_fetch_policy(config, num_clients, seed)
 
 
-def build_fedasmu(config: ml_collections.ConfigDict, num_clients: int, local_work: LocalWork,
-                  staleness_fn: StalenessFn) -> tuple[FedasmuScheduler, Aggregator, Callable]:
+def build_fedasmu(
+  config: ml_collections.ConfigDict,
+  num_clients: int,
+  local_work: LocalWork,
+  staleness_fn: StalenessFn,
+) -> tuple[FedasmuScheduler, Aggregator, Callable]:
   """`(scheduler, aggregator, make_client_update)` of the variant `config.algorithm`."""
   if config.algorithm not in FEDASMU_VARIANTS:
     raise ValueError(f'algorithm={config.algorithm!r}; allowed: {sorted(FEDASMU_VARIANTS)}')
   dynamic = FEDASMU_VARIANTS[config.algorithm][0]
   f = config.fedasmu
   settings = ServerSettings(
-      dynamic=dynamic, mu_alpha=f.mu_alpha, lambda_0=f.lambda_0, sigma_0=f.sigma_0,
-      iota_0=f.iota_0, lambda_learning_rate=f.lambda_learning_rate,
-      sigma_learning_rate=f.sigma_learning_rate, iota_learning_rate=f.iota_learning_rate,
-      client_learning_rate=config.client.learning_rate, alpha_min=f.alpha_min,
-      min_version=f.min_version, sigma_min=f.sigma_min, xi_form=f.xi_form,
-      sigma_gradient=f.sigma_gradient, gradient_sign=f.gradient_sign,
-      static_alpha=f.static_alpha, fedasync_alpha=config.server.alpha,
-      staleness_fn=staleness_fn)
+    dynamic=dynamic,
+    mu_alpha=f.mu_alpha,
+    lambda_0=f.lambda_0,
+    sigma_0=f.sigma_0,
+    iota_0=f.iota_0,
+    lambda_learning_rate=f.lambda_learning_rate,
+    sigma_learning_rate=f.sigma_learning_rate,
+    iota_learning_rate=f.iota_learning_rate,
+    client_learning_rate=config.client.learning_rate,
+    alpha_min=f.alpha_min,
+    min_version=f.min_version,
+    sigma_min=f.sigma_min,
+    xi_form=f.xi_form,
+    sigma_gradient=f.sigma_gradient,
+    gradient_sign=f.gradient_sign,
+    static_alpha=f.static_alpha,
+    fedasync_alpha=config.server.alpha,
+    staleness_fn=staleness_fn,
+  )
   policy = make_fetch_policy_for(config, num_clients)
   s = config.scheduler
   if s.trigger_period is None:
-    raise ValueError(f'scheduler.trigger_period=None; {config.algorithm} triggers devices '
-                     'periodically (Alg. 1); allowed: a number > 0')
-  scheduler = FedasmuScheduler(s.trigger_period, s.trigger_count, s.concurrency, local_work,
-                               tau=f.tau, fetch_policy=policy, gamma_0=f.gamma_0, v_0=f.v_0,
-                               timing=s.trigger_timing)
+    raise ValueError(
+      f'scheduler.trigger_period=None; {config.algorithm} triggers devices '
+      'periodically (Alg. 1); allowed: a number > 0'
+    )
+  scheduler = FedasmuScheduler(
+    s.trigger_period,
+    s.trigger_count,
+    s.concurrency,
+    local_work,
+    tau=f.tau,
+    fetch_policy=policy,
+    gamma_0=f.gamma_0,
+    v_0=f.v_0,
+    timing=s.trigger_timing,
+  )
   if policy is None:
     make_client_update = sgd_client_update
   else:
-    make_client_update = functools.partial(fedasmu_client_update, mu_beta=f.mu_beta,
-                                           gamma_learning_rate=f.gamma_learning_rate,
-                                           v_learning_rate=f.v_learning_rate)
+    make_client_update = functools.partial(
+      fedasmu_client_update,
+      mu_beta=f.mu_beta,
+      gamma_learning_rate=f.gamma_learning_rate,
+      v_learning_rate=f.v_learning_rate,
+    )
   return scheduler, fedasmu_aggregator(num_clients, settings), make_client_update

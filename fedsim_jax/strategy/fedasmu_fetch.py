@@ -119,17 +119,30 @@ class FetchPolicy(Protocol):
 
 
 def _check_num_epochs(num_epochs: int) -> None:
-  if (isinstance(num_epochs, bool) or not isinstance(num_epochs, (int, np.integer))
-      or num_epochs < 2):
-    raise ValueError(f'num_epochs={num_epochs!r} is invalid; allowed values: an integer >= 2 '
-                     '(the fetch follows an epoch in 1..num_epochs-1)')
+  if (
+    isinstance(num_epochs, bool) or not isinstance(num_epochs, (int, np.integer)) or num_epochs < 2
+  ):
+    raise ValueError(
+      f'num_epochs={num_epochs!r} is invalid; allowed values: an integer >= 2 '
+      '(the fetch follows an epoch in 1..num_epochs-1)'
+    )
 
 
-def _check_range(name: str, value: float, low: float, high: float, *, low_open: bool = False,
-                 high_open: bool = False) -> None:
-  ok = (not isinstance(value, bool) and isinstance(value, (int, float))
-        and (value > low if low_open else value >= low)
-        and (value < high if high_open else value <= high))
+def _check_range(
+  name: str,
+  value: float,
+  low: float,
+  high: float,
+  *,
+  low_open: bool = False,
+  high_open: bool = False,
+) -> None:
+  ok = (
+    not isinstance(value, bool)
+    and isinstance(value, (int, float))
+    and (value > low if low_open else value >= low)
+    and (value < high if high_open else value <= high)
+  )
   if not ok:
     lo, hi = ('<' if low_open else '<='), ('<' if high_open else '<=')
     raise ValueError(f'{name}={value!r} is invalid; allowed values: {low} {lo} x {hi} {high}')
@@ -169,6 +182,7 @@ class FixedFetch:
 
 class MetaModel(nn.Module):
   """θ: an LSTM over the epochs and a dense head giving each epoch's hazard logit."""
+
   hidden_size: int
 
   @nn.compact
@@ -181,6 +195,7 @@ class MetaModel(nn.Module):
 @dataclasses.dataclass(frozen=True)
 class MetaSpec:
   """The meta model's static shape: LSTM width, input features, hazard prior."""
+
   hidden_size: int = 35
   features: tuple[str, ...] = META_FEATURES
   hazard_prior: str = 'uniform'
@@ -195,16 +210,19 @@ def _epoch_features(names: tuple[str, ...], num_epochs: jax.Array, length: int) 
   epoch = jnp.arange(1, length + 1, dtype=jnp.float32)
   total = jnp.asarray(num_epochs, jnp.float32)
   remaining = jnp.where(epoch < total, total - epoch, 1.0)  # padding beyond the slots: any value
-  columns = {'progress': epoch / total, 'remaining': 1.0 / remaining,
-             'length': jnp.broadcast_to(1.0 / total, epoch.shape)}
+  columns = {
+    'progress': epoch / total,
+    'remaining': 1.0 / remaining,
+    'length': jnp.broadcast_to(1.0 / total, epoch.shape),
+  }
   return jnp.stack([columns[name] for name in names], axis=-1)
 
 
-def slot_log_probs(spec: MetaSpec, params: Params, num_epochs: jax.Array,
-                   length: int) -> jax.Array:
+def slot_log_probs(spec: MetaSpec, params: Params, num_epochs: jax.Array, length: int) -> jax.Array:
   """log P(l* = l; θ) for l = 1..length ([length]); -inf beyond the last slot num_epochs - 1."""
-  logits = MetaModel(spec.hidden_size).apply(params,
-                                             _epoch_features(spec.features, num_epochs, length))
+  logits = MetaModel(spec.hidden_size).apply(
+    params, _epoch_features(spec.features, num_epochs, length)
+  )
   epoch = jnp.arange(1, length + 1)
   last = num_epochs - 1
   if spec.hazard_prior == 'uniform':
@@ -220,28 +238,42 @@ _slot_log_probs = jax.jit(slot_log_probs, static_argnames=('spec', 'length'))
 
 
 @functools.partial(jax.jit, static_argnames=('spec', 'length', 'exploit'))
-def _choose_slot(spec: MetaSpec, params: Params, key: jax.Array, draw: jax.Array,
-                 num_epochs: jax.Array, length: int, exploit: str) -> jax.Array:
+def _choose_slot(
+  spec: MetaSpec,
+  params: Params,
+  key: jax.Array,
+  draw: jax.Array,
+  num_epochs: jax.Array,
+  length: int,
+  exploit: str,
+) -> jax.Array:
   log_probs = slot_log_probs(spec, params, num_epochs, length)
   if exploit == 'mode':
     return jnp.argmax(log_probs) + 1
   return jax.random.categorical(jax.random.fold_in(key, draw), log_probs) + 1
 
 
-def reinforce_update(spec: MetaSpec, params: Params, num_epochs: int, fetch_epoch: int,
-                     advantage: float, learning_rate: float) -> Params:
+def reinforce_update(
+  spec: MetaSpec,
+  params: Params,
+  num_epochs: int,
+  fetch_epoch: int,
+  advantage: float,
+  learning_rate: float,
+) -> Params:
   """Formula 5: θ + η_RL (R - b) ∇_θ log P(l* = fetch_epoch; θ), the log-probability being the
   sum of log P(f_l | f_{(l-1):1}; θ) over the decisions made (no request before l*, one at l*).
   """
-  return _reinforce_update(spec, params, num_epochs, fetch_epoch, advantage, learning_rate,
-                           padded_length(num_epochs))
+  return _reinforce_update(
+    spec, params, num_epochs, fetch_epoch, advantage, learning_rate, padded_length(num_epochs)
+  )
 
 
 @functools.partial(jax.jit, static_argnames=('spec', 'length'))
-def _reinforce_update(spec: MetaSpec, params: Params, num_epochs, fetch_epoch, advantage,
-                      learning_rate, length: int) -> Params:
-  grads = jax.grad(
-      lambda p: slot_log_probs(spec, p, num_epochs, length)[fetch_epoch - 1])(params)
+def _reinforce_update(
+  spec: MetaSpec, params: Params, num_epochs, fetch_epoch, advantage, learning_rate, length: int
+) -> Params:
+  grads = jax.grad(lambda p: slot_log_probs(spec, p, num_epochs, length)[fetch_epoch - 1])(params)
   return jax.tree_util.tree_map(lambda p, g: p + learning_rate * advantage * g, params, grads)
 
 
@@ -268,8 +300,7 @@ class QTable:
     """[3] bool: the actions that keep l* in 1..num_slots."""
     return np.array([state + step in range(1, num_slots + 1) for step in ACTION_STEPS])
 
-  def choose(self, state: int, num_slots: int, epsilon: float,
-             rng: np.random.Generator) -> int:
+  def choose(self, state: int, num_slots: int, epsilon: float, rng: np.random.Generator) -> int:
     """ε-greedy action index: uniform among the valid actions with probability ε, else the
     best valid one (ties broken uniformly)."""
     valid = self.valid_actions(state, num_slots)
@@ -279,8 +310,9 @@ class QTable:
     best = np.flatnonzero(values == values.max())
     return int(best[0]) if best.size == 1 else int(rng.choice(best))
 
-  def update(self, state: int, action: int, reward: float, next_state: int,
-             num_slots: int) -> float:
+  def update(
+    self, state: int, action: int, reward: float, next_state: int, num_slots: int
+  ) -> float:
     """Formula 6 for the action taken in `state`; returns the new 𝓗(state, action)."""
     target = state if self.bootstrap == 'same' else next_state
     valid = self.valid_actions(target, num_slots)
@@ -295,7 +327,7 @@ class _Pending:
   num_epochs: int
   fetch_epoch: int
   from_meta: bool
-  state: int = 0   # Q-table phase: the state the action was chosen in
+  state: int = 0  # Q-table phase: the state the action was chosen in
   action: int = 1
 
 
@@ -307,8 +339,10 @@ def load_fetch_history(path: str) -> dict[str, np.ndarray]:
   with np.load(path) as data:
     missing = [key for key in HISTORY_KEYS if key not in data]
     if missing:
-      raise ValueError(f'fedasmu_fetch.pretrain_history={path!r} lacks arrays {missing}; '
-                       f'allowed: an .npz with arrays {list(HISTORY_KEYS)}')
+      raise ValueError(
+        f'fedasmu_fetch.pretrain_history={path!r} lacks arrays {missing}; '
+        f'allowed: an .npz with arrays {list(HISTORY_KEYS)}'
+      )
     return {key: np.asarray(data[key]) for key in HISTORY_KEYS}
 
 
@@ -316,37 +350,66 @@ class LearnedFetch:
   """FedASMU's selector: the meta LSTM θ (Formula 5) for a device's first fetch, then the
   device's Q-table (Formula 6), both ε-greedy. Settings as in the module docstring."""
 
-  def __init__(self, num_clients: int, seed: int, *, hidden_size: int = 35,
-               features: tuple[str, ...] = META_FEATURES, hazard_prior: str = 'uniform',
-               learning_rate: float = 0.001, baseline_decay: float = 0.05,
-               baseline_init: float = 0.0, baseline_scope: str = 'all', epsilon: float = 0.1,
-               meta_exploit: str = 'sample', q_learning_rate: float = 0.1,
-               q_discount: float = 0.9, q_bootstrap: str = 'same',
-               pretrain_history: str | None = None, pretrain_passes: int = 1):
+  def __init__(
+    self,
+    num_clients: int,
+    seed: int,
+    *,
+    hidden_size: int = 35,
+    features: tuple[str, ...] = META_FEATURES,
+    hazard_prior: str = 'uniform',
+    learning_rate: float = 0.001,
+    baseline_decay: float = 0.05,
+    baseline_init: float = 0.0,
+    baseline_scope: str = 'all',
+    epsilon: float = 0.1,
+    meta_exploit: str = 'sample',
+    q_learning_rate: float = 0.1,
+    q_discount: float = 0.9,
+    q_bootstrap: str = 'same',
+    pretrain_history: str | None = None,
+    pretrain_passes: int = 1,
+  ):
     if isinstance(num_clients, bool) or not isinstance(num_clients, int) or num_clients < 1:
       raise ValueError(f'num_clients={num_clients!r} is invalid; allowed values: an integer >= 1')
     if isinstance(hidden_size, bool) or not isinstance(hidden_size, int) or hidden_size < 1:
-      raise ValueError(f'fedasmu_fetch.hidden_size={hidden_size!r} is invalid; allowed values: '
-                       'an integer >= 1')
+      raise ValueError(
+        f'fedasmu_fetch.hidden_size={hidden_size!r} is invalid; allowed values: an integer >= 1'
+      )
     features = tuple(features)
-    if not features or len(set(features)) != len(features) or not set(features) <= set(
-        META_FEATURES):
-      raise ValueError(f'fedasmu_fetch.features={features!r} is invalid; allowed values: a '
-                       f'non-empty tuple of distinct names from {list(META_FEATURES)}')
+    if (
+      not features or len(set(features)) != len(features) or not set(features) <= set(META_FEATURES)
+    ):
+      raise ValueError(
+        f'fedasmu_fetch.features={features!r} is invalid; allowed values: a '
+        f'non-empty tuple of distinct names from {list(META_FEATURES)}'
+      )
     _check_choice('fedasmu_fetch.hazard_prior', hazard_prior, HAZARD_PRIORS)
-    _check_range('fedasmu_fetch.learning_rate', learning_rate, 0.0, math.inf, low_open=True,
-                 high_open=True)
+    _check_range(
+      'fedasmu_fetch.learning_rate', learning_rate, 0.0, math.inf, low_open=True, high_open=True
+    )
     _check_range('fedasmu_fetch.baseline_decay', baseline_decay, 0.0, 1.0, low_open=True)
-    _check_range('fedasmu_fetch.baseline_init', baseline_init, -math.inf, math.inf,
-                 low_open=True, high_open=True)
+    _check_range(
+      'fedasmu_fetch.baseline_init',
+      baseline_init,
+      -math.inf,
+      math.inf,
+      low_open=True,
+      high_open=True,
+    )
     _check_choice('fedasmu_fetch.baseline_scope', baseline_scope, BASELINE_SCOPES)
     _check_range('fedasmu_fetch.epsilon', epsilon, 0.0, 1.0)
     _check_choice('fedasmu_fetch.meta_exploit', meta_exploit, META_EXPLOITS)
     QTable(q_learning_rate, q_discount, q_bootstrap)  # validates the Q settings
-    if (isinstance(pretrain_passes, bool) or not isinstance(pretrain_passes, int)
-        or pretrain_passes < 1):
-      raise ValueError(f'fedasmu_fetch.pretrain_passes={pretrain_passes!r} is invalid; allowed '
-                       'values: an integer >= 1')
+    if (
+      isinstance(pretrain_passes, bool)
+      or not isinstance(pretrain_passes, int)
+      or pretrain_passes < 1
+    ):
+      raise ValueError(
+        f'fedasmu_fetch.pretrain_passes={pretrain_passes!r} is invalid; allowed '
+        'values: an integer >= 1'
+      )
     self.num_clients = num_clients
     self.spec = MetaSpec(hidden_size, features, hazard_prior)
     self.learning_rate = float(learning_rate)
@@ -357,12 +420,11 @@ class LearnedFetch:
     self._q_settings = (q_learning_rate, q_discount, q_bootstrap)
     self._rng = np.random.default_rng(seed)
     init_key, self._sample_key = jax.random.split(jax.random.PRNGKey(seed))
-    self.params: Params = MetaModel(hidden_size).init(init_key,
-                                                      jnp.zeros((1, len(features))))
-    self.baseline = float(baseline_init)   # b of Formula 5 / Alg. 2 line 13
-    self.meta_updates = 0                  # t of Alg. 2
+    self.params: Params = MetaModel(hidden_size).init(init_key, jnp.zeros((1, len(features))))
+    self.baseline = float(baseline_init)  # b of Formula 5 / Alg. 2 line 13
+    self.meta_updates = 0  # t of Alg. 2
     self._draws = 0
-    self._slots: dict[int, int] = {}       # Q-table phase: the device's state l*
+    self._slots: dict[int, int] = {}  # Q-table phase: the device's state l*
     self._tables: dict[int, QTable] = {}
     self._pending: dict[int, _Pending] = {}
     self._history: list[tuple[int, int, float]] = []
@@ -382,8 +444,17 @@ class LearnedFetch:
       if self._rng.random() < self.epsilon:
         slot = int(self._rng.integers(1, num_slots + 1))
       else:
-        slot = int(_choose_slot(self.spec, self.params, self._sample_key, self._draws,
-                                num_epochs, padded_length(num_epochs), self.meta_exploit))
+        slot = int(
+          _choose_slot(
+            self.spec,
+            self.params,
+            self._sample_key,
+            self._draws,
+            num_epochs,
+            padded_length(num_epochs),
+            self.meta_exploit,
+          )
+        )
         self._draws += 1
       self._pending[client] = _Pending(num_epochs, slot, from_meta=True)
       return slot
@@ -391,8 +462,7 @@ class LearnedFetch:
     action = self._tables[client].choose(state, num_slots, self.epsilon, self._rng)
     slot = state + ACTION_STEPS[action]
     self._slots[client] = slot
-    self._pending[client] = _Pending(num_epochs, slot, from_meta=False, state=state,
-                                     action=action)
+    self._pending[client] = _Pending(num_epochs, slot, from_meta=False, state=state, action=action)
     return slot
 
   def observe(self, client: int, fetch_epoch: int, reward: float) -> None:
@@ -401,8 +471,10 @@ class LearnedFetch:
     pending = self._pending.get(client)
     if pending is None or pending.fetch_epoch != fetch_epoch:
       expected = None if pending is None else pending.fetch_epoch
-      raise ValueError(f'observe(client={client}, fetch_epoch={fetch_epoch}) is invalid; '
-                       f'allowed fetch_epoch: the last proposal for the client ({expected})')
+      raise ValueError(
+        f'observe(client={client}, fetch_epoch={fetch_epoch}) is invalid; '
+        f'allowed fetch_epoch: the last proposal for the client ({expected})'
+      )
     reward = float(reward)
     if not math.isfinite(reward):
       raise ValueError(f'reward={reward!r} is invalid; allowed values: a finite number')
@@ -410,21 +482,23 @@ class LearnedFetch:
     self._history.append((pending.num_epochs, fetch_epoch, reward))
     if pending.from_meta:
       self._meta_step(pending.num_epochs, fetch_epoch, reward)
-      self._slots[client] = fetch_epoch   # 𝓗^i starts from the meta model's slot
+      self._slots[client] = fetch_epoch  # 𝓗^i starts from the meta model's slot
       self._tables[client] = QTable(*self._q_settings)
       return
     if self.baseline_scope == 'all':
       self._update_baseline(reward)
-    self._tables[client].update(pending.state, pending.action, reward, fetch_epoch,
-                                pending.num_epochs - 1)
+    self._tables[client].update(
+      pending.state, pending.action, reward, fetch_epoch, pending.num_epochs - 1
+    )
 
   def _update_baseline(self, reward: float) -> None:
     self.baseline = (1.0 - self.baseline_decay) * self.baseline + self.baseline_decay * reward
 
   def _meta_step(self, num_epochs: int, fetch_epoch: int, reward: float) -> None:
-    self._update_baseline(reward)   # Alg. 2 line 13 before line 14
-    self.params = reinforce_update(self.spec, self.params, num_epochs, fetch_epoch,
-                                   reward - self.baseline, self.learning_rate)
+    self._update_baseline(reward)  # Alg. 2 line 13 before line 14
+    self.params = reinforce_update(
+      self.spec, self.params, num_epochs, fetch_epoch, reward - self.baseline, self.learning_rate
+    )
     self.meta_updates += 1
 
   def pretrain(self, history: dict[str, np.ndarray], passes: int = 1) -> None:
@@ -432,13 +506,17 @@ class LearnedFetch:
     "with some historical data"); the Q-tables are untouched."""
     columns = [np.asarray(history[key]) for key in HISTORY_KEYS]
     if len({column.shape for column in columns}) != 1 or columns[0].ndim != 1:
-      raise ValueError('fedasmu_fetch.pretrain_history is invalid; allowed: 1-D arrays '
-                       f'{list(HISTORY_KEYS)} of one length')
+      raise ValueError(
+        'fedasmu_fetch.pretrain_history is invalid; allowed: 1-D arrays '
+        f'{list(HISTORY_KEYS)} of one length'
+      )
     for num_epochs, fetch_epoch in zip(columns[0], columns[1]):
       _check_num_epochs(int(num_epochs))
       if not 1 <= fetch_epoch <= num_epochs - 1:
-        raise ValueError(f'fedasmu_fetch.pretrain_history has fetch_epoch={fetch_epoch} with '
-                         f'num_epochs={num_epochs}; allowed: 1..num_epochs-1')
+        raise ValueError(
+          f'fedasmu_fetch.pretrain_history has fetch_epoch={fetch_epoch} with '
+          f'num_epochs={num_epochs}; allowed: 1..num_epochs-1'
+        )
     for _ in range(passes):
       for num_epochs, fetch_epoch, reward in zip(*columns):
         self._meta_step(int(num_epochs), int(fetch_epoch), float(reward))
@@ -447,7 +525,7 @@ class LearnedFetch:
     """P(l* = l; θ) for l = 1..num_epochs-1 ([num_epochs - 1]), before ε-exploration."""
     _check_num_epochs(num_epochs)
     log_probs = _slot_log_probs(self.spec, self.params, num_epochs, padded_length(num_epochs))
-    return np.exp(np.asarray(log_probs)[:num_epochs - 1])
+    return np.exp(np.asarray(log_probs)[: num_epochs - 1])
 
   def q_table(self, client: int) -> QTable | None:
     """Device `client`'s 𝓗^i; None while it is still served by the meta model."""
@@ -456,16 +534,20 @@ class LearnedFetch:
   def history_arrays(self) -> dict[str, np.ndarray]:
     """Every observed (num_epochs, fetch_epoch, reward), in order, for `pretrain`."""
     records = np.array(self._history, dtype=np.float64).reshape(-1, 3)
-    return {'num_epochs': records[:, 0].astype(np.int64),
-            'fetch_epoch': records[:, 1].astype(np.int64), 'reward': records[:, 2]}
+    return {
+      'num_epochs': records[:, 0].astype(np.int64),
+      'fetch_epoch': records[:, 1].astype(np.int64),
+      'reward': records[:, 2],
+    }
 
   def save_history(self, path: str) -> None:
     """Writes `history_arrays()` as an .npz that `fedasmu_fetch.pretrain_history` reads."""
     np.savez(path, **self.history_arrays())
 
 
-def make_fetch_policy(config: ml_collections.ConfigDict, num_clients: int,
-                      seed: int) -> FetchPolicy | None:
+def make_fetch_policy(
+  config: ml_collections.ConfigDict, num_clients: int, seed: int
+) -> FetchPolicy | None:
   """The policy `config.fedasmu_fetch.policy` names; None for 'none' (FedASMU-FA: no fetch)."""
   settings = config.fedasmu_fetch
   _check_choice('fedasmu_fetch.policy', settings.policy, FETCH_POLICIES)
@@ -474,10 +556,20 @@ def make_fetch_policy(config: ml_collections.ConfigDict, num_clients: int,
   if settings.policy in FIXED_FETCH_PRESETS:
     return FixedFetch.preset(settings.policy)
   return LearnedFetch(
-      num_clients, seed, hidden_size=settings.hidden_size, features=tuple(settings.features),
-      hazard_prior=settings.hazard_prior, learning_rate=settings.learning_rate,
-      baseline_decay=settings.baseline_decay, baseline_init=settings.baseline_init,
-      baseline_scope=settings.baseline_scope, epsilon=settings.epsilon,
-      meta_exploit=settings.meta_exploit, q_learning_rate=settings.q_learning_rate,
-      q_discount=settings.q_discount, q_bootstrap=settings.q_bootstrap,
-      pretrain_history=settings.pretrain_history, pretrain_passes=settings.pretrain_passes)
+    num_clients,
+    seed,
+    hidden_size=settings.hidden_size,
+    features=tuple(settings.features),
+    hazard_prior=settings.hazard_prior,
+    learning_rate=settings.learning_rate,
+    baseline_decay=settings.baseline_decay,
+    baseline_init=settings.baseline_init,
+    baseline_scope=settings.baseline_scope,
+    epsilon=settings.epsilon,
+    meta_exploit=settings.meta_exploit,
+    q_learning_rate=settings.q_learning_rate,
+    q_discount=settings.q_discount,
+    q_bootstrap=settings.q_bootstrap,
+    pretrain_history=settings.pretrain_history,
+    pretrain_passes=settings.pretrain_passes,
+  )

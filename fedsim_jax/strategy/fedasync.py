@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import flax.struct
 import jax
-import jax.numpy as jnp
 import optax
 
 from fedsim_jax.models import Params

@@ -51,7 +51,7 @@ def speed_tiers(step_times: np.ndarray, ratio: float) -> list[np.ndarray]:
 @flax.struct.dataclass
 class TierState:
   params: Params
-  tier_params: Params     # leaves [num_tiers, ...]
+  tier_params: Params  # leaves [num_tiers, ...]
   tier_counts: jax.Array  # [num_tiers] int32 updates per tier
 
 
@@ -60,7 +60,7 @@ def cross_tier_weights(counts: jax.Array) -> jax.Array:
   valid = counts > 0
   num_valid = valid.sum()
   keyed = jnp.where(valid, counts, -1)
-  order = jnp.argsort(-keyed, stable=True)        # ranks: most updates first, invalid last
+  order = jnp.argsort(-keyed, stable=True)  # ranks: most updates first, invalid last
   rank = jnp.argsort(order, stable=True)
   sorted_counts = keyed[order]
   mirrored = sorted_counts[jnp.clip(num_valid - 1 - rank, 0, counts.shape[0] - 1)]
@@ -73,16 +73,17 @@ def fedat_aggregator(num_tiers: int) -> Aggregator:
 
   def init(params: Params) -> TierState:
     tiers = jax.tree_util.tree_map(lambda p: jnp.broadcast_to(p, (num_tiers, *p.shape)), params)
-    return TierState(params=params, tier_params=tiers,
-                     tier_counts=jnp.zeros(num_tiers, jnp.int32))
+    return TierState(params=params, tier_params=tiers, tier_counts=jnp.zeros(num_tiers, jnp.int32))
 
   def apply(state: TierState, updates: UpdateBatch) -> TierState:
     tier = updates.group[0]
     total = jnp.maximum(updates.weights.sum(), 1e-12)
     tier_model = jax.tree_util.tree_map(
-        lambda c: jnp.tensordot(updates.weights, c, axes=1) / total, updates.client_params)
-    tier_params = jax.tree_util.tree_map(lambda all_, m: all_.at[tier].set(m),
-                                         state.tier_params, tier_model)
+      lambda c: jnp.tensordot(updates.weights, c, axes=1) / total, updates.client_params
+    )
+    tier_params = jax.tree_util.tree_map(
+      lambda all_, m: all_.at[tier].set(m), state.tier_params, tier_model
+    )
     counts = state.tier_counts.at[tier].add(1)
     weights = cross_tier_weights(counts)
     params = jax.tree_util.tree_map(lambda t: jnp.tensordot(weights, t, axes=1), tier_params)
@@ -121,8 +122,9 @@ class TieredScheduler:
     for client in np.sort(sim.rng.choice(idle, size, replace=False)):
       latency = sim.sample_latency(client)
       steps = self.local_work.num_steps(int(sim.client_sizes[client]), latency)
-      self._outstanding[tier].add(sim.dispatch(client, steps, latency=latency,
-                                               metadata={'group': tier}))
+      self._outstanding[tier].add(
+        sim.dispatch(client, steps, latency=latency, metadata={'group': tier})
+      )
 
   def _end_round(self, sim: Simulation, tier: int) -> None:
     arrived = sorted(self._arrived[tier], key=lambda h: h.task_id)  # arrival-order free

@@ -45,8 +45,9 @@ CREATE_RULES = ('paper', 'code')
 COMPASS_VARIANTS = ('plain', 'momentum', 'normalized')
 
 
-def compass_aggregator(alpha: float = 0.9, a: float = 0.5, variant: str = 'plain',
-                       momentum: float = 0.9) -> Aggregator:
+def compass_aggregator(
+  alpha: float = 0.9, a: float = 0.5, variant: str = 'plain', momentum: float = 0.9
+) -> Aggregator:
   """w <- w - sum_k st(u_k) p_k Delta_k over the aggregated buffers (Algorithm 3, line 4).
 
   `variant` 'momentum' is FedCompass+M (m <- beta m + buffers; w <- w - m) and 'normalized' is
@@ -97,18 +98,27 @@ class CompassScheduler:
     create_rule: 'paper' or 'code' (see the module docstring).
   """
 
-  def __init__(self, q_min: int, q_max: int, latest_time_factor: float = 1.2,
-               weighting: str = 'num_examples', speed_estimator: str = 'last',
-               speed_momentum: float = 0.9, create_rule: str = 'paper'):
+  def __init__(
+    self,
+    q_min: int,
+    q_max: int,
+    latest_time_factor: float = 1.2,
+    weighting: str = 'num_examples',
+    speed_estimator: str = 'last',
+    speed_momentum: float = 0.9,
+    create_rule: str = 'paper',
+  ):
     check_weighting(weighting)
     if not 1 <= q_min <= q_max:
-      raise ValueError(f'scheduler.q_min={q_min}, scheduler.q_max={q_max}; need '
-                       '1 <= q_min <= q_max')
+      raise ValueError(
+        f'scheduler.q_min={q_min}, scheduler.q_max={q_max}; need 1 <= q_min <= q_max'
+      )
     if latest_time_factor < 1:
       raise ValueError(f'scheduler.latest_time_factor={latest_time_factor}; must be >= 1')
     if speed_estimator not in SPEED_ESTIMATORS:
-      raise ValueError(f'scheduler.speed_estimator={speed_estimator!r}; allowed: '
-                       f'{SPEED_ESTIMATORS}')
+      raise ValueError(
+        f'scheduler.speed_estimator={speed_estimator!r}; allowed: {SPEED_ESTIMATORS}'
+      )
     if not 0 <= speed_momentum < 1:
       raise ValueError(f'scheduler.speed_momentum={speed_momentum}; allowed: 0 <= x < 1')
     if create_rule not in CREATE_RULES:
@@ -130,8 +140,11 @@ class CompassScheduler:
 
   def start(self, sim: Simulation) -> None:
     sizes = sim.client_sizes.astype(float)
-    self._weights = (list(sizes / sizes.sum()) if self.weighting == 'num_examples'
-                     else [1.0 / sim.num_clients] * sim.num_clients)
+    self._weights = (
+      list(sizes / sizes.sum())
+      if self.weighting == 'num_examples'
+      else [1.0 / sim.num_clients] * sim.num_clients
+    )
     for client in range(sim.num_clients):  # warm-up: every client runs Q_min steps (line 8)
       self.clients[client] = ClientRecord()
       self._train(sim, client, self.q_min)
@@ -148,15 +161,16 @@ class CompassScheduler:
     if record.step_time is None or self.speed_estimator == 'last':
       record.step_time = measured
     else:
-      record.step_time = (self.speed_momentum * record.step_time
-                          + (1 - self.speed_momentum) * measured)
+      record.step_time = (
+        self.speed_momentum * record.step_time + (1 - self.speed_momentum) * measured
+      )
 
   def on_arrival(self, sim: Simulation, handle: TaskHandle) -> None:
     client = handle.client_id
     record = self.clients[client]
-    self._record_speed(client, sim.now)                                       # line 12
+    self._record_speed(client, sim.now)  # line 12
     staleness = sim.version - handle.version
-    if record.group is None:                                                  # first response
+    if record.group is None:  # first response
       sim.apply_updates([handle], [self._weights[client]], staleness=[staleness])  # line 25
       self._assign_group(sim, client)
       self._train(sim, client, record.steps)
@@ -164,7 +178,7 @@ class CompassScheduler:
     group_id = record.group
     group = self.groups[group_id]
     group.pending.discard(client)
-    group.arrived.append(client)                                              # line 14
+    group.arrived.append(client)  # line 14
     # Late: after T_max (15-19). An arrival at exactly T_max that finds its group already
     # aggregated by the timer also missed the aggregation and is handled as late.
     if sim.now > group.latest_arrival or group.aggregated:
@@ -173,7 +187,7 @@ class CompassScheduler:
       self._train(sim, client, record.steps)
       if not group.pending:
         del self.groups[group_id]
-    else:                                                                     # on time: 20-23
+    else:  # on time: 20-23
       group.buffer.append((handle, staleness))
       if not group.pending:
         self._group_aggregate(sim, group_id)
@@ -197,8 +211,9 @@ class CompassScheduler:
     entries = group.buffer + self.general_buffer
     self.general_buffer = []
     handles = [h for h, _ in entries]
-    sim.apply_updates(handles, [self._weights[h.client_id] for h in handles],
-                      staleness=[s for _, s in entries])                      # line 4
+    sim.apply_updates(
+      handles, [self._weights[h.client_id] for h in handles], staleness=[s for _, s in entries]
+    )  # line 4
     on_time = [h.client_id for h, _ in group.buffer]
     for client in sorted(on_time, key=lambda c: self.clients[c].step_time):  # fastest first
       self._assign_group(sim, client)
@@ -222,7 +237,7 @@ class CompassScheduler:
     best_group, best_steps = -1, -1
     for g, group in self._open_groups():
       q = self._floor((group.expected_arrival - sim.now) / step_time)
-      if self.q_min <= q <= self.q_max and q >= best_steps:                  # line 9
+      if self.q_min <= q <= self.q_max and q >= best_steps:  # line 9
         best_group, best_steps = g, q
     if best_group == -1:
       return False
@@ -235,17 +250,16 @@ class CompassScheduler:
     step_time = self.clients[client].step_time
     candidates = []
     for _, group in self._open_groups():
-      reference = (group.expected_arrival if self.create_rule == 'paper'
-                   else group.latest_arrival)
-      if sim.now < reference:                                                 # line 21
+      reference = group.expected_arrival if self.create_rule == 'paper' else group.latest_arrival
+      if sim.now < reference:  # line 21
         members = list(group.pending) + group.arrived
         fastest = min(self.clients[m].step_time for m in members)
-        expected_return = reference + fastest * self.q_max                    # line 23
+        expected_return = reference + fastest * self.q_max  # line 23
         candidates.append(self._floor((expected_return - sim.now) / step_time))
     if self.create_rule == 'code':
       candidates = [q for q in candidates if q <= self.q_max]
     steps = max(candidates, default=-1)
-    if 0 <= steps < self.q_min:                                               # lines 25-29
+    if 0 <= steps < self.q_min:  # lines 25-29
       steps = self.q_min
     elif steps < 0 or steps > self.q_max:
       steps = self.q_max
@@ -253,8 +267,11 @@ class CompassScheduler:
     self._next_group += 1
     duration = steps * step_time
     self.groups[group_id] = ArrivalGroup(
-        pending={client}, arrived=[], expected_arrival=sim.now + duration,
-        latest_arrival=sim.now + duration * self.latest_time_factor)
+      pending={client},
+      arrived=[],
+      expected_arrival=sim.now + duration,
+      latest_arrival=sim.now + duration * self.latest_time_factor,
+    )
     record = self.clients[client]
     record.group, record.steps = group_id, steps
     sim.set_timer(self.groups[group_id].latest_arrival, ('latest_arrival', group_id))

@@ -83,10 +83,16 @@ def _check_alpha(alpha: float) -> None:
     raise ValueError(f'feddyn.alpha={alpha}; allowed: a number > 0')
 
 
-def feddyn_client_update(model: Model, optimizer: optax.GradientTransformation,
-                         batch_size: int, *, alpha: float, proximal_strength: float = 0.0,
-                         distillation_strength: float = 0.0,
-                         distillation_temperature: float = 1.0) -> ClientUpdate:
+def feddyn_client_update(
+  model: Model,
+  optimizer: optax.GradientTransformation,
+  batch_size: int,
+  *,
+  alpha: float,
+  proximal_strength: float = 0.0,
+  distillation_strength: float = 0.0,
+  distillation_temperature: float = 1.0,
+) -> ClientUpdate:
   """FedDyn's local objective (Algorithm 1, client objective) minimised by `optimizer` steps:
 
     L_k(theta) - <g_k, theta> + (alpha / 2) ||theta - theta^{t-1}||^2
@@ -96,38 +102,57 @@ def feddyn_client_update(model: Model, optimizer: optax.GradientTransformation,
   del distillation_temperature
   _check_alpha(alpha)
   if proximal_strength or distillation_strength:
-    raise ValueError(f'client.proximal_strength={proximal_strength}, client.distillation_strength='
-                     f'{distillation_strength}: not part of FedDyn\'s objective; allowed: 0')
+    raise ValueError(
+      f'client.proximal_strength={proximal_strength}, client.distillation_strength='
+      f"{distillation_strength}: not part of FedDyn's objective; allowed: 0"
+    )
   if model.has_state:
-    raise ValueError(f'model {model.name!r} has state (BatchNorm); feddyn allows models '
-                     "without state (e.g. model.norm='group')")
+    raise ValueError(
+      f'model {model.name!r} has state (BatchNorm); feddyn allows models '
+      "without state (e.g. model.norm='group')"
+    )
 
   def objective(params, anchor, gradient, x, y, weights):
-    linear = sum(jnp.vdot(g, p) for g, p in zip(jax.tree_util.tree_leaves(gradient),
-                                                jax.tree_util.tree_leaves(params)))
-    quadratic = sum(jnp.sum(jnp.square(p - a)) for p, a in zip(
-        jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(anchor)))
+    linear = sum(
+      jnp.vdot(g, p)
+      for g, p in zip(jax.tree_util.tree_leaves(gradient), jax.tree_util.tree_leaves(params))
+    )
+    quadratic = sum(
+      jnp.sum(jnp.square(p - a))
+      for p, a in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(anchor))
+    )
     return model.loss(params, x, y, weights) - linear + 0.5 * alpha * quadratic
 
   def init(start_params, task_inputs):
     del task_inputs
-    return ClientState(params=start_params, opt_state=optimizer.init(start_params),
-                       loss_sum=jnp.zeros((), jnp.float32), steps_run=jnp.zeros((), jnp.int32),
-                       anchor=start_params)
+    return ClientState(
+      params=start_params,
+      opt_state=optimizer.init(start_params),
+      loss_sum=jnp.zeros((), jnp.float32),
+      steps_run=jnp.zeros((), jnp.int32),
+      anchor=start_params,
+    )
 
   def step(state, batch, task_inputs: FedDynInputs):
     x, y, weights = batch
-    loss, grads = jax.value_and_grad(objective)(state.params, state.anchor,
-                                                task_inputs.gradient, x, y, weights)
+    loss, grads = jax.value_and_grad(objective)(
+      state.params, state.anchor, task_inputs.gradient, x, y, weights
+    )
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-    return ClientState(params=optax.apply_updates(state.params, updates), opt_state=opt_state,
-                       loss_sum=state.loss_sum + loss, steps_run=state.steps_run + 1,
-                       anchor=state.anchor)
+    return ClientState(
+      params=optax.apply_updates(state.params, updates),
+      opt_state=opt_state,
+      loss_sum=state.loss_sum + loss,
+      steps_run=state.steps_run + 1,
+      anchor=state.anchor,
+    )
 
   def final(state, start_params):
     delta = jax.tree_util.tree_map(jnp.subtract, state.params, start_params)
-    return delta, {'train_loss': state.loss_sum / jnp.maximum(state.steps_run, 1),
-                   'steps_run': state.steps_run}
+    return delta, {
+      'train_loss': state.loss_sum / jnp.maximum(state.steps_run, 1),
+      'steps_run': state.steps_run,
+    }
 
   return ClientUpdate(init=init, step=step, final=final, batch_size=batch_size)
 
@@ -153,11 +178,11 @@ def feddyn_aggregator(alpha: float, num_clients: int) -> Aggregator:
 
   def apply(state: FedDynState, updates: UpdateBatch) -> FedDynState:
     mean_delta = weighted_mean_delta(updates)
-    delta_sum = jax.tree_util.tree_map(lambda d: jnp.tensordot(updates.mask, d, axes=1),
-                                       updates.deltas)
+    delta_sum = jax.tree_util.tree_map(
+      lambda d: jnp.tensordot(updates.mask, d, axes=1), updates.deltas
+    )
     h = jax.tree_util.tree_map(lambda h, s: h - alpha / num_clients * s, state.h, delta_sum)
-    params = jax.tree_util.tree_map(lambda p, d, h: p + d - h / alpha, state.params,
-                                    mean_delta, h)
+    params = jax.tree_util.tree_map(lambda p, d, h: p + d - h / alpha, state.params, mean_delta, h)
     return FedDynState(params=params, h=h)
 
   return Aggregator(init=init, apply=apply)
@@ -180,18 +205,32 @@ class FedDynScheduler(AroundRounds):
     client_gradients: client id -> grad L_k(theta_k) after its last aggregated round.
   """
 
-  def __init__(self, alpha: float, cohort_size: int, local_work: LocalWork,
-               weighting: str = 'uniform', *, num_selected: int | None = None,
-               deadline: float | None = None, min_responses: int = 1):
+  def __init__(
+    self,
+    alpha: float,
+    cohort_size: int,
+    local_work: LocalWork,
+    weighting: str = 'uniform',
+    *,
+    num_selected: int | None = None,
+    deadline: float | None = None,
+    min_responses: int = 1,
+  ):
     _check_alpha(alpha)
     self.alpha = float(alpha)
     self.client_gradients: dict[int, Params] = {}
     self._zeros: Params | None = None
     self._update_gradient = jax.jit(updated_client_gradient, static_argnames=('alpha',))
     self.rounds = SynchronousScheduler(
-        cohort_size, local_work, weighting, num_selected=num_selected, deadline=deadline,
-        min_responses=min_responses, task_inputs=self._task_inputs,
-        round_closing=self._round_closing)
+      cohort_size,
+      local_work,
+      weighting,
+      num_selected=num_selected,
+      deadline=deadline,
+      min_responses=min_responses,
+      task_inputs=self._task_inputs,
+      round_closing=self._round_closing,
+    )
 
   def _task_inputs(self, sim: Simulation, client: int) -> FedDynInputs:
     if client not in self.client_gradients:
@@ -207,4 +246,5 @@ class FedDynScheduler(AroundRounds):
     for row, handle in enumerate(closing.aggregated):
       gradient = self._task_inputs(sim, handle.client_id).gradient
       self.client_gradients[handle.client_id] = self._update_gradient(
-          gradient, _row(batch.deltas, row), alpha=self.alpha)
+        gradient, _row(batch.deltas, row), alpha=self.alpha
+      )

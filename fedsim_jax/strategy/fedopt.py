@@ -29,8 +29,9 @@ class ServerOptState:
   opt_state: Any
 
 
-def average_delta(updates: UpdateBatch, normalization: str = 'weights',
-                  staleness: StalenessFn | None = None) -> Params:
+def average_delta(
+  updates: UpdateBatch, normalization: str = 'weights', staleness: StalenessFn | None = None
+) -> Params:
   """sum_k c_k w_k delta_k / Z, with c_k = s(staleness_k) (1 without a staleness function) and
   Z = sum_k w_k ('weights'), the number of updates K ('count') or 1 ('sum').
 
@@ -44,8 +45,7 @@ def average_delta(updates: UpdateBatch, normalization: str = 'weights',
     scale = scale * staleness(updates.staleness)
   if normalization == 'steps':
     steps = jnp.maximum(updates.num_steps, 1).astype(jnp.float32)
-    tau_eff = ((updates.weights * steps).sum()
-               / jnp.maximum(updates.weights.sum(), 1e-12))
+    tau_eff = (updates.weights * steps).sum() / jnp.maximum(updates.weights.sum(), 1e-12)
     scale = scale / steps * tau_eff
     total = 1.0
   elif normalization == 'weights':
@@ -54,12 +54,15 @@ def average_delta(updates: UpdateBatch, normalization: str = 'weights',
     total = jnp.maximum(updates.mask.sum(), 1.0)
   else:
     total = 1.0
-  return jax.tree_util.tree_map(lambda d: jnp.tensordot(scale, d, axes=1) / total,
-                                updates.deltas)
+  return jax.tree_util.tree_map(lambda d: jnp.tensordot(scale, d, axes=1) / total, updates.deltas)
 
 
-def fedopt(server_optimizer: optax.GradientTransformation, *, normalization: str = 'weights',
-           staleness: StalenessFn | None = None) -> Aggregator:
+def fedopt(
+  server_optimizer: optax.GradientTransformation,
+  *,
+  normalization: str = 'weights',
+  staleness: StalenessFn | None = None,
+) -> Aggregator:
   """x_{t+1} = x_t + ServerOpt(-average_delta(updates))."""
   if normalization not in NORMALIZATIONS:
     raise ValueError(f'server.normalization={normalization!r}; allowed: {NORMALIZATIONS}')

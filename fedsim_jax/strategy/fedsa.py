@@ -43,8 +43,9 @@ class FedSAState:
   params: Params
 
 
-def fedsa_weights(num_examples: jax.Array, staleness: jax.Array,
-                  staleness_fn: StalenessFn) -> jax.Array:
+def fedsa_weights(
+  num_examples: jax.Array, staleness: jax.Array, staleness_fn: StalenessFn
+) -> jax.Array:
   """n_k / sum_j n_j * s(tau_k) of the buffered updates (`[K]`; rows with 0 examples get 0)."""
   return num_examples / jnp.maximum(num_examples.sum(), 1e-30) * staleness_fn(staleness)
 

@@ -70,8 +70,13 @@ def cosine_similarity(a: jax.Array, b: jax.Array, eps: float = 1e-8) -> jax.Arra
   return (a * b).sum(-1) / jnp.maximum(norms, eps)
 
 
-def contrastive_loss(z: jax.Array, z_global: jax.Array, z_previous: jax.Array,
-                     temperature: float, weights: jax.Array | None = None) -> jax.Array:
+def contrastive_loss(
+  z: jax.Array,
+  z_global: jax.Array,
+  z_previous: jax.Array,
+  temperature: float,
+  weights: jax.Array | None = None,
+) -> jax.Array:
   """MOON's model-contrastive loss l_con, averaged over examples.
 
   Args:
@@ -86,26 +91,37 @@ def contrastive_loss(z: jax.Array, z_global: jax.Array, z_previous: jax.Array,
   per_example = jnp.logaddexp(positive, negative) - positive
   if weights is None:
     return per_example.mean()
-  w = jnp.broadcast_to(weights.reshape(weights.shape + (1,) * (per_example.ndim - 1)),
-                       per_example.shape)
+  w = jnp.broadcast_to(
+    weights.reshape(weights.shape + (1,) * (per_example.ndim - 1)), per_example.shape
+  )
   return (per_example * w).sum() / jnp.maximum(w.sum(), 1.0)
 
 
-def moon_client_update(model: Model, optimizer: optax.GradientTransformation, batch_size: int,
-                       *, mu: float, temperature: float, proximal_strength: float = 0.0,
-                       distillation_strength: float = 0.0,
-                       distillation_temperature: float = 1.0) -> ClientUpdate:
+def moon_client_update(
+  model: Model,
+  optimizer: optax.GradientTransformation,
+  batch_size: int,
+  *,
+  mu: float,
+  temperature: float,
+  proximal_strength: float = 0.0,
+  distillation_strength: float = 0.0,
+  distillation_temperature: float = 1.0,
+) -> ClientUpdate:
   """MOON's local training (Algorithm 1, PartyLocalTraining): `optimizer` steps on
   l_sup + mu * l_con, with the downloaded global model as the positive and `MoonInputs.previous`
   (the task's `task_inputs`) as the negative. The FedProx / distillation terms of
   `sgd_client_update` are not part of MOON's objective and must be 0."""
   del distillation_temperature
   if mu < 0 or temperature <= 0:
-    raise ValueError(f'moon.mu={mu}, moon.temperature={temperature}; allowed: mu >= 0, '
-                     'temperature > 0')
+    raise ValueError(
+      f'moon.mu={mu}, moon.temperature={temperature}; allowed: mu >= 0, temperature > 0'
+    )
   if proximal_strength or distillation_strength:
-    raise ValueError(f'client.proximal_strength={proximal_strength}, client.distillation_strength='
-                     f'{distillation_strength}: not part of MOON\'s objective; allowed: 0')
+    raise ValueError(
+      f'client.proximal_strength={proximal_strength}, client.distillation_strength='
+      f"{distillation_strength}: not part of MOON's objective; allowed: 0"
+    )
   contrast = mu > 0
 
   def objective(trainable, model_state, anchor, previous, x, y, weights):
@@ -121,32 +137,44 @@ def moon_client_update(model: Model, optimizer: optax.GradientTransformation, ba
     z_global = jax.lax.stop_gradient(model.features(anchor, x))
     z_previous = jax.lax.stop_gradient(model.features(previous, x))
     loss = model.cross_entropy(logits, y, weights) + mu * contrastive_loss(
-        z, z_global, z_previous, temperature, weights)
+      z, z_global, z_previous, temperature, weights
+    )
     return loss, new_state
 
   def init(start_params, task_inputs):
     del task_inputs
-    return ClientState(params=start_params,
-                       opt_state=optimizer.init(model.split(start_params)[0]),
-                       loss_sum=jnp.zeros((), jnp.float32), steps_run=jnp.zeros((), jnp.int32),
-                       anchor=start_params if contrast else None)
+    return ClientState(
+      params=start_params,
+      opt_state=optimizer.init(model.split(start_params)[0]),
+      loss_sum=jnp.zeros((), jnp.float32),
+      steps_run=jnp.zeros((), jnp.int32),
+      anchor=start_params if contrast else None,
+    )
 
   def step(state, batch, task_inputs: MoonInputs):
     x, y, weights = batch
     trainable, model_state = model.split(state.params)
     previous = task_inputs.previous if contrast else None
     (loss, new_state), grads = jax.value_and_grad(objective, has_aux=True)(
-        trainable, model_state, state.anchor, previous, x, y, weights)
+      trainable, model_state, state.anchor, previous, x, y, weights
+    )
     updates, opt_state = optimizer.update(grads, state.opt_state, trainable)
     trainable = optax.apply_updates(trainable, updates)
     params = model.merge(trainable, new_state if model.has_state else model_state)
-    return ClientState(params=params, opt_state=opt_state, loss_sum=state.loss_sum + loss,
-                       steps_run=state.steps_run + 1, anchor=state.anchor)
+    return ClientState(
+      params=params,
+      opt_state=opt_state,
+      loss_sum=state.loss_sum + loss,
+      steps_run=state.steps_run + 1,
+      anchor=state.anchor,
+    )
 
   def final(state, start_params):
     delta = jax.tree_util.tree_map(jnp.subtract, state.params, start_params)
-    return delta, {'train_loss': state.loss_sum / jnp.maximum(state.steps_run, 1),
-                   'steps_run': state.steps_run}
+    return delta, {
+      'train_loss': state.loss_sum / jnp.maximum(state.steps_run, 1),
+      'steps_run': state.steps_run,
+    }
 
   return ClientUpdate(init=init, step=step, final=final, batch_size=batch_size)
 
@@ -168,15 +196,29 @@ class MoonScheduler(AroundRounds):
     previous_models: client id -> its latest local model w_i (after its last training).
   """
 
-  def __init__(self, cohort_size: int, local_work: LocalWork, weighting: str = 'num_examples',
-               *, num_selected: int | None = None, deadline: float | None = None,
-               min_responses: int = 1, contrast: bool = True):
+  def __init__(
+    self,
+    cohort_size: int,
+    local_work: LocalWork,
+    weighting: str = 'num_examples',
+    *,
+    num_selected: int | None = None,
+    deadline: float | None = None,
+    min_responses: int = 1,
+    contrast: bool = True,
+  ):
     self.previous_models: dict[int, Params] = {}
     self.rounds = SynchronousScheduler(
-        cohort_size, local_work, weighting, num_selected=num_selected, deadline=deadline,
-        min_responses=min_responses, late_update_handler=self._late_update if contrast else None,
-        task_inputs=self._task_inputs if contrast else None,
-        round_closing=self._round_closing if contrast else None)
+      cohort_size,
+      local_work,
+      weighting,
+      num_selected=num_selected,
+      deadline=deadline,
+      min_responses=min_responses,
+      late_update_handler=self._late_update if contrast else None,
+      task_inputs=self._task_inputs if contrast else None,
+      round_closing=self._round_closing if contrast else None,
+    )
 
   def _task_inputs(self, sim: Simulation, client: int) -> MoonInputs:
     # First participation: the global model being sent (z_prev = z_glob, l_con constant).

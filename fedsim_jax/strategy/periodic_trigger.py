@@ -43,7 +43,8 @@ as one training device until its last segment arrives.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from fedsim_jax.runtime.sampling import choose_without_replacement
 from fedsim_jax.runtime.simulation import Simulation, TaskHandle
@@ -67,14 +68,24 @@ class PeriodicTriggerScheduler:
     timing: 'periodic' or 'after_trigger' (module docstring).
   """
 
-  def __init__(self, trigger_period: float, trigger_count: int, concurrency: int,
-               buffer_size: int, local_work: LocalWork, weighting: str = 'uniform',
-               max_staleness: int | None = None, timing: str = 'periodic'):
+  def __init__(
+    self,
+    trigger_period: float,
+    trigger_count: int,
+    concurrency: int,
+    buffer_size: int,
+    local_work: LocalWork,
+    weighting: str = 'uniform',
+    max_staleness: int | None = None,
+    timing: str = 'periodic',
+  ):
     check_weighting(weighting)
-    if not (isinstance(trigger_period, (int, float)) and math.isfinite(trigger_period)
-            and trigger_period > 0):
-      raise ValueError(f'scheduler.trigger_period={trigger_period!r}; allowed: a finite number '
-                       '> 0')
+    if not (
+      isinstance(trigger_period, (int, float))
+      and math.isfinite(trigger_period)
+      and trigger_period > 0
+    ):
+      raise ValueError(f'scheduler.trigger_period={trigger_period!r}; allowed: a finite number > 0')
     if not isinstance(trigger_count, int) or trigger_count < 1:
       raise ValueError(f'scheduler.trigger_count={trigger_count!r}; allowed: an integer >= 1')
     if not isinstance(concurrency, int) or concurrency < 1:
@@ -94,18 +105,20 @@ class PeriodicTriggerScheduler:
     self.max_staleness = max_staleness
     self.timing = timing
     self.buffer: list[TaskHandle] = []
-    self.in_flight = 0        # tasks training (a segmented task once)
-    self.triggers = 0         # checks that started at least one device
-    self.triggered = 0        # devices started
-    self._check_id = 0        # only the latest scheduled check runs
-    self._waiting = False     # 'after_trigger': nobody could start; check when one can
+    self.in_flight = 0  # tasks training (a segmented task once)
+    self.triggers = 0  # checks that started at least one device
+    self.triggered = 0  # devices started
+    self._check_id = 0  # only the latest scheduled check runs
+    self._waiting = False  # 'after_trigger': nobody could start; check when one can
 
   # ---- Triggering (Alg. 1 lines 1-6) ----------------------------------------------------------
 
   def start(self, sim: Simulation) -> None:
     if self.concurrency > sim.num_clients:
-      raise ValueError(f'scheduler.concurrency={self.concurrency} exceeds the federation '
-                       f'({sim.num_clients} clients)')
+      raise ValueError(
+        f'scheduler.concurrency={self.concurrency} exceeds the federation '
+        f'({sim.num_clients} clients)'
+      )
     self._check(sim)
 
   def _schedule_check(self, sim: Simulation, time: float) -> None:

@@ -57,8 +57,9 @@ class PortState:
 
 
 def _dot(a: Params, b: Params) -> jax.Array:
-  return sum(jnp.vdot(x, y) for x, y in zip(jax.tree_util.tree_leaves(a),
-                                             jax.tree_util.tree_leaves(b)))
+  return sum(
+    jnp.vdot(x, y) for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b))
+  )
 
 
 def update_similarity(delta: Params, reference: Params, eps: float = 1e-8) -> jax.Array:
@@ -69,34 +70,50 @@ def update_similarity(delta: Params, reference: Params, eps: float = 1e-8) -> ja
   return jnp.where(ref_norm > 0, cos, 1.0)
 
 
-def port_weights(num_examples: jax.Array, staleness: jax.Array, similarity: jax.Array, *,
-                 similarity_weight: float, staleness_weight: float, staleness_bound: float
-                 ) -> jax.Array:
+def port_weights(
+  num_examples: jax.Array,
+  staleness: jax.Array,
+  similarity: jax.Array,
+  *,
+  similarity_weight: float,
+  staleness_weight: float,
+  staleness_bound: float,
+) -> jax.Array:
   """p_k of the buffered updates (`[K]` arrays; rows with `num_examples` 0 get 0):
   n_k (lambda_sim (cos_k + 1) / 2 + lambda_stale B / (tau_k + B)), normalised to sum 1."""
   staleness = staleness.astype(jnp.float32)
-  raw = num_examples * (similarity_weight * (similarity + 1.0) / 2.0
-                        + staleness_weight * staleness_bound / (staleness + staleness_bound))
+  raw = num_examples * (
+    similarity_weight * (similarity + 1.0) / 2.0
+    + staleness_weight * staleness_bound / (staleness + staleness_bound)
+  )
   return raw / jnp.maximum(raw.sum(), 1e-30)
 
 
-def port_aggregator(client_sizes: np.ndarray, *, similarity_weight: float = 1.0,
-                    staleness_weight: float = 1.0, staleness_bound: float = 10.0,
-                    similarity_reference: str = 'last_update',
-                    similarity_min_staleness: int = 2) -> Aggregator:
+def port_aggregator(
+  client_sizes: np.ndarray,
+  *,
+  similarity_weight: float = 1.0,
+  staleness_weight: float = 1.0,
+  staleness_bound: float = 10.0,
+  similarity_reference: str = 'last_update',
+  similarity_min_staleness: int = 2,
+) -> Aggregator:
   """PORT's server update over a buffer of updates (see the module docstring).
 
   Args:
     client_sizes: `[num_clients]` examples per client (n_k).
   """
   if similarity_weight < 0 or staleness_weight < 0 or similarity_weight + staleness_weight <= 0:
-    raise ValueError(f'port.similarity_weight={similarity_weight}, port.staleness_weight='
-                     f'{staleness_weight}; allowed: both >= 0, not both 0')
+    raise ValueError(
+      f'port.similarity_weight={similarity_weight}, port.staleness_weight='
+      f'{staleness_weight}; allowed: both >= 0, not both 0'
+    )
   if not staleness_bound > 0:
     raise ValueError(f'port.staleness_bound={staleness_bound}; allowed: a number > 0')
   if similarity_reference not in SIMILARITY_REFERENCES:
-    raise ValueError(f'port.similarity_reference={similarity_reference!r}; allowed: '
-                     f'{SIMILARITY_REFERENCES}')
+    raise ValueError(
+      f'port.similarity_reference={similarity_reference!r}; allowed: {SIMILARITY_REFERENCES}'
+    )
   if similarity_min_staleness < 0:
     raise ValueError(f'port.similarity_min_staleness={similarity_min_staleness}; allowed: >= 0')
   sizes = jnp.asarray(client_sizes, jnp.float32)
@@ -110,17 +127,23 @@ def port_aggregator(client_sizes: np.ndarray, *, similarity_weight: float = 1.0,
       raise ValueError('port needs UpdateBatch.client_id (the client of every row)')
     if since_download:
       # w_t - w_{o_k}, with the download w_{o_k} = client params - delta.
-      references = jax.tree_util.tree_map(lambda w, c, d: w[None] - (c - d), state.params,
-                                          updates.client_params, updates.deltas)
+      references = jax.tree_util.tree_map(
+        lambda w, c, d: w[None] - (c - d), state.params, updates.client_params, updates.deltas
+      )
       cos = jax.vmap(update_similarity)(updates.deltas, references)
     else:
       cos = jax.vmap(update_similarity, in_axes=(0, None))(updates.deltas, state.last_update)
     cos = jnp.where(updates.staleness >= similarity_min_staleness, cos, 1.0)
     num_examples = sizes[updates.client_id] * updates.mask
-    p = port_weights(num_examples, updates.staleness, cos, similarity_weight=similarity_weight,
-                     staleness_weight=staleness_weight, staleness_bound=staleness_bound)
+    p = port_weights(
+      num_examples,
+      updates.staleness,
+      cos,
+      similarity_weight=similarity_weight,
+      staleness_weight=staleness_weight,
+      staleness_bound=staleness_bound,
+    )
     step = jax.tree_util.tree_map(lambda d: jnp.tensordot(p, d, axes=1), updates.deltas)
-    return PortState(params=jax.tree_util.tree_map(jnp.add, state.params, step),
-                     last_update=step)
+    return PortState(params=jax.tree_util.tree_map(jnp.add, state.params, step), last_update=step)
 
   return Aggregator(init=init, apply=apply, needs_client_params=since_download)

@@ -29,16 +29,18 @@ class AdaptiveState(NamedTuple):
   second_moment: optax.Updates
 
 
-def reddi_adaptive(rule: str, learning_rate: float, b1: float = 0.9, b2: float = 0.99,
-                   tau: float = 1e-3) -> optax.GradientTransformation:
+def reddi_adaptive(
+  rule: str, learning_rate: float, b1: float = 0.9, b2: float = 0.99, tau: float = 1e-3
+) -> optax.GradientTransformation:
   """FedAdagrad / FedYogi / FedAdam server update exactly as Reddi et al., Algorithm 2."""
   if rule not in ADAPTIVE_RULES:
     raise ValueError(f'adaptive rule {rule!r}; allowed: {ADAPTIVE_RULES}')
 
   def init(params):
     return AdaptiveState(
-        first_moment=jax.tree_util.tree_map(jnp.zeros_like, params),
-        second_moment=jax.tree_util.tree_map(lambda p: jnp.full_like(p, tau**2), params))
+      first_moment=jax.tree_util.tree_map(jnp.zeros_like, params),
+      second_moment=jax.tree_util.tree_map(lambda p: jnp.full_like(p, tau**2), params),
+    )
 
   def second_moment(v, g):
     g2 = jnp.square(g)
@@ -59,9 +61,16 @@ def reddi_adaptive(rule: str, learning_rate: float, b1: float = 0.9, b2: float =
   return optax.GradientTransformation(init, update)
 
 
-def server_optimizer(name: str, learning_rate: float, *, momentum: float = 0.9,
-                     b1: float = 0.9, b2: float = 0.99, eps: float = 1e-3,
-                     adaptive_form: str = 'reddi') -> optax.GradientTransformation:
+def server_optimizer(
+  name: str,
+  learning_rate: float,
+  *,
+  momentum: float = 0.9,
+  b1: float = 0.9,
+  b2: float = 0.99,
+  eps: float = 1e-3,
+  adaptive_form: str = 'reddi',
+) -> optax.GradientTransformation:
   """Named server optimizers: 'sgd' (FedAvg when learning_rate = 1), 'momentum' (FedAvgM,
   Hsu et al. 2019: v <- momentum v + pseudo-gradient), and the adaptive rules.
 

@@ -7,7 +7,7 @@ a jnp function of an integer staleness array, so it runs inside jitted aggregato
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp

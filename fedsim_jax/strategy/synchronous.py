@@ -15,7 +15,8 @@ sees a round's updates just before they are aggregated, with the stragglers stil
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -80,17 +81,27 @@ class SynchronousScheduler:
     round_closing: called with a `ClosingRound` just before a round's updates are aggregated.
   """
 
-  def __init__(self, cohort_size: int, local_work: LocalWork, weighting: str = 'num_examples',
-               *, num_selected: int | None = None, deadline: float | None = None,
-               min_responses: int = 1, late_update_handler: LateUpdateHandler | None = None,
-               task_inputs: TaskInputs | None = None, round_closing: RoundClosing | None = None):
+  def __init__(
+    self,
+    cohort_size: int,
+    local_work: LocalWork,
+    weighting: str = 'num_examples',
+    *,
+    num_selected: int | None = None,
+    deadline: float | None = None,
+    min_responses: int = 1,
+    late_update_handler: LateUpdateHandler | None = None,
+    task_inputs: TaskInputs | None = None,
+    round_closing: RoundClosing | None = None,
+  ):
     check_weighting(weighting)
     if cohort_size < 1:
       raise ValueError(f'scheduler.cohort_size={cohort_size}; must be >= 1')
     num_selected = cohort_size if num_selected is None else num_selected
     if num_selected < cohort_size:
-      raise ValueError(f'scheduler.num_selected={num_selected}; must be >= cohort_size '
-                       f'({cohort_size})')
+      raise ValueError(
+        f'scheduler.num_selected={num_selected}; must be >= cohort_size ({cohort_size})'
+      )
     if deadline is not None and deadline <= 0:
       raise ValueError(f'scheduler.deadline={deadline}; must be > 0')
     if not 1 <= min_responses <= cohort_size:
@@ -113,8 +124,10 @@ class SynchronousScheduler:
 
   def start(self, sim: Simulation) -> None:
     if self.num_selected > sim.num_clients:
-      raise ValueError(f'scheduler.num_selected={self.num_selected} exceeds the federation '
-                       f'({sim.num_clients} clients)')
+      raise ValueError(
+        f'scheduler.num_selected={self.num_selected} exceeds the federation '
+        f'({sim.num_clients} clients)'
+      )
     self._start_round(sim)
 
   def _start_round(self, sim: Simulation) -> None:
@@ -138,8 +151,11 @@ class SynchronousScheduler:
       latency = sim.sample_latency(client)
       steps = self.local_work.num_steps(int(sim.client_sizes[client]), latency)
       inputs = None if self.task_inputs is None else self.task_inputs(sim, int(client))
-      self._outstanding.add(sim.dispatch(client, steps, latency=latency, task_inputs=inputs,
-                                         metadata={'round': self.round_index}))
+      self._outstanding.add(
+        sim.dispatch(
+          client, steps, latency=latency, task_inputs=inputs, metadata={'round': self.round_index}
+        )
+      )
     if self.deadline is not None:
       sim.set_timer(sim.now + self.deadline, ('deadline', self.round_index))
 
@@ -157,8 +173,9 @@ class SynchronousScheduler:
     if len(usable) >= self.min_responses:
       weights = update_weights(sim, usable, self.weighting)
       if self.round_closing is not None:
-        self.round_closing(sim, ClosingRound(self.round_index, self.round_start_time, usable,
-                                             weights, stragglers))
+        self.round_closing(
+          sim, ClosingRound(self.round_index, self.round_start_time, usable, weights, stragglers)
+        )
       sim.apply_updates(usable, weights)
     else:
       for h in usable:

@@ -131,8 +131,9 @@ def test_loader_reads_generated_dir(name: str, tmp_path: Path) -> None:
       np.testing.assert_array_equal(ids, np.arange(NUM_EXAMPLES[split]) % 2)
       assert ids.dtype == np.int32
     for key in spec.extra_keys:
-      np.testing.assert_array_equal(getattr(loaded, f'{split}_extras')[key],
-                                    np.asarray(expected[split][key]))
+      np.testing.assert_array_equal(
+        getattr(loaded, f'{split}_extras')[key], np.asarray(expected[split][key])
+      )
   assert loaded.client_names == client_names
   assert loaded.num_classes == spec.num_classes
   if spec.kind == catalog.IMAGE:
@@ -177,9 +178,11 @@ def test_stackoverflow_next_word_targets(tmp_path: Path) -> None:
   ids = {w: vocab.index(w) for w in ('how', 'to', 'sort', 'a', 'list', 'python')}
   assert loaded.train_x.shape == loaded.train_y.shape == (2, 20)
   np.testing.assert_array_equal(  # [bos, words, eos, pad...]: eos is an input too, as in TFF.
-      loaded.train_x[0, :8], [2, ids['how'], ids['to'], ids['sort'], ids['a'], ids['list'], 3, 0])
+    loaded.train_x[0, :8], [2, ids['how'], ids['to'], ids['sort'], ids['a'], ids['list'], 3, 0]
+  )
   np.testing.assert_array_equal(
-      loaded.train_y[0, :7], [ids['how'], ids['to'], ids['sort'], ids['a'], ids['list'], 3, 0])
+    loaded.train_y[0, :7], [ids['how'], ids['to'], ids['sort'], ids['a'], ids['list'], 3, 0]
+  )
   np.testing.assert_array_equal(loaded.train_x[1], [2] + [ids['python']] * 19)  # Cut, no EOS.
   np.testing.assert_array_equal(loaded.train_y[1], [ids['python']] * 20)
   np.testing.assert_array_equal(loaded.test_x[0, :6], [2, ids['sort'], ids['a'], 1, 3, 0])
@@ -201,8 +204,8 @@ def test_client_ids_without_names(client_feature: str, tmp_path: Path) -> None:
   if client_feature == 'text':
     values = {'train': ['f07', 'f03', 'f07'], 'test': ['f03']}
   splits = {
-      split: [{'image': np.zeros((2, 2, 1), np.uint8), 'label': 1, 'client_id': v} for v in vs]
-      for split, vs in values.items()
+    split: [{'image': np.zeros((2, 2, 1), np.uint8), 'label': 1, 'client_id': v} for v in vs]
+    for split, vs in values.items()
   }
   write_data_dir(tmp_path, 'emnist/byclass', '9.0.0', features, splits)
   loaded = load_dataset('emnist', tmp_path)
@@ -246,7 +249,7 @@ def test_missing_dataset_is_fast_and_says_how_to_prepare(name: str, tmp_path: Pa
 def test_prepare_never_downloads_unless_asked(tmp_path: Path) -> None:
   with pytest.raises(ValueError, match='no offline source.*--from_tfds'):
     prepare('cifar10', tmp_path)
-  with pytest.raises(ValueError, match="allowed: fashion_mnist, mnist"):
+  with pytest.raises(ValueError, match='allowed: fashion_mnist, mnist'):
     prepare('cifar', tmp_path)
   with pytest.raises(ValueError, match='not in the tfds catalog'):
     prepare('stackoverflow', tmp_path, from_tfds=True)
@@ -270,8 +273,8 @@ def test_from_tfds_runs_the_tfds_builder(monkeypatch: pytest.MonkeyPatch, tmp_pa
   monkeypatch.setattr(tfds, 'builder', fake_builder)
   assert prepare('emnist', tmp_path, from_tfds=True) == FakeBuilder.data_path
   assert calls == [
-      ('emnist/byclass', {'data_dir': str(tmp_path), 'file_format': 'array_record'}),
-      tfds.download.GenerateMode.REUSE_DATASET_IF_EXISTS,
+    ('emnist/byclass', {'data_dir': str(tmp_path), 'file_format': 'array_record'}),
+    tfds.download.GenerateMode.REUSE_DATASET_IF_EXISTS,
   ]
   FakeBuilder.data_path.mkdir(parents=True)
   (FakeBuilder.data_path / 'dataset_info.json').write_text('{}')
@@ -288,14 +291,14 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize(
-    ('args', 'message'),
-    [
-        (['--dataset=cifar10'], '--dataset=cifar10 --from_tfds'),
-        (['--dataset=stackoverflow', '--from_tfds'], '--from_tfds needs --dataset in'),
-    ],
+  ('args', 'message'),
+  [
+    (['--dataset=cifar10'], '--dataset=cifar10 --from_tfds'),
+    (['--dataset=stackoverflow', '--from_tfds'], '--from_tfds needs --dataset in'),
+  ],
 )
 def test_cli_refuses_datasets_without_offline_source(
-    args: list[str], message: str, tmp_path: Path
+  args: list[str], message: str, tmp_path: Path
 ) -> None:
   result = _cli(*args, f'--data_dir={tmp_path}')
   assert result.returncode == 2

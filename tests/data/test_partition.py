@@ -12,14 +12,14 @@ NUM_CLASSES = 10
 LABELS = np.random.default_rng(0).permutation(np.repeat(np.arange(NUM_CLASSES), 100))
 
 CASES = {
-    'iid': {},
-    'dirichlet': {'concentration': 0.5},
-    'shards': {'shards_per_client': 2},
-    'class': {'classes_per_client': (2, 3)},
-    'dual_dirichlet': {'alpha_1': 20.0, 'alpha_2': 0.5},
-    'gamma_mix': {'gamma': 0.5},
-    'two_classes': {},
-    'budget_skewed': {'budgets': np.repeat([1.0, 0.5, 0.25, 0.125], 5), 'skew': 'high'},
+  'iid': {},
+  'dirichlet': {'concentration': 0.5},
+  'shards': {'shards_per_client': 2},
+  'class': {'classes_per_client': (2, 3)},
+  'dual_dirichlet': {'alpha_1': 20.0, 'alpha_2': 0.5},
+  'gamma_mix': {'gamma': 0.5},
+  'two_classes': {},
+  'budget_skewed': {'budgets': np.repeat([1.0, 0.5, 0.25, 0.125], 5), 'skew': 'high'},
 }
 
 
@@ -67,8 +67,8 @@ def test_dirichlet_respects_min_client_size() -> None:
 
 
 @pytest.mark.parametrize(
-    ('min_client_size', 'max_attempts'),
-    [(51, 1000), (49, 3)],  # 20 * 51 > 1000 examples; 49 is possible but very unlikely.
+  ('min_client_size', 'max_attempts'),
+  [(51, 1000), (49, 3)],  # 20 * 51 > 1000 examples; 49 is possible but very unlikely.
 )
 def test_dirichlet_impossible_min_size_raises(min_client_size: int, max_attempts: int) -> None:
   with pytest.raises(ValueError, match='min_client_size'):
@@ -94,18 +94,18 @@ def test_shards_limit_classes_per_client(shards_per_client: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ('call', 'setting'),
-    [
-        (lambda: partition.iid(10, 0, seed=0), 'num_clients'),
-        (lambda: partition.iid(10, 11, seed=0), 'num_clients'),
-        (lambda: partition.dirichlet(LABELS, 5, concentration=0.0, seed=0), 'concentration'),
-        (lambda: partition.dirichlet(LABELS, 5, float('nan'), seed=0), 'concentration'),
-        (lambda: partition.dirichlet(LABELS, 5, 1.0, 0, min_client_size=-1), 'min_client_size'),
-        (lambda: partition.dirichlet(LABELS.astype(float), 5, 1.0, seed=0), 'labels'),
-        (lambda: partition.shards(LABELS, 5, 0, seed=0), 'shards_per_client'),
-        (lambda: partition.shards(LABELS, 500, 3, seed=0), 'shards_per_client'),
-        (lambda: partition.partition('bogus', LABELS, 5, seed=0), 'method'),
-    ],
+  ('call', 'setting'),
+  [
+    (lambda: partition.iid(10, 0, seed=0), 'num_clients'),
+    (lambda: partition.iid(10, 11, seed=0), 'num_clients'),
+    (lambda: partition.dirichlet(LABELS, 5, concentration=0.0, seed=0), 'concentration'),
+    (lambda: partition.dirichlet(LABELS, 5, float('nan'), seed=0), 'concentration'),
+    (lambda: partition.dirichlet(LABELS, 5, 1.0, 0, min_client_size=-1), 'min_client_size'),
+    (lambda: partition.dirichlet(LABELS.astype(float), 5, 1.0, seed=0), 'labels'),
+    (lambda: partition.shards(LABELS, 5, 0, seed=0), 'shards_per_client'),
+    (lambda: partition.shards(LABELS, 500, 3, seed=0), 'shards_per_client'),
+    (lambda: partition.partition('bogus', LABELS, 5, seed=0), 'method'),
+  ],
 )
 def test_invalid_settings_raise_one_line(call, setting: str) -> None:
   with pytest.raises(ValueError) as info:

@@ -45,7 +45,7 @@ def test_registered_and_dispatched() -> None:
 @pytest.mark.parametrize('method', METHODS)
 @pytest.mark.parametrize('num_clients', partition.FEDCOMPASS_NUM_CLIENTS)
 def test_paper_defaults_assign_every_example_once_and_no_empty_client(
-    method: str, num_clients: int
+  method: str, num_clients: int
 ) -> None:
   for seed in range(3):
     parts = partition.partition(method, LABELS, num_clients, seed=seed)
@@ -65,15 +65,23 @@ def test_deterministic_by_seed(method: str) -> None:
 def test_fedcompass_settings_per_client_count() -> None:
   # Paper, Appendix D.1.1: mu = 10, sigma = 3; m = 5 -> [5, 6]; m = 10, 20 -> [3, 5].
   assert partition.fedcompass_class_partition_settings(5) == {
-      'classes_per_client': (5, 6), 'mean': 10.0, 'std': 3.0}
+    'classes_per_client': (5, 6),
+    'mean': 10.0,
+    'std': 3.0,
+  }
   for m in (10, 20):
     assert partition.fedcompass_class_partition_settings(m) == {
-        'classes_per_client': (3, 5), 'mean': 10.0, 'std': 3.0}
+      'classes_per_client': (3, 5),
+      'mean': 10.0,
+      'std': 3.0,
+    }
   # Paper, Appendix D.1.2: alpha_1 = m, alpha_2 = 0.5.
   for m in (5, 10, 20):
     assert partition.fedcompass_dual_dirichlet_settings(m) == {'alpha_1': float(m), 'alpha_2': 0.5}
-  for helper in (partition.fedcompass_class_partition_settings,
-                 partition.fedcompass_dual_dirichlet_settings):
+  for helper in (
+    partition.fedcompass_class_partition_settings,
+    partition.fedcompass_dual_dirichlet_settings,
+  ):
     for m in (1, 7, 50):
       with pytest.raises(ValueError, match='num_clients'):
         helper(m)
@@ -82,11 +90,13 @@ def test_fedcompass_settings_per_client_count() -> None:
 def test_defaults_equal_the_paper_settings() -> None:
   for m in (5, 20):
     explicit = partition.class_partition(
-        LABELS, m, 1, **partition.fedcompass_class_partition_settings(m))
+      LABELS, m, 1, **partition.fedcompass_class_partition_settings(m)
+    )
     default = partition.class_partition(LABELS, m, 1)
     assert all(np.array_equal(a, b) for a, b in zip(explicit, default, strict=True))
     explicit = partition.dual_dirichlet(
-        LABELS, m, 1, **partition.fedcompass_dual_dirichlet_settings(m))
+      LABELS, m, 1, **partition.fedcompass_dual_dirichlet_settings(m)
+    )
     default = partition.dual_dirichlet(LABELS, m, 1)
     assert all(np.array_equal(a, b) for a, b in zip(explicit, default, strict=True))
 
@@ -128,12 +138,17 @@ def test_class_partition_normal_shares_vary_with_std() -> None:
   def spread(std: float) -> float:
     values = []
     for seed in range(10):
-      counts = np.stack([_class_counts(p) for p in partition.class_partition(
-          LABELS, 10, seed, classes_per_client=(3, 5), std=std)])
+      counts = np.stack(
+        [
+          _class_counts(p)
+          for p in partition.class_partition(LABELS, 10, seed, classes_per_client=(3, 5), std=std)
+        ]
+      )
       for c in range(NUM_CLASSES):
         column = counts[:, c][counts[:, c] > 0]
         values.append(column.std() / column.mean())
     return float(np.mean(values))
+
   assert spread(0.0) < 0.01 < spread(3.0) < spread(8.0)
 
 
@@ -199,27 +214,27 @@ def test_min_client_size_is_respected(method: str) -> None:
 
 
 @pytest.mark.parametrize(
-    'method, settings, name',
-    [
-        ('class', {'classes_per_client': (0, 3)}, 'classes_per_client'),
-        ('class', {'classes_per_client': (4, 3)}, 'classes_per_client'),
-        ('class', {'classes_per_client': (3, 11)}, 'classes_per_client'),
-        ('class', {'classes_per_client': 'three'}, 'classes_per_client'),
-        ('class', {'classes_per_client': (1.5, 3)}, 'classes_per_client'),
-        ('class', {'mean': 0.0}, 'mean'),
-        ('class', {'mean': math.nan}, 'mean'),
-        ('class', {'std': -1.0}, 'std'),
-        ('class', {'std': math.inf}, 'std'),
-        ('class', {'min_client_size': -1}, 'min_client_size'),
-        ('class', {'min_client_size': 601}, 'min_client_size'),
-        ('class', {'max_attempts': 0}, 'max_attempts'),
-        ('dual_dirichlet', {'alpha_1': 0.0}, 'alpha_1'),
-        ('dual_dirichlet', {'alpha_1': math.inf}, 'alpha_1'),
-        ('dual_dirichlet', {'alpha_2': -0.5}, 'alpha_2'),
-        ('dual_dirichlet', {'alpha_2': True}, 'alpha_2'),
-        ('dual_dirichlet', {'min_client_size': 601}, 'min_client_size'),
-        ('dual_dirichlet', {'max_attempts': 0}, 'max_attempts'),
-    ],
+  'method, settings, name',
+  [
+    ('class', {'classes_per_client': (0, 3)}, 'classes_per_client'),
+    ('class', {'classes_per_client': (4, 3)}, 'classes_per_client'),
+    ('class', {'classes_per_client': (3, 11)}, 'classes_per_client'),
+    ('class', {'classes_per_client': 'three'}, 'classes_per_client'),
+    ('class', {'classes_per_client': (1.5, 3)}, 'classes_per_client'),
+    ('class', {'mean': 0.0}, 'mean'),
+    ('class', {'mean': math.nan}, 'mean'),
+    ('class', {'std': -1.0}, 'std'),
+    ('class', {'std': math.inf}, 'std'),
+    ('class', {'min_client_size': -1}, 'min_client_size'),
+    ('class', {'min_client_size': 601}, 'min_client_size'),
+    ('class', {'max_attempts': 0}, 'max_attempts'),
+    ('dual_dirichlet', {'alpha_1': 0.0}, 'alpha_1'),
+    ('dual_dirichlet', {'alpha_1': math.inf}, 'alpha_1'),
+    ('dual_dirichlet', {'alpha_2': -0.5}, 'alpha_2'),
+    ('dual_dirichlet', {'alpha_2': True}, 'alpha_2'),
+    ('dual_dirichlet', {'min_client_size': 601}, 'min_client_size'),
+    ('dual_dirichlet', {'max_attempts': 0}, 'max_attempts'),
+  ],
 )
 def test_invalid_settings_raise(method: str, settings: dict, name: str) -> None:
   with pytest.raises(ValueError, match=name):
@@ -234,7 +249,8 @@ def test_impossible_or_unmet_requirements_raise() -> None:
     partition.class_partition(LABELS, 5, 0, classes_per_client=2, max_attempts=1)
   with pytest.raises(ValueError, match='min_client_size'):
     partition.dual_dirichlet(
-        LABELS, 20, 0, alpha_1=0.05, alpha_2=0.5, min_client_size=290, max_attempts=5)
+      LABELS, 20, 0, alpha_1=0.05, alpha_2=0.5, min_client_size=290, max_attempts=5
+    )
   for method in METHODS:
     with pytest.raises(ValueError, match='num_clients'):
       partition.partition(method, LABELS[:3], 5, seed=0)

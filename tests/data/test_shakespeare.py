@@ -101,12 +101,12 @@ Enter a Messenger.
 def test_parse_play_by_speaking_role() -> None:
   roles = text.parse_play(PLAY)
   assert roles == {
-      'BER': ["Who's there? Stand,", 'and unfold yourself.', 'He.'],
-      # A mid-speech stage direction, even over two lines, continues the speech.
-      'FRAN': ['Nay, answer me. Stand!', 'Long live the king!', 'Bernardo?'],
-      # A stanza number is not a role; the list of persons is skipped.
-      'FIRST WITCH': ['When shall we three meet again?', 'II.', 'Fair is foul.'],
-      'NORFOLK': ['I thank your Grace,', 'Healthful.'],
+    'BER': ["Who's there? Stand,", 'and unfold yourself.', 'He.'],
+    # A mid-speech stage direction, even over two lines, continues the speech.
+    'FRAN': ['Nay, answer me. Stand!', 'Long live the king!', 'Bernardo?'],
+    # A stanza number is not a role; the list of persons is skipped.
+    'FIRST WITCH': ['When shall we three meet again?', 'II.', 'Fair is foul.'],
+    'NORFOLK': ['I thank your Grace,', 'Healthful.'],
   }
 
 
@@ -170,8 +170,9 @@ def test_load_equals_source(loaded, sdist: Path) -> None:
   assert loaded.client_names == raw.client_names
 
 
-def test_cli_build_from_unpacked_sdist_is_identical(loaded, data_dir: Path, sdist: Path,
-                                                     tmp_path: Path) -> None:
+def test_cli_build_from_unpacked_sdist_is_identical(
+  loaded, data_dir: Path, sdist: Path, tmp_path: Path
+) -> None:
   """A second build, by the command line from the unpacked sdist, holds the same data.
 
   (Not the same bytes: protobuf writes an example's features in hash-seed dependent order.)

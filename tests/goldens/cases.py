@@ -15,7 +15,8 @@ import importlib.util
 import json
 import os
 import platform
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jaxlib
@@ -59,54 +60,116 @@ def _shipped_case(path: str) -> Callable[[], tuple[Any, Any]]:
     if config.model.name == 'char_lstm':  # next-character models get token sequences
       return config, toy_text_federation(num_clients=6)
     return config, toy_federation(num_clients=6, num_classes=10, image_shape=(28, 28, 1))
+
   return build
 
 
-def _small_case(config_file: str, overrides: dict[str, Any], num_clients: int,
-                image_shape=(28, 28, 1)) -> Callable[[], tuple[Any, Any]]:
+def _small_case(
+  config_file: str, overrides: dict[str, Any], num_clients: int, image_shape=(28, 28, 1)
+) -> Callable[[], tuple[Any, Any]]:
   def build():
     config = load_config_file(os.path.join(ROOT, 'configs', config_file))
     config.data.num_clients = num_clients
     for path, value in overrides.items():
       set_by_path(config, path, value)
-    return config, toy_federation(num_clients=num_clients, num_classes=10,
-                                  image_shape=image_shape, min_size=8, max_size=40,
-                                  num_test=100, seed=1)
+    return config, toy_federation(
+      num_clients=num_clients,
+      num_classes=10,
+      image_shape=image_shape,
+      min_size=8,
+      max_size=40,
+      num_test=100,
+      seed=1,
+    )
+
   return build
 
 
 # Small budgets of the algorithm families whose state and schedules are the most involved.
 SMALL_CASES: dict[str, Callable[[], tuple[Any, Any]]] = {
-    'demo': _small_case('fedavg_fashion_mnist.py', {
-        'scheduler.cohort_size': 4, 'client.local_steps': 5, 'run.num_rounds': 4,
-        'run.eval_every': 1}, num_clients=10),
-    'fedbuff': _small_case('fedbuff_fashion_mnist.py', {
-        'scheduler.concurrency': 5, 'scheduler.buffer_size': 3, 'client.local_steps': 4,
-        'run.num_rounds': 6, 'run.eval_every': 2}, num_clients=12),
-    'fedcompass_cnn': _small_case('fedcompass_mnist.py', {
-        'client.batch_size': 8, 'scheduler.q_min': 4, 'scheduler.q_max': 20,
-        'latency.per_step.mean': 1.0, 'run.max_virtual_time': 60.0, 'run.eval_every': 3},
-        num_clients=5),
-    'ccfedavg': _small_case('ccfedavg_fashion_mnist.py', {
-        'scheduler.cohort_size': 4, 'client.local_steps': 3, 'client.batch_size': 8,
-        'run.num_rounds': 8, 'run.eval_every': 2, 'budget.beta': 2}, num_clients=10),
-    'fare_dust': _small_case('fare_dust_fashion_mnist.py', {
-        'scheduler.cohort_size': 3, 'scheduler.num_selected': 5, 'client.batch_size': 8,
-        'fare_dust.history_length': 3, 'run.num_rounds': 8,
-        'run.eval_every': 2}, num_clients=10),
-    'feast_msg': _small_case('feast_msg_fashion_mnist.py', {
-        'scheduler.cohort_size': 3, 'scheduler.num_selected': 5, 'client.batch_size': 8,
-        'run.num_rounds': 8, 'run.eval_every': 2}, num_clients=10),
-    'fedasmu': _small_case('fedasmu_fashion_mnist.py', {
-        'scheduler.concurrency': 3, 'client.local_epochs': 2.0, 'client.batch_size': 8,
-        'scheduler.trigger_period': 2.0, 'scheduler.trigger_count': 2, 'run.num_rounds': 8,
-        'run.eval_every': 2}, num_clients=8),
+  'demo': _small_case(
+    'fedavg_fashion_mnist.py',
+    {'scheduler.cohort_size': 4, 'client.local_steps': 5, 'run.num_rounds': 4, 'run.eval_every': 1},
+    num_clients=10,
+  ),
+  'fedbuff': _small_case(
+    'fedbuff_fashion_mnist.py',
+    {
+      'scheduler.concurrency': 5,
+      'scheduler.buffer_size': 3,
+      'client.local_steps': 4,
+      'run.num_rounds': 6,
+      'run.eval_every': 2,
+    },
+    num_clients=12,
+  ),
+  'fedcompass_cnn': _small_case(
+    'fedcompass_mnist.py',
+    {
+      'client.batch_size': 8,
+      'scheduler.q_min': 4,
+      'scheduler.q_max': 20,
+      'latency.per_step.mean': 1.0,
+      'run.max_virtual_time': 60.0,
+      'run.eval_every': 3,
+    },
+    num_clients=5,
+  ),
+  'ccfedavg': _small_case(
+    'ccfedavg_fashion_mnist.py',
+    {
+      'scheduler.cohort_size': 4,
+      'client.local_steps': 3,
+      'client.batch_size': 8,
+      'run.num_rounds': 8,
+      'run.eval_every': 2,
+      'budget.beta': 2,
+    },
+    num_clients=10,
+  ),
+  'fare_dust': _small_case(
+    'fare_dust_fashion_mnist.py',
+    {
+      'scheduler.cohort_size': 3,
+      'scheduler.num_selected': 5,
+      'client.batch_size': 8,
+      'fare_dust.history_length': 3,
+      'run.num_rounds': 8,
+      'run.eval_every': 2,
+    },
+    num_clients=10,
+  ),
+  'feast_msg': _small_case(
+    'feast_msg_fashion_mnist.py',
+    {
+      'scheduler.cohort_size': 3,
+      'scheduler.num_selected': 5,
+      'client.batch_size': 8,
+      'run.num_rounds': 8,
+      'run.eval_every': 2,
+    },
+    num_clients=10,
+  ),
+  'fedasmu': _small_case(
+    'fedasmu_fashion_mnist.py',
+    {
+      'scheduler.concurrency': 3,
+      'client.local_epochs': 2.0,
+      'client.batch_size': 8,
+      'scheduler.trigger_period': 2.0,
+      'scheduler.trigger_count': 2,
+      'run.num_rounds': 8,
+      'run.eval_every': 2,
+    },
+    num_clients=8,
+  ),
 }
 
 CASES: dict[str, Callable[[], tuple[Any, Any]]] = {
-    **{'shipped_' + os.path.splitext(os.path.basename(p))[0]: _shipped_case(p)
-       for p in SHIPPED_CONFIGS},
-    **SMALL_CASES,
+  **{
+    'shipped_' + os.path.splitext(os.path.basename(p))[0]: _shipped_case(p) for p in SHIPPED_CONFIGS
+  },
+  **SMALL_CASES,
 }
 
 
@@ -117,10 +180,12 @@ def params_digest(params) -> dict[str, Any]:
   for leaf in leaves:
     digest.update(str(leaf.dtype).encode() + str(leaf.shape).encode())
     digest.update(np.ascontiguousarray(leaf).tobytes())
-  return {'sha256': digest.hexdigest(),
-          'size': int(sum(leaf.size for leaf in leaves)),
-          'sum': float(sum(leaf.astype(np.float64).sum() for leaf in leaves)),
-          'abs_sum': float(sum(np.abs(leaf.astype(np.float64)).sum() for leaf in leaves))}
+  return {
+    'sha256': digest.hexdigest(),
+    'size': int(sum(leaf.size for leaf in leaves)),
+    'sum': float(sum(leaf.astype(np.float64).sum() for leaf in leaves)),
+    'abs_sum': float(sum(np.abs(leaf.astype(np.float64)).sum() for leaf in leaves)),
+  }
 
 
 def environment() -> dict[str, str]:
@@ -132,9 +197,12 @@ def environment() -> dict[str, str]:
       flags = next((line for line in f if line.startswith('flags')), '')
   except OSError:
     pass
-  return {'jax': jax.__version__, 'jaxlib': jaxlib.__version__,
-          'machine': platform.machine(),
-          'cpu_flags': hashlib.sha256(flags.encode()).hexdigest()[:16]}
+  return {
+    'jax': jax.__version__,
+    'jaxlib': jaxlib.__version__,
+    'machine': platform.machine(),
+    'cpu_flags': hashlib.sha256(flags.encode()).hexdigest()[:16],
+  }
 
 
 def run_case(name: str, workdir: str) -> dict[str, Any]:
@@ -145,6 +213,10 @@ def run_case(name: str, workdir: str) -> dict[str, Any]:
   with open(os.path.join(workdir, 'metrics.jsonl')) as f:
     metrics = [json.loads(line) for line in f]
   sim = prepared.simulation
-  return {'metrics': metrics, 'tasks': summary['tasks'],
-          'participation': summary['participation'],
-          'params': params_digest(sim.params), 'eval_params': params_digest(sim.eval_params)}
+  return {
+    'metrics': metrics,
+    'tasks': summary['tasks'],
+    'participation': summary['participation'],
+    'params': params_digest(sim.params),
+    'eval_params': params_digest(sim.eval_params),
+  }

@@ -8,8 +8,9 @@ from fedsim_jax.runtime.latency.device_ratio import DeviceRatioLatency
 
 @pytest.mark.parametrize('num_clients,ratio', [(2, 5.0), (100, 5.0), (200, 440.0), (50, 1.0)])
 def test_ratio_exactly_met_and_bounds(num_clients, ratio):
-  model = DeviceRatioLatency(num_clients, np.random.default_rng(0), fastest_step_time=0.2,
-                             ratio=ratio)
+  model = DeviceRatioLatency(
+    num_clients, np.random.default_rng(0), fastest_step_time=0.2, ratio=ratio
+  )
   times = np.array([model.expected_step_time(i) for i in range(num_clients)])
   assert times.min() == 0.2
   assert times.max() / times.min() == pytest.approx(ratio, rel=1e-12)
@@ -30,12 +31,19 @@ def test_single_client_is_fastest():
 
 
 def test_communication_fixed_and_bandwidth_based():
-  fixed = DeviceRatioLatency(3, np.random.default_rng(0), fastest_step_time=1.0,
-                             communication_time=4.0, bandwidth_scale=0.5)
+  fixed = DeviceRatioLatency(
+    3, np.random.default_rng(0), fastest_step_time=1.0, communication_time=4.0, bandwidth_scale=0.5
+  )
   assert fixed.sample(2).communication == 8.0
   assert fixed.extra_download_time(2) == 4.0
-  bw = DeviceRatioLatency(3, np.random.default_rng(0), fastest_step_time=1.0, model_bytes=1000,
-                          bandwidth=np.array([100.0, 200.0, 500.0]), bandwidth_scale=1 / 50)
+  bw = DeviceRatioLatency(
+    3,
+    np.random.default_rng(0),
+    fastest_step_time=1.0,
+    model_bytes=1000,
+    bandwidth=np.array([100.0, 200.0, 500.0]),
+    bandwidth_scale=1 / 50,
+  )
   assert bw.sample(0).communication == pytest.approx(2 * 1000 / 2.0)
   assert bw.extra_download_time(2) == pytest.approx(1000 / 10.0)
   assert bw.sample(1).duration(3) == pytest.approx(2 * 1000 / 4.0 + 3 * 5.0)
@@ -48,19 +56,24 @@ def test_jitter():
   assert steps.std() == pytest.approx(0.25, rel=0.05)
 
 
-@pytest.mark.parametrize('kwargs,match', [
+@pytest.mark.parametrize(
+  'kwargs,match',
+  [
     ({'fastest_step_time': 0.0}, 'latency.fastest_step_time'),
     ({'ratio': 0.5}, 'latency.ratio'),
     ({'ratio': float('inf')}, 'latency.ratio'),
     ({'communication_time': -1.0}, 'latency.communication_time'),
-    ({'communication_time': 1.0, 'bandwidth': 10.0, 'model_bytes': 5},
-     'latency.communication_time'),
+    (
+      {'communication_time': 1.0, 'bandwidth': 10.0, 'model_bytes': 5},
+      'latency.communication_time',
+    ),
     ({'bandwidth': 10.0}, 'latency.bandwidth'),
     ({'bandwidth': 0.0, 'model_bytes': 5}, 'latency.bandwidth'),
     ({'bandwidth': 10.0, 'model_bytes': -5}, 'latency.model_bytes'),
     ({'bandwidth_scale': -1.0}, 'latency.bandwidth_scale'),
     ({'jitter': -1.0}, 'latency.jitter'),
-])
+  ],
+)
 def test_invalid_settings(kwargs, match):
   settings = {'fastest_step_time': 1.0, **kwargs}
   with pytest.raises(ValueError, match=match):

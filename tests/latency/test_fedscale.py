@@ -7,8 +7,12 @@ from fedsim_jax.runtime.latency.fedscale import FedScaleLatency, synthetic_devic
 
 
 def _model(**kwargs):
-  settings = dict(batch_size=16, seconds_per_sample=np.array([0.01, 0.05]),
-                  bandwidth=np.array([1e6, 2.5e5]), model_bytes=4_000_000)
+  settings = dict(
+    batch_size=16,
+    seconds_per_sample=np.array([0.01, 0.05]),
+    bandwidth=np.array([1e6, 2.5e5]),
+    model_bytes=4_000_000,
+  )
   settings.update(kwargs)
   return FedScaleLatency(2, np.random.default_rng(0), **settings)
 
@@ -53,20 +57,29 @@ def test_jitter_statistics_and_seed():
 
 
 def test_synthetic_profiles():
-  profiles = synthetic_device_profiles(20000, np.random.default_rng(0),
-                                       median_seconds_per_sample=0.02, median_bandwidth=1e6)
+  profiles = synthetic_device_profiles(
+    20000, np.random.default_rng(0), median_seconds_per_sample=0.02, median_bandwidth=1e6
+  )
   assert np.median(profiles.seconds_per_sample) == pytest.approx(0.02, rel=0.03)
   assert np.median(profiles.bandwidth) == pytest.approx(1e6, rel=0.05)
-  same = synthetic_device_profiles(20000, np.random.default_rng(0),
-                                   median_seconds_per_sample=0.02, median_bandwidth=1e6)
+  same = synthetic_device_profiles(
+    20000, np.random.default_rng(0), median_seconds_per_sample=0.02, median_bandwidth=1e6
+  )
   np.testing.assert_array_equal(profiles.bandwidth, same.bandwidth)
-  model = FedScaleLatency(20000, np.random.default_rng(1), batch_size=8,
-                          seconds_per_sample=profiles.seconds_per_sample,
-                          bandwidth=profiles.bandwidth, model_bytes=1000)
+  model = FedScaleLatency(
+    20000,
+    np.random.default_rng(1),
+    batch_size=8,
+    seconds_per_sample=profiles.seconds_per_sample,
+    bandwidth=profiles.bandwidth,
+    model_bytes=1000,
+  )
   assert model.expected_step_time(3) == pytest.approx(24 * profiles.seconds_per_sample[3])
 
 
-@pytest.mark.parametrize('kwargs,match', [
+@pytest.mark.parametrize(
+  'kwargs,match',
+  [
     ({'batch_size': 0}, 'latency.batch_size'),
     ({'model_bytes': -1}, 'latency.model_bytes'),
     ({'model_bytes': 1.5}, 'latency.model_bytes'),
@@ -76,18 +89,22 @@ def test_synthetic_profiles():
     ({'seconds_per_sample': np.array([0.1])}, 'latency.seconds_per_sample'),
     ({'bandwidth': np.array([1e6, np.inf])}, 'latency.bandwidth'),
     ({'upload_bandwidth': -1.0}, 'latency.upload_bandwidth'),
-])
+  ],
+)
 def test_invalid_settings(kwargs, match):
   with pytest.raises(ValueError, match=match):
     _model(**kwargs)
 
 
-@pytest.mark.parametrize('kwargs,match', [
+@pytest.mark.parametrize(
+  'kwargs,match',
+  [
     ({'median_seconds_per_sample': 0.0}, 'latency.median_seconds_per_sample'),
     ({'median_bandwidth': -1.0}, 'latency.median_bandwidth'),
     ({'compute_sigma': -0.1}, 'latency.compute_sigma'),
     ({'bandwidth_sigma': float('nan')}, 'latency.bandwidth_sigma'),
-])
+  ],
+)
 def test_invalid_profile_settings(kwargs, match):
   with pytest.raises(ValueError, match=match):
     synthetic_device_profiles(4, np.random.default_rng(0), **kwargs)

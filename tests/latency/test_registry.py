@@ -6,26 +6,43 @@ import pathlib
 import numpy as np
 import pytest
 
-from fedsim_jax.runtime.latency import (AVAILABILITY_MODELS, LATENCY_MODELS, AlwaysAvailable,
-                                        DeviceRatioLatency, FedScaleLatency, LogNormalLatency,
-                                        PerStepLatency, PeriodicAvailability, TraceAvailability,
-                                        TraceLatency, make_availability, make_latency)
+from fedsim_jax.runtime.latency import (
+  AVAILABILITY_MODELS,
+  LATENCY_MODELS,
+  AlwaysAvailable,
+  DeviceRatioLatency,
+  FedScaleLatency,
+  LogNormalLatency,
+  PeriodicAvailability,
+  PerStepLatency,
+  TraceAvailability,
+  TraceLatency,
+  make_availability,
+  make_latency,
+)
 
 EXAMPLE = pathlib.Path(__file__).parents[2] / 'configs' / 'traces' / 'example_trace.json'
 SIZES = np.array([5, 100, 40])
 SETTINGS = {
-    'per_step': ({'mean': 0.5}, PerStepLatency),
-    'lognormal': ({'model': 'per_domain_per_example'}, LogNormalLatency),
-    'fedscale': ({}, FedScaleLatency),
-    'device_ratio': ({'fastest_step_time': 0.1}, DeviceRatioLatency),
-    'trace': ({'trace': str(EXAMPLE)}, TraceLatency),
+  'per_step': ({'mean': 0.5}, PerStepLatency),
+  'lognormal': ({'model': 'per_domain_per_example'}, LogNormalLatency),
+  'fedscale': ({}, FedScaleLatency),
+  'device_ratio': ({'fastest_step_time': 0.1}, DeviceRatioLatency),
+  'trace': ({'trace': str(EXAMPLE)}, TraceLatency),
 }
 
 
 def _make(name, **settings):
-  return make_latency(name, num_clients=3, rng=np.random.default_rng(0), client_sizes=SIZES,
-                      batch_size=32, model_bytes=10_000,
-                      straggler_mask=np.array([False, True, False]), **settings)
+  return make_latency(
+    name,
+    num_clients=3,
+    rng=np.random.default_rng(0),
+    client_sizes=SIZES,
+    batch_size=32,
+    model_bytes=10_000,
+    straggler_mask=np.array([False, True, False]),
+    **settings,
+  )
 
 
 @pytest.mark.parametrize('name', LATENCY_MODELS)
@@ -57,9 +74,16 @@ def test_device_ratio_bandwidth_uses_model_bytes():
   assert model.sample(0).communication == pytest.approx(20.0)
 
 
-@pytest.mark.parametrize('name,setting', [
-    ('per_step', 'speed'), ('lognormal', 'examples_per_step'), ('fedscale', 'jiter'),
-    ('device_ratio', 'ratios'), ('trace', 'path')])
+@pytest.mark.parametrize(
+  'name,setting',
+  [
+    ('per_step', 'speed'),
+    ('lognormal', 'examples_per_step'),
+    ('fedscale', 'jiter'),
+    ('device_ratio', 'ratios'),
+    ('trace', 'path'),
+  ],
+)
 def test_unknown_setting_rejected(name, setting):
   settings = dict(SETTINGS[name][0], **{setting: 1})
   with pytest.raises(ValueError, match=f'latency.{setting}=.*allowed'):
@@ -77,8 +101,7 @@ def test_availability_models():
   rng = np.random.default_rng(0)
   assert set(AVAILABILITY_MODELS) == {'always', 'periodic', 'trace'}
   assert isinstance(make_availability('always', num_clients=3, rng=rng), AlwaysAvailable)
-  periodic = make_availability('periodic', num_clients=3, rng=rng, online_fraction=0.5,
-                               period=10.0)
+  periodic = make_availability('periodic', num_clients=3, rng=rng, online_fraction=0.5, period=10.0)
   assert isinstance(periodic, PeriodicAvailability)
   trace = make_availability('trace', num_clients=3, rng=rng, trace=EXAMPLE)
   assert isinstance(trace, TraceAvailability) and trace.next_available(0, 3600.0) == 7200.0
@@ -86,5 +109,6 @@ def test_availability_models():
   with pytest.raises(ValueError, match='availability.period=.*allowed'):
     make_availability('always', num_clients=3, rng=rng, period=1.0)
   with pytest.raises(ValueError, match='availability.phase=.*allowed'):
-    make_availability('periodic', num_clients=3, rng=rng, online_fraction=0.5, period=1.0,
-                      phase=0.0)
+    make_availability(
+      'periodic', num_clients=3, rng=rng, online_fraction=0.5, period=1.0, phase=0.0
+    )

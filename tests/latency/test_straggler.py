@@ -5,8 +5,12 @@ import math
 import numpy as np
 import pytest
 
-from fedsim_jax.runtime.latency.straggler import (PAPER_TABLES, LogNormalLatency,
-                                                  closed_form_means, lognormal_mean)
+from fedsim_jax.runtime.latency.straggler import (
+  PAPER_TABLES,
+  LogNormalLatency,
+  closed_form_means,
+  lognormal_mean,
+)
 
 NUM_DRAWS = 200_000
 EXAMPLES_PER_STEP = 20
@@ -15,19 +19,27 @@ STEPS = 5  # one epoch of 100 examples
 
 def _model(model, seed=0, **kwargs):
   mask = np.array([False, True])
-  return LogNormalLatency(2, np.random.default_rng(seed), examples_per_step=EXAMPLES_PER_STEP,
-                          straggler_mask=mask, model=model, **kwargs)
+  return LogNormalLatency(
+    2,
+    np.random.default_rng(seed),
+    examples_per_step=EXAMPLES_PER_STEP,
+    straggler_mask=mask,
+    model=model,
+    **kwargs,
+  )
 
 
 def _check_means(model, client, draws):
   means = model.mean_factors(model.group(client))
   np.testing.assert_allclose(np.mean(draws.communication), means['communication'], rtol=0.01)
   np.testing.assert_allclose(np.mean(draws.overhead), means['overhead'], rtol=0.01)
-  np.testing.assert_allclose(np.mean(draws.per_step) / EXAMPLES_PER_STEP, means['per_example'],
-                             rtol=0.01)
+  np.testing.assert_allclose(
+    np.mean(draws.per_step) / EXAMPLES_PER_STEP, means['per_example'], rtol=0.01
+  )
   epoch = np.mean(draws.duration(STEPS))
-  np.testing.assert_allclose(epoch, model.expected_duration(client, STEPS * EXAMPLES_PER_STEP),
-                             rtol=0.01)
+  np.testing.assert_allclose(
+    epoch, model.expected_duration(client, STEPS * EXAMPLES_PER_STEP), rtol=0.01
+  )
 
 
 @pytest.mark.parametrize('variant', ['per_example', 'per_domain_per_example'])
@@ -64,8 +76,10 @@ def test_override_one_entry():
 
 
 def test_zero_sigma_is_deterministic_and_task_duration_formula():
-  zero = {g: {f: (0.0, 0.0) for f in ('communication', 'overhead', 'per_example')}
-          for g in ('standard', 'straggler')}
+  zero = {
+    g: {f: (0.0, 0.0) for f in ('communication', 'overhead', 'per_example')}
+    for g in ('standard', 'straggler')
+  }
   model = _model('per_example', params=zero)
   task = model.sample(0)
   assert task == (1.0, 1.0, float(EXAMPLES_PER_STEP))
@@ -81,11 +95,14 @@ def test_same_seed_same_draws():
 
 def test_per_client_examples_per_step():
   model = LogNormalLatency(3, np.random.default_rng(0), examples_per_step=np.array([1, 10, 32]))
-  np.testing.assert_allclose([model.expected_step_time(i) for i in range(3)],
-                             np.array([1, 10, 32]) * math.exp(-1.6 + 0.125))
+  np.testing.assert_allclose(
+    [model.expected_step_time(i) for i in range(3)], np.array([1, 10, 32]) * math.exp(-1.6 + 0.125)
+  )
 
 
-@pytest.mark.parametrize('kwargs,match', [
+@pytest.mark.parametrize(
+  'kwargs,match',
+  [
     ({'model': 'per_domain'}, 'latency.model'),
     ({'examples_per_step': 0}, 'latency.examples_per_step'),
     ({'examples_per_step': np.array([1, 2])}, 'latency.examples_per_step'),
@@ -96,7 +113,8 @@ def test_per_client_examples_per_step():
     ({'params': {'standard': {'compute': (0, 1)}}}, 'latency.params'),
     ({'params': {'standard': {'overhead': (0, -1)}}}, 'latency.params.standard.overhead'),
     ({'params': {'standard': {'overhead': 3}}}, 'latency.params.standard.overhead'),
-])
+  ],
+)
 def test_invalid_settings(kwargs, match):
   settings = {'examples_per_step': 4, **kwargs}
   with pytest.raises(ValueError, match=match):
@@ -105,8 +123,9 @@ def test_invalid_settings(kwargs, match):
 
 def test_per_domain_requires_mask():
   with pytest.raises(ValueError, match='latency.straggler_mask'):
-    LogNormalLatency(3, np.random.default_rng(0), examples_per_step=4,
-                     model='per_domain_per_example')
+    LogNormalLatency(
+      3, np.random.default_rng(0), examples_per_step=4, model='per_domain_per_example'
+    )
 
 
 def test_invalid_num_clients_and_rng():

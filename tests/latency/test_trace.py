@@ -7,8 +7,13 @@ import pathlib
 import numpy as np
 import pytest
 
-from fedsim_jax.runtime.latency.trace import (PeriodicAvailability, TraceAvailability,
-                                              TraceLatency, WindowAvailability, load_trace)
+from fedsim_jax.runtime.latency.trace import (
+  PeriodicAvailability,
+  TraceAvailability,
+  TraceLatency,
+  WindowAvailability,
+  load_trace,
+)
 
 EXAMPLE = pathlib.Path(__file__).parents[2] / 'configs' / 'traces' / 'example_trace.json'
 
@@ -38,12 +43,22 @@ def test_example_trace_loads():
 
 
 class TestWindowAvailability:
-
   availability = WindowAvailability([[(0.0, 10.0), (20.0, 30.0)], None, [], [(5.0, math.inf)]])
 
-  @pytest.mark.parametrize('time,expected', [
-      (0.0, 0.0), (5.0, 5.0), (9.999, 9.999), (10.0, 20.0), (15.0, 20.0), (20.0, 20.0),
-      (29.0, 29.0), (30.0, math.inf), (100.0, math.inf)])
+  @pytest.mark.parametrize(
+    'time,expected',
+    [
+      (0.0, 0.0),
+      (5.0, 5.0),
+      (9.999, 9.999),
+      (10.0, 20.0),
+      (15.0, 20.0),
+      (20.0, 20.0),
+      (29.0, 29.0),
+      (30.0, math.inf),
+      (100.0, math.inf),
+    ],
+  )
   def test_next_available(self, time, expected):
     assert self.availability.next_available(0, time) == expected
 
@@ -68,9 +83,13 @@ class TestWindowAvailability:
 
 
 def test_json_windows_and_jitter(tmp_path):
-  path = _json(tmp_path, [{'id': 1, 'step_time': 1.0, 'communication_time': 0.0},
-                          {'id': 0, 'step_time': 2.0, 'communication_time': 1.0,
-                           'windows': [[0, 5], [6, 7]]}])
+  path = _json(
+    tmp_path,
+    [
+      {'id': 1, 'step_time': 1.0, 'communication_time': 0.0},
+      {'id': 0, 'step_time': 2.0, 'communication_time': 1.0, 'windows': [[0, 5], [6, 7]]},
+    ],
+  )
   trace = load_trace(path)
   assert trace.clients[0].step_time == 2.0 and trace.clients[0].windows == ((0, 5), (6, 7))
   model = TraceLatency(2, np.random.default_rng(0), trace=trace, jitter=0.05)
@@ -79,8 +98,11 @@ def test_json_windows_and_jitter(tmp_path):
 
 
 def test_csv_with_windows(tmp_path):
-  speeds = _write(tmp_path, 's.csv', 'client_id,step_time,communication_time,overhead\n'
-                  '0,0.1,2.0,0.5\n1,0.2,3.0,0\n2,0.3,1.0,0\n')
+  speeds = _write(
+    tmp_path,
+    's.csv',
+    'client_id,step_time,communication_time,overhead\n0,0.1,2.0,0.5\n1,0.2,3.0,0\n2,0.3,1.0,0\n',
+  )
   windows = _write(tmp_path, 'w.csv', 'client_id,start,end\n0,0,10\n1,5,6\n0,20,30\n')
   trace = load_trace(speeds, windows)
   assert trace.clients[0].windows == ((0, 10), (20, 30))
@@ -92,25 +114,33 @@ def test_csv_with_windows(tmp_path):
   assert load_trace(no_overhead).clients[0].overhead == 0.0
 
 
-@pytest.mark.parametrize('clients,match', [
-    ([{'id': 0, 'step_time': 1, 'communication_time': 1},
-      {'id': 0, 'step_time': 1, 'communication_time': 1}], r'clients\[1\].*duplicate'),
+@pytest.mark.parametrize(
+  'clients,match',
+  [
+    (
+      [
+        {'id': 0, 'step_time': 1, 'communication_time': 1},
+        {'id': 0, 'step_time': 1, 'communication_time': 1},
+      ],
+      r'clients\[1\].*duplicate',
+    ),
     ([{'id': 1, 'step_time': 1, 'communication_time': 1}], r'missing \[0\]'),
     ([{'id': 0, 'step_time': -1, 'communication_time': 1}], r'clients\[0\].*step_time'),
     ([{'id': 0, 'step_time': 1, 'communication_time': -1}], 'communication_time'),
     ([{'id': 0, 'step_time': 1, 'communication_time': 1, 'overhead': -2}], 'overhead'),
     ([{'id': 0, 'step_time': 1}], 'missing "communication_time"'),
     ([{'id': 0, 'step_time': 1, 'communication_time': 1, 'speed': 2}], 'unknown keys'),
-    ([{'id': 0, 'step_time': 1, 'communication_time': 1, 'windows': [[5, 9], [0, 2]]}],
-     'sorted'),
-    ([{'id': 0, 'step_time': 1, 'communication_time': 1, 'windows': [[0, 5], [4, 9]]}],
-     'sorted'),
-    ([{'id': 0, 'step_time': 1, 'communication_time': 1, 'windows': [[0, 5], [5, 9]]}],
-     'separated'),
+    ([{'id': 0, 'step_time': 1, 'communication_time': 1, 'windows': [[5, 9], [0, 2]]}], 'sorted'),
+    ([{'id': 0, 'step_time': 1, 'communication_time': 1, 'windows': [[0, 5], [4, 9]]}], 'sorted'),
+    (
+      [{'id': 0, 'step_time': 1, 'communication_time': 1, 'windows': [[0, 5], [5, 9]]}],
+      'separated',
+    ),
     ([{'id': 0, 'step_time': 1, 'communication_time': 1, 'windows': [[3, 3]]}], 'start < end'),
     ([{'id': 0, 'step_time': 1, 'communication_time': 1, 'windows': [[-1, 3]]}], 'start < end'),
     ([{'id': 'a', 'step_time': 1, 'communication_time': 1}], 'id='),
-])
+  ],
+)
 def test_invalid_json_rejected(tmp_path, clients, match):
   path = _json(tmp_path, clients)
   with pytest.raises(ValueError, match=match) as error:
@@ -118,19 +148,31 @@ def test_invalid_json_rejected(tmp_path, clients, match):
   assert str(path) in str(error.value) and '\n' not in str(error.value)
 
 
-@pytest.mark.parametrize('speeds,windows,match', [
+@pytest.mark.parametrize(
+  'speeds,windows,match',
+  [
     ('client_id,step_time\n0,1\n', None, 'line 1: header'),
     ('client_id,step_time,communication_time\n0,1,1\n0,1,1\n', None, 'line 3: duplicate'),
     ('client_id,step_time,communication_time\n0,1,1\n2,1,1\n', None, r'missing \[1\]'),
     ('client_id,step_time,communication_time\n0,x,1\n', None, 'line 2: step_time'),
     ('client_id,step_time,communication_time\n0,1\n', None, 'line 2: 2 fields'),
-    ('client_id,step_time,communication_time\n0,1,1\n', 'client_id,start,end\n0,5,9\n0,0,2\n',
-     'w.csv: line 3'),
-    ('client_id,step_time,communication_time\n0,1,1\n', 'client_id,start,end\n3,0,2\n',
-     'w.csv: line 2: client_id=3'),
-    ('client_id,step_time,communication_time\n0,1,1\n', 'client,start,end\n0,0,2\n',
-     'w.csv: line 1: header'),
-])
+    (
+      'client_id,step_time,communication_time\n0,1,1\n',
+      'client_id,start,end\n0,5,9\n0,0,2\n',
+      'w.csv: line 3',
+    ),
+    (
+      'client_id,step_time,communication_time\n0,1,1\n',
+      'client_id,start,end\n3,0,2\n',
+      'w.csv: line 2: client_id=3',
+    ),
+    (
+      'client_id,step_time,communication_time\n0,1,1\n',
+      'client,start,end\n0,0,2\n',
+      'w.csv: line 1: header',
+    ),
+  ],
+)
 def test_invalid_csv_rejected(tmp_path, speeds, windows, match):
   speeds_path = _write(tmp_path, 's.csv', speeds)
   windows_path = None if windows is None else _write(tmp_path, 'w.csv', windows)
@@ -164,10 +206,8 @@ def test_trace_latency_invalid_settings():
 
 
 class TestPeriodicAvailability:
-
   def test_online_share_and_edges(self):
-    model = PeriodicAvailability(200, np.random.default_rng(0), online_fraction=0.25,
-                                 period=100.0)
+    model = PeriodicAvailability(200, np.random.default_rng(0), online_fraction=0.25, period=100.0)
     times = np.arange(0.0, 1000.0, 0.5)
     online = np.array([[model.next_available(c, t) == t for t in times] for c in range(200)])
     assert online.mean() == pytest.approx(0.25, abs=0.01)
@@ -190,12 +230,15 @@ class TestPeriodicAvailability:
     again = PeriodicAvailability(3, np.random.default_rng(0), online_fraction=1.0, period=10.0)
     np.testing.assert_array_equal(model.phase, again.phase)
 
-  @pytest.mark.parametrize('kwargs,match', [
+  @pytest.mark.parametrize(
+    'kwargs,match',
+    [
       ({'online_fraction': 0.0, 'period': 1.0}, 'availability.online_fraction'),
       ({'online_fraction': 1.5, 'period': 1.0}, 'availability.online_fraction'),
       ({'online_fraction': 0.5, 'period': 0.0}, 'availability.period'),
       ({'online_fraction': 0.5, 'period': math.inf}, 'availability.period'),
-  ])
+    ],
+  )
   def test_invalid_settings(self, kwargs, match):
     with pytest.raises(ValueError, match=match):
       PeriodicAvailability(3, np.random.default_rng(0), **kwargs)

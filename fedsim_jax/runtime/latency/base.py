@@ -84,8 +84,9 @@ def available_clients(availability: Availability, num_clients: int, time: float)
   """Ids of the clients online at `time`."""
   if isinstance(availability, AlwaysAvailable):
     return np.arange(num_clients)
-  return np.array([c for c in range(num_clients)
-                   if availability.next_available(c, time) <= time], np.int64)
+  return np.array(
+    [c for c in range(num_clients) if availability.next_available(c, time) <= time], np.int64
+  )
 
 
 def positive_normal(rng: np.random.Generator, mean, std, max_tries: int = 1000) -> np.ndarray:

@@ -21,8 +21,7 @@ import math
 
 import numpy as np
 
-from fedsim_jax.runtime.latency.base import TaskLatency
-from fedsim_jax.runtime.latency.base import jittered
+from fedsim_jax.runtime.latency.base import TaskLatency, jittered
 
 
 class DeviceRatioLatency:
@@ -44,10 +43,19 @@ class DeviceRatioLatency:
     jitter: relative per-task standard deviation of the step time.
   """
 
-  def __init__(self, num_clients: int, rng: np.random.Generator, *, fastest_step_time: float,
-               ratio: float = 5.0, communication_time: float | None = None,
-               model_bytes: int | None = None, bandwidth: np.ndarray | float | None = None,
-               bandwidth_scale: float = 1.0, jitter: float = 0.0):
+  def __init__(
+    self,
+    num_clients: int,
+    rng: np.random.Generator,
+    *,
+    fastest_step_time: float,
+    ratio: float = 5.0,
+    communication_time: float | None = None,
+    model_bytes: int | None = None,
+    bandwidth: np.ndarray | float | None = None,
+    bandwidth_scale: float = 1.0,
+    jitter: float = 0.0,
+  ):
     if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
       raise ValueError(f'latency.num_clients={num_clients!r}; must be an int >= 1')
     if not isinstance(rng, np.random.Generator):
@@ -61,11 +69,14 @@ class DeviceRatioLatency:
     if not (math.isfinite(jitter) and jitter >= 0):
       raise ValueError(f'latency.jitter={jitter}; must be finite and >= 0')
     if communication_time is not None and (bandwidth is not None or model_bytes is not None):
-      raise ValueError(f'latency.communication_time={communication_time}; give either it or '
-                       'model_bytes with bandwidth, not both')
+      raise ValueError(
+        f'latency.communication_time={communication_time}; give either it or '
+        'model_bytes with bandwidth, not both'
+      )
     if (bandwidth is None) != (model_bytes is None):
-      raise ValueError(f'latency.bandwidth={bandwidth!r}; model_bytes={model_bytes!r}; give both '
-                       'or neither')
+      raise ValueError(
+        f'latency.bandwidth={bandwidth!r}; model_bytes={model_bytes!r}; give both or neither'
+      )
     self.rng = rng
     self.fastest_step_time = float(fastest_step_time)
     self.ratio = float(ratio)
@@ -78,14 +89,17 @@ class DeviceRatioLatency:
       if bw.ndim == 0:
         bw = np.full(num_clients, float(bw))
       if bw.shape != (num_clients,) or not np.all(np.isfinite(bw)) or np.any(bw <= 0):
-        raise ValueError(f'latency.bandwidth (shape {bw.shape}); must be a scalar or '
-                         f'{num_clients} finite values > 0')
+        raise ValueError(
+          f'latency.bandwidth (shape {bw.shape}); must be a scalar or '
+          f'{num_clients} finite values > 0'
+        )
       self._download = model_bytes / (bw * self.bandwidth_scale)
     else:
       comm = 0.0 if communication_time is None else communication_time
       if not (math.isfinite(comm) and comm >= 0):
-        raise ValueError(f'latency.communication_time={communication_time}; must be finite and '
-                         '>= 0')
+        raise ValueError(
+          f'latency.communication_time={communication_time}; must be finite and >= 0'
+        )
       # A symmetric link: half the round trip is the download.
       self._download = np.full(num_clients, comm / 2 / self.bandwidth_scale)
     self.communication_time = 2 * self._download
@@ -105,5 +119,6 @@ class DeviceRatioLatency:
 
   def sample(self, client_id: int) -> TaskLatency:
     step_time = jittered(self.rng, self.step_time[client_id], self.jitter)
-    return TaskLatency(communication=float(self.communication_time[client_id]), overhead=0.0,
-                       per_step=step_time)
+    return TaskLatency(
+      communication=float(self.communication_time[client_id]), overhead=0.0, per_step=step_time
+    )

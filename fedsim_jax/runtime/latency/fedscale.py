@@ -19,8 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fedsim_jax.runtime.latency.base import TaskLatency
-from fedsim_jax.runtime.latency.base import jittered
+from fedsim_jax.runtime.latency.base import TaskLatency, jittered
 
 # FedScale's rule: one training sample costs forward + backward ~= 3 forward passes.
 FORWARD_BACKWARD_FACTOR = 3.0
@@ -38,20 +37,29 @@ def _per_client(name: str, value, num_clients: int, *, allow_zero: bool = False)
   array = np.asarray(value, np.float64)
   if array.ndim == 0:
     array = np.full(num_clients, float(array))
-  bad = array.shape != (num_clients,) or not np.all(np.isfinite(array)) or (
-      np.any(array < 0) if allow_zero else np.any(array <= 0))
+  bad = (
+    array.shape != (num_clients,)
+    or not np.all(np.isfinite(array))
+    or (np.any(array < 0) if allow_zero else np.any(array <= 0))
+  )
   if bad:
     bound = '>= 0' if allow_zero else '> 0'
-    raise ValueError(f'latency.{name} (shape {array.shape}); must be a scalar or {num_clients} '
-                     f'finite values {bound}')
+    raise ValueError(
+      f'latency.{name} (shape {array.shape}); must be a scalar or {num_clients} '
+      f'finite values {bound}'
+    )
   return array
 
 
-def synthetic_device_profiles(num_clients: int, rng: np.random.Generator, *,
-                              median_seconds_per_sample: float = 0.01,
-                              compute_sigma: float = 0.7,
-                              median_bandwidth: float = 1.25e6,
-                              bandwidth_sigma: float = 1.0) -> DeviceProfiles:
+def synthetic_device_profiles(
+  num_clients: int,
+  rng: np.random.Generator,
+  *,
+  median_seconds_per_sample: float = 0.01,
+  compute_sigma: float = 0.7,
+  median_bandwidth: float = 1.25e6,
+  bandwidth_sigma: float = 1.0,
+) -> DeviceProfiles:
   """Log-normal stand-ins for FedScale's device traces (which cannot be downloaded here).
 
   ln(seconds_per_sample) ~ Normal(ln median_seconds_per_sample, compute_sigma) and
@@ -60,8 +68,10 @@ def synthetic_device_profiles(num_clients: int, rng: np.random.Generator, *,
   plausible mobile-device magnitudes, not fitted to FedScale's traces. Compute is drawn first,
   then bandwidth.
   """
-  for name, value in (('median_seconds_per_sample', median_seconds_per_sample),
-                      ('median_bandwidth', median_bandwidth)):
+  for name, value in (
+    ('median_seconds_per_sample', median_seconds_per_sample),
+    ('median_bandwidth', median_bandwidth),
+  ):
     if not (math.isfinite(value) and value > 0):
       raise ValueError(f'latency.{name}={value}; must be finite and > 0')
   for name, value in (('compute_sigma', compute_sigma), ('bandwidth_sigma', bandwidth_sigma)):
@@ -69,8 +79,9 @@ def synthetic_device_profiles(num_clients: int, rng: np.random.Generator, *,
       raise ValueError(f'latency.{name}={value}; must be finite and >= 0')
   if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
     raise ValueError(f'latency.num_clients={num_clients!r}; must be an int >= 1')
-  seconds_per_sample = rng.lognormal(math.log(median_seconds_per_sample), compute_sigma,
-                                     num_clients)
+  seconds_per_sample = rng.lognormal(
+    math.log(median_seconds_per_sample), compute_sigma, num_clients
+  )
   bandwidth = rng.lognormal(math.log(median_bandwidth), bandwidth_sigma, num_clients)
   return DeviceProfiles(seconds_per_sample, bandwidth)
 
@@ -99,10 +110,19 @@ class FedScaleLatency:
     jitter: relative per-task standard deviation (0 disables it).
   """
 
-  def __init__(self, num_clients: int, rng: np.random.Generator, *, batch_size: int,
-               seconds_per_sample: np.ndarray | float, bandwidth: np.ndarray | float,
-               model_bytes: int, bandwidth_scale: float = 1.0,
-               upload_bandwidth: np.ndarray | float | None = None, jitter: float = 0.0):
+  def __init__(
+    self,
+    num_clients: int,
+    rng: np.random.Generator,
+    *,
+    batch_size: int,
+    seconds_per_sample: np.ndarray | float,
+    bandwidth: np.ndarray | float,
+    model_bytes: int,
+    bandwidth_scale: float = 1.0,
+    upload_bandwidth: np.ndarray | float | None = None,
+    jitter: float = 0.0,
+  ):
     if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
       raise ValueError(f'latency.num_clients={num_clients!r}; must be an int >= 1')
     if not isinstance(rng, np.random.Generator):
@@ -122,12 +142,16 @@ class FedScaleLatency:
     self.jitter = float(jitter)
     self.seconds_per_sample = _per_client('seconds_per_sample', seconds_per_sample, num_clients)
     self.download_bandwidth = _per_client('bandwidth', bandwidth, num_clients)
-    self.upload_bandwidth = (self.download_bandwidth.copy() if upload_bandwidth is None else
-                             _per_client('upload_bandwidth', upload_bandwidth, num_clients))
+    self.upload_bandwidth = (
+      self.download_bandwidth.copy()
+      if upload_bandwidth is None
+      else _per_client('upload_bandwidth', upload_bandwidth, num_clients)
+    )
     self.step_time = FORWARD_BACKWARD_FACTOR * self.batch_size * self.seconds_per_sample
     scaled = self.bandwidth_scale
-    self.communication_time = (self.model_bytes / (self.download_bandwidth * scaled)
-                               + self.model_bytes / (self.upload_bandwidth * scaled))
+    self.communication_time = self.model_bytes / (
+      self.download_bandwidth * scaled
+    ) + self.model_bytes / (self.upload_bandwidth * scaled)
 
   def download_time(self, client_id: int) -> float:
     """Seconds of one model download (e.g. FedASMU's extra mid-training fetch)."""

@@ -32,13 +32,26 @@ class PerStepLatency:
     redraw_probability: per-task probability that a client's speed is redrawn.
   """
 
-  def __init__(self, num_clients: int, rng: np.random.Generator, *, mean: float = 1.0,
-               distribution: str = 'homogeneous', spread: float = 0.3, jitter: float = 0.0,
-               communication_time: float = 0.0, redraw_probability: float = 0.0):
+  def __init__(
+    self,
+    num_clients: int,
+    rng: np.random.Generator,
+    *,
+    mean: float = 1.0,
+    distribution: str = 'homogeneous',
+    spread: float = 0.3,
+    jitter: float = 0.0,
+    communication_time: float = 0.0,
+    redraw_probability: float = 0.0,
+  ):
     if distribution not in SPEED_DISTRIBUTIONS:
       raise ValueError(f'latency.distribution={distribution!r}; allowed: {SPEED_DISTRIBUTIONS}')
-    for name, value in (('mean', mean), ('spread', spread), ('jitter', jitter),
-                        ('communication_time', communication_time)):
+    for name, value in (
+      ('mean', mean),
+      ('spread', spread),
+      ('jitter', jitter),
+      ('communication_time', communication_time),
+    ):
       if value < 0 or (name == 'mean' and value == 0):
         raise ValueError(f'latency.{name}={value}; must be {"> 0" if name == "mean" else ">= 0"}')
     if not 0 <= redraw_probability <= 1:

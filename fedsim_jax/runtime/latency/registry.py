@@ -25,20 +25,34 @@ AVAILABILITY_MODELS = ('always', 'periodic', 'trace')
 
 
 def _keyword_names(*functions) -> tuple[str, ...]:
-  return tuple(name for f in functions for name, p in inspect.signature(f).parameters.items()
-               if p.kind is inspect.Parameter.KEYWORD_ONLY)
+  return tuple(
+    name
+    for f in functions
+    for name, p in inspect.signature(f).parameters.items()
+    if p.kind is inspect.Parameter.KEYWORD_ONLY
+  )
 
 
 def _check_settings(prefix: str, name: str, settings: dict, allowed: tuple[str, ...]) -> None:
   unknown = sorted(set(settings) - set(allowed))
   if unknown:
-    raise ValueError(f'{prefix}.{unknown[0]}={settings[unknown[0]]!r}; unknown setting of '
-                     f'{name!r}; allowed: {tuple(sorted(allowed))}')
+    raise ValueError(
+      f'{prefix}.{unknown[0]}={settings[unknown[0]]!r}; unknown setting of '
+      f'{name!r}; allowed: {tuple(sorted(allowed))}'
+    )
 
 
-def make_latency(name: str, *, num_clients: int, rng: np.random.Generator,
-                 client_sizes: np.ndarray, batch_size: int, model_bytes: int,
-                 straggler_mask: np.ndarray | None = None, **settings) -> LatencyModel:
+def make_latency(
+  name: str,
+  *,
+  num_clients: int,
+  rng: np.random.Generator,
+  client_sizes: np.ndarray,
+  batch_size: int,
+  model_bytes: int,
+  straggler_mask: np.ndarray | None = None,
+  **settings,
+) -> LatencyModel:
   """Builds latency model `name` (one of `LATENCY_MODELS`) from keyword `settings`.
 
   Filled in from the federation: `lognormal` gets examples_per_step = min(batch_size,
@@ -52,27 +66,39 @@ def make_latency(name: str, *, num_clients: int, rng: np.random.Generator,
     _check_settings('latency', name, settings, _keyword_names(PerStepLatency))
     return PerStepLatency(num_clients, rng, **settings)
   if name == 'lognormal':
-    allowed = tuple(n for n in _keyword_names(LogNormalLatency)
-                    if n not in ('examples_per_step', 'straggler_mask'))
+    allowed = tuple(
+      n
+      for n in _keyword_names(LogNormalLatency)
+      if n not in ('examples_per_step', 'straggler_mask')
+    )
     _check_settings('latency', name, settings, allowed)
     sizes = np.asarray(client_sizes, np.int64)
-    return LogNormalLatency(num_clients, rng, examples_per_step=np.minimum(batch_size, sizes),
-                            straggler_mask=straggler_mask, **settings)
+    return LogNormalLatency(
+      num_clients,
+      rng,
+      examples_per_step=np.minimum(batch_size, sizes),
+      straggler_mask=straggler_mask,
+      **settings,
+    )
   if name == 'fedscale':
     profile_names = _keyword_names(synthetic_device_profiles)
-    allowed = tuple(n for n in _keyword_names(FedScaleLatency)
-                    if n not in ('batch_size', 'model_bytes')) + profile_names
+    allowed = (
+      tuple(n for n in _keyword_names(FedScaleLatency) if n not in ('batch_size', 'model_bytes'))
+      + profile_names
+    )
     _check_settings('latency', name, settings, allowed)
     profile_settings = {k: settings.pop(k) for k in profile_names if k in settings}
     if 'seconds_per_sample' not in settings and 'bandwidth' not in settings:
       profiles = synthetic_device_profiles(num_clients, rng, **profile_settings)
-      settings.update(seconds_per_sample=profiles.seconds_per_sample,
-                      bandwidth=profiles.bandwidth)
+      settings.update(seconds_per_sample=profiles.seconds_per_sample, bandwidth=profiles.bandwidth)
     elif profile_settings:
-      raise ValueError(f'latency.{next(iter(profile_settings))}; synthetic profile settings '
-                       'conflict with explicit seconds_per_sample/bandwidth')
-    return FedScaleLatency(num_clients, rng, batch_size=batch_size, model_bytes=model_bytes,
-                           **settings)
+      raise ValueError(
+        f'latency.{next(iter(profile_settings))}; synthetic profile settings '
+        'conflict with explicit seconds_per_sample/bandwidth'
+      )
+    return FedScaleLatency(
+      num_clients, rng, batch_size=batch_size, model_bytes=model_bytes, **settings
+    )
   if name == 'device_ratio':
     _check_settings('latency', name, settings, _keyword_names(DeviceRatioLatency))
     if 'bandwidth' in settings:
@@ -84,8 +110,9 @@ def make_latency(name: str, *, num_clients: int, rng: np.random.Generator,
   raise ValueError(f'latency.model={name!r}; allowed: {LATENCY_MODELS}')
 
 
-def make_availability(name: str, *, num_clients: int, rng: np.random.Generator,
-                      **settings) -> Availability:
+def make_availability(
+  name: str, *, num_clients: int, rng: np.random.Generator, **settings
+) -> Availability:
   """Builds availability model `name` (one of `AVAILABILITY_MODELS`) from keyword `settings`."""
   if name == 'always':
     _check_settings('availability', name, settings, ())

@@ -33,13 +33,11 @@ GROUPS = ('standard', 'straggler')
 # (mu, sigma) of ln X per group and factor. Table 1 uses one set for both groups.
 _TABLE_1 = {'communication': (2.7, 1.0), 'overhead': (3.0, 0.3), 'per_example': (-1.6, 0.5)}
 PAPER_TABLES: dict[str, dict[str, dict[str, tuple[float, float]]]] = {
-    'per_example': {'standard': dict(_TABLE_1), 'straggler': dict(_TABLE_1)},
-    'per_domain_per_example': {
-        'standard': {'communication': (2.7, 1.0), 'overhead': (3.0, 0.3),
-                     'per_example': (-2.0, 0.2)},
-        'straggler': {'communication': (3.7, 1.0), 'overhead': (3.5, 0.3),
-                      'per_example': (-1.0, 0.5)},
-    },
+  'per_example': {'standard': dict(_TABLE_1), 'straggler': dict(_TABLE_1)},
+  'per_domain_per_example': {
+    'standard': {'communication': (2.7, 1.0), 'overhead': (3.0, 0.3), 'per_example': (-2.0, 0.2)},
+    'straggler': {'communication': (3.7, 1.0), 'overhead': (3.5, 0.3), 'per_example': (-1.0, 0.5)},
+  },
 }
 
 ParamsOverride = Mapping[str, Mapping[str, Sequence[float]]]
@@ -50,8 +48,9 @@ def lognormal_mean(mu: float, sigma: float) -> float:
   return math.exp(mu + 0.5 * sigma * sigma)
 
 
-def resolve_params(model: str, params: ParamsOverride | None = None
-                   ) -> dict[str, dict[str, tuple[float, float]]]:
+def resolve_params(
+  model: str, params: ParamsOverride | None = None
+) -> dict[str, dict[str, tuple[float, float]]]:
   """The paper's table for `model` with `params` entries replacing (mu, sigma) per group/factor.
 
   `params` maps group -> factor -> (mu, sigma); any group or factor left out keeps the paper's
@@ -69,21 +68,25 @@ def resolve_params(model: str, params: ParamsOverride | None = None
       try:
         mu, sigma = (float(v) for v in value)
       except (TypeError, ValueError):
-        raise ValueError(f'latency.params.{group}.{factor}={value!r}; must be a (mu, sigma) '
-                         'pair') from None
+        raise ValueError(
+          f'latency.params.{group}.{factor}={value!r}; must be a (mu, sigma) pair'
+        ) from None
       if not (math.isfinite(mu) and math.isfinite(sigma) and sigma >= 0):
-        raise ValueError(f'latency.params.{group}.{factor}={value!r}; mu must be finite and '
-                         'sigma finite and >= 0')
+        raise ValueError(
+          f'latency.params.{group}.{factor}={value!r}; mu must be finite and sigma finite and >= 0'
+        )
       table[group][factor] = (mu, sigma)
   return table
 
 
-def closed_form_means(model: str = 'per_example', params: ParamsOverride | None = None
-                      ) -> dict[str, dict[str, float]]:
+def closed_form_means(
+  model: str = 'per_example', params: ParamsOverride | None = None
+) -> dict[str, dict[str, float]]:
   """Closed-form mean seconds of each factor, per group: {group: {factor: mean}}."""
   table = resolve_params(model, params)
-  return {group: {factor: lognormal_mean(*table[group][factor]) for factor in FACTORS}
-          for group in GROUPS}
+  return {
+    group: {factor: lognormal_mean(*table[group][factor]) for factor in FACTORS} for group in GROUPS
+  }
 
 
 class LogNormalLatency:
@@ -108,9 +111,16 @@ class LogNormalLatency:
       are the paper's tables (`PAPER_TABLES`).
   """
 
-  def __init__(self, num_clients: int, rng: np.random.Generator, *,
-               examples_per_step: np.ndarray | int, straggler_mask: np.ndarray | None = None,
-               model: str = 'per_example', params: ParamsOverride | None = None):
+  def __init__(
+    self,
+    num_clients: int,
+    rng: np.random.Generator,
+    *,
+    examples_per_step: np.ndarray | int,
+    straggler_mask: np.ndarray | None = None,
+    model: str = 'per_example',
+    params: ParamsOverride | None = None,
+  ):
     if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
       raise ValueError(f'latency.num_clients={num_clients!r}; must be an int >= 1')
     if not isinstance(rng, np.random.Generator):
@@ -120,20 +130,29 @@ class LogNormalLatency:
     examples = np.asarray(examples_per_step)
     if examples.ndim == 0:
       examples = np.full(num_clients, examples)
-    if (examples.shape != (num_clients,) or not np.issubdtype(examples.dtype, np.integer)
-        or np.any(examples < 1)):
-      raise ValueError(f'latency.examples_per_step={examples_per_step!r}; must be an int or '
-                       f'{num_clients} ints, all >= 1')
+    if (
+      examples.shape != (num_clients,)
+      or not np.issubdtype(examples.dtype, np.integer)
+      or np.any(examples < 1)
+    ):
+      raise ValueError(
+        f'latency.examples_per_step={examples_per_step!r}; must be an int or '
+        f'{num_clients} ints, all >= 1'
+      )
     if straggler_mask is None:
       if model == 'per_domain_per_example':
-        raise ValueError('latency.straggler_mask=None; per_domain_per_example needs a boolean '
-                         'mask of straggler clients')
+        raise ValueError(
+          'latency.straggler_mask=None; per_domain_per_example needs a boolean '
+          'mask of straggler clients'
+        )
       mask = np.zeros(num_clients, bool)
     else:
       mask = np.asarray(straggler_mask)
       if mask.shape != (num_clients,) or mask.dtype != np.bool_:
-        raise ValueError(f'latency.straggler_mask (shape {mask.shape}, dtype {mask.dtype}); '
-                         f'must be {num_clients} bools')
+        raise ValueError(
+          f'latency.straggler_mask (shape {mask.shape}, dtype {mask.dtype}); '
+          f'must be {num_clients} bools'
+        )
     self.num_clients = int(num_clients)
     self.rng = rng
     self.model = model
@@ -157,8 +176,9 @@ class LogNormalLatency:
     return {factor: lognormal_mean(*self.params[group][factor]) for factor in FACTORS}
 
   def expected_step_time(self, client_id: int) -> float:
-    return (self.mean_factors(self.group(client_id))['per_example']
-            * float(self.examples_per_step[client_id]))
+    return self.mean_factors(self.group(client_id))['per_example'] * float(
+      self.examples_per_step[client_id]
+    )
 
   def expected_duration(self, client_id: int, num_examples: int) -> float:
     """Closed-form mean latency of a task that processes `num_examples` examples."""
@@ -167,10 +187,14 @@ class LogNormalLatency:
 
   def sample(self, client_id: int) -> TaskLatency:
     g = int(self.straggler_mask[client_id])
-    comm, overhead, per_example = (float(self.rng.lognormal(self._mu[g, k], self._sigma[g, k]))
-                                   for k in range(len(FACTORS)))
-    return TaskLatency(communication=comm, overhead=overhead,
-                       per_step=per_example * float(self.examples_per_step[client_id]))
+    comm, overhead, per_example = (
+      float(self.rng.lognormal(self._mu[g, k], self._sigma[g, k])) for k in range(len(FACTORS))
+    )
+    return TaskLatency(
+      communication=comm,
+      overhead=overhead,
+      per_step=per_example * float(self.examples_per_step[client_id]),
+    )
 
   def sample_many(self, client_ids: np.ndarray) -> TaskLatency:
     """Vectorised draws for many tasks at once; fields are arrays aligned with `client_ids`.
@@ -180,7 +204,9 @@ class LogNormalLatency:
     """
     ids = np.asarray(client_ids, np.int64)
     g = self.straggler_mask[ids].astype(np.int64)
-    comm, overhead, per_example = (self.rng.lognormal(self._mu[g, k], self._sigma[g, k])
-                                   for k in range(len(FACTORS)))
-    return TaskLatency(communication=comm, overhead=overhead,
-                       per_step=per_example * self.examples_per_step[ids])
+    comm, overhead, per_example = (
+      self.rng.lognormal(self._mu[g, k], self._sigma[g, k]) for k in range(len(FACTORS))
+    )
+    return TaskLatency(
+      communication=comm, overhead=overhead, per_step=per_example * self.examples_per_step[ids]
+    )

@@ -46,8 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedsim_jax.runtime.latency.base import TaskLatency
-from fedsim_jax.runtime.latency.base import jittered
+from fedsim_jax.runtime.latency.base import TaskLatency, jittered
 
 Window = tuple[float, float]
 
@@ -76,8 +75,10 @@ class Trace:
   def check_covers(self, num_clients: int) -> None:
     """Raises unless the trace has at least `num_clients` clients."""
     if self.num_clients < num_clients:
-      raise ValueError(f'{self.source}: trace has {self.num_clients} clients; the federation '
-                       f'needs >= {num_clients}')
+      raise ValueError(
+        f'{self.source}: trace has {self.num_clients} clients; the federation '
+        f'needs >= {num_clients}'
+      )
 
 
 def _number(value, where: str, name: str) -> float:
@@ -89,8 +90,7 @@ def _number(value, where: str, name: str) -> float:
     raise ValueError(f'{where}: {name}={value!r}; must be a number') from None
 
 
-def _check_speeds(step_time: float, communication_time: float, overhead: float,
-                  where: str) -> None:
+def _check_speeds(step_time: float, communication_time: float, overhead: float, where: str) -> None:
   if not (math.isfinite(step_time) and step_time > 0):
     raise ValueError(f'{where}: step_time={step_time}; must be finite and > 0')
   for name, value in (('communication_time', communication_time), ('overhead', overhead)):
@@ -108,8 +108,10 @@ def check_windows(windows: Sequence[Sequence[float]], where: str) -> tuple[Windo
     if not (math.isfinite(start) and start >= 0 and end > start):
       raise ValueError(f'{where}: window {k}=[{start}, {end}]; need 0 <= start < end')
     if result and start <= result[-1][1]:
-      raise ValueError(f'{where}: window {k}=[{start}, {end}] starts before or at the previous '
-                       f'end {result[-1][1]}; windows must be sorted and separated')
+      raise ValueError(
+        f'{where}: window {k}=[{start}, {end}] starts before or at the previous '
+        f'end {result[-1][1]}; windows must be sorted and separated'
+      )
     result.append((start, end))
   return tuple(result)
 
@@ -162,12 +164,16 @@ def _load_json(path: pathlib.Path) -> Trace:
 def _csv_rows(path: pathlib.Path, headers: Sequence[Sequence[str]]):
   """(header, [(line number, row)]) of a CSV whose header is one of `headers`."""
   with path.open(newline='') as f:
-    rows = [(n, [cell.strip() for cell in row]) for n, row in enumerate(csv.reader(f), 1)
-            if row and any(cell.strip() for cell in row)]
+    rows = [
+      (n, [cell.strip() for cell in row])
+      for n, row in enumerate(csv.reader(f), 1)
+      if row and any(cell.strip() for cell in row)
+    ]
   if not rows or rows[0][1] not in [list(h) for h in headers]:
     got = rows[0][1] if rows else []
-    raise ValueError(f'{path}: line 1: header {",".join(got)!r}; expected one of '
-                     f'{[",".join(h) for h in headers]}')
+    raise ValueError(
+      f'{path}: line 1: header {",".join(got)!r}; expected one of {[",".join(h) for h in headers]}'
+    )
   header = rows[0][1]
   for n, row in rows[1:]:
     if len(row) != len(header):
@@ -186,16 +192,23 @@ def _client_id(cell: str, where: str) -> int:
 
 
 def _load_csv(path: pathlib.Path, windows_path: pathlib.Path | None) -> Trace:
-  _, rows = _csv_rows(path, [('client_id', 'step_time', 'communication_time'),
-                             ('client_id', 'step_time', 'communication_time', 'overhead')])
+  _, rows = _csv_rows(
+    path,
+    [
+      ('client_id', 'step_time', 'communication_time'),
+      ('client_id', 'step_time', 'communication_time', 'overhead'),
+    ],
+  )
   speeds: dict[int, tuple[float, float, float]] = {}
   for n, row in rows:
     where = f'{path}: line {n}'
     client_id = _client_id(row[0], where)
     if client_id in speeds:
       raise ValueError(f'{where}: duplicate client id {client_id}')
-    values = [_number(cell, where, name) for cell, name in
-              zip(row[1:], ('step_time', 'communication_time', 'overhead'))]
+    values = [
+      _number(cell, where, name)
+      for cell, name in zip(row[1:], ('step_time', 'communication_time', 'overhead'))
+    ]
     values += [0.0] * (3 - len(values))
     _check_speeds(*values, where)
     speeds[client_id] = tuple(values)
@@ -208,21 +221,28 @@ def _load_csv(path: pathlib.Path, windows_path: pathlib.Path | None) -> Trace:
       client_id = _client_id(row[0], where)
       if client_id not in speeds:
         raise ValueError(f'{where}: client_id={client_id} is not in {path}')
-      (start, end), = check_windows([(_number(row[1], where, 'start'),
-                                      _number(row[2], where, 'end'))], where)
+      ((start, end),) = check_windows(
+        [(_number(row[1], where, 'start'), _number(row[2], where, 'end'))], where
+      )
       previous = windows.setdefault(client_id, [])
       # Checked row by row (not after grouping) so the error names the offending row.
       if previous and start <= previous[-1][1]:
-        raise ValueError(f'{where}: window [{start}, {end}] of client {client_id} starts before '
-                         f'or at its previous end {previous[-1][1]}; rows must be sorted and '
-                         'separated')
+        raise ValueError(
+          f'{where}: window [{start}, {end}] of client {client_id} starts before '
+          f'or at its previous end {previous[-1][1]}; rows must be sorted and '
+          'separated'
+        )
       previous.append((start, end))
-  return Trace(tuple(ClientTrace(*speeds[i], tuple(windows[i]) if i in windows else None)
-                     for i in range(len(speeds))), str(path))
+  return Trace(
+    tuple(
+      ClientTrace(*speeds[i], tuple(windows[i]) if i in windows else None)
+      for i in range(len(speeds))
+    ),
+    str(path),
+  )
 
 
-def load_trace(path: str | pathlib.Path, windows_path: str | pathlib.Path | None = None
-               ) -> Trace:
+def load_trace(path: str | pathlib.Path, windows_path: str | pathlib.Path | None = None) -> Trace:
   """Loads a trace from `.json`, or from `.csv` speeds plus an optional windows CSV.
 
   See the module docstring for the formats and the validation rules.
@@ -262,8 +282,14 @@ class TraceLatency:
     jitter: relative per-task standard deviation of the step time.
   """
 
-  def __init__(self, num_clients: int, rng: np.random.Generator, *,
-               trace: Trace | str | pathlib.Path, jitter: float = 0.0):
+  def __init__(
+    self,
+    num_clients: int,
+    rng: np.random.Generator,
+    *,
+    trace: Trace | str | pathlib.Path,
+    jitter: float = 0.0,
+  ):
     if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
       raise ValueError(f'latency.num_clients={num_clients!r}; must be an int >= 1')
     if not isinstance(rng, np.random.Generator):
@@ -283,8 +309,11 @@ class TraceLatency:
 
   def sample(self, client_id: int) -> TaskLatency:
     step_time = jittered(self.rng, self.step_time[client_id], self.jitter)
-    return TaskLatency(communication=float(self.communication_time[client_id]),
-                       overhead=float(self.overhead[client_id]), per_step=step_time)
+    return TaskLatency(
+      communication=float(self.communication_time[client_id]),
+      overhead=float(self.overhead[client_id]),
+      per_step=step_time,
+    )
 
 
 class WindowAvailability:
@@ -345,8 +374,13 @@ class TraceAvailability(WindowAvailability):
     trace: a `Trace` or a path for `load_trace`.
   """
 
-  def __init__(self, num_clients: int, rng: np.random.Generator | None = None, *,
-               trace: Trace | str | pathlib.Path):
+  def __init__(
+    self,
+    num_clients: int,
+    rng: np.random.Generator | None = None,
+    *,
+    trace: Trace | str | pathlib.Path,
+  ):
     del rng
     if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
       raise ValueError(f'availability.num_clients={num_clients!r}; must be an int >= 1')
@@ -368,8 +402,9 @@ class PeriodicAvailability:
     period: seconds (e.g. 86400 for a day).
   """
 
-  def __init__(self, num_clients: int, rng: np.random.Generator, *, online_fraction: float,
-               period: float):
+  def __init__(
+    self, num_clients: int, rng: np.random.Generator, *, online_fraction: float, period: float
+  ):
     if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
       raise ValueError(f'availability.num_clients={num_clients!r}; must be an int >= 1')
     if not isinstance(rng, np.random.Generator):
