@@ -27,10 +27,13 @@ from __future__ import annotations
 import os
 import sys
 
+# As a script, Python puts this file's folder on sys.path, not the repo root with `experiments`.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 from absl import app, flags
 
+from experiments.sweep import FlagError, parse_list
 from fedsim_jax import cli
-from fedsim_jax.reproduce.sweep import FlagError, parse_list
 
 # The case names, repeated here so that flag errors do not wait for JAX to import.
 _CASES = ('sync_mlp', 'sync_cnn', 'fedbuff_mlp', 'compass_mlp', 'scheduling')

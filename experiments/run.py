@@ -13,6 +13,10 @@ and one line on stderr.
 from __future__ import annotations
 
 import os
+import sys
+
+# As a script, Python puts this file's folder on sys.path, not the repo root with `experiments`.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app, flags
 from ml_collections import config_flags
@@ -38,10 +42,10 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   # Imported here so that `--help` and flag errors stay fast.
+  from experiments.sweep import FlagError, parse_list
   from fedsim_jax.config import ConfigError
   from fedsim_jax.data.errors import CorruptDatasetError, DatasetNotFoundError
   from fedsim_jax.experiment import run_experiment, run_experiments_lockstep
-  from fedsim_jax.reproduce.sweep import FlagError, parse_list
 
   config = _CONFIG.value
   name = os.path.splitext(os.path.basename(flags.FLAGS['config'].config_filename))[0]

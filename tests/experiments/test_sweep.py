@@ -4,8 +4,8 @@ import json
 
 import pytest
 
+from experiments import sweep
 from fedsim_jax import experiment
-from fedsim_jax.reproduce import sweep
 
 
 def test_parse_list_converts_checks_and_drops_duplicates():

@@ -1,10 +1,10 @@
 """Reproduces FedCompass's MNIST experiments (Li et al., ICLR 2024): Table 1 and Tables 14-15.
 
-  python experiments/reproduce_fedcompass.py --data_dir=data --seeds=0,1,2 \
+  python experiments/fedcompass/reproduce.py --data_dir=data --seeds=0,1,2 \
       --num_clients=5 --speeds=normal,exponential --workdir=runs/reproduce_fedcompass
 
 Runs every algorithm x partition x m x speed x seed combination (settings of Tables 7-9 and
-Section 5.4, see `fedsim_jax.reproduce.fedcompass_tables.make_config`) into
+Section 5.4, see `experiments.fedcompass.tables.make_config`) into
 `<workdir>/<partition>/m<m>/<speed>/<algorithm>/seed<seed>/`, skipping runs whose summary.json
 already exists (the sweep is resumable). The data is loaded and partitioned once per
 (partition, m, seed) and shared by all algorithms and speeds. Writes `<workdir>/results.jsonl`
@@ -16,7 +16,7 @@ algorithms agrees with the paper's.
 Budgets: all synchronous algorithms (FedAvg, FedAvgM) run for `--sync_budget` virtual seconds
 (default 3600), all asynchronous ones (FedAsync, FedBuff, FedAT, FedCompass, +M, +N) for
 `--async_budget` (default 1200), as the paper equalises wall-clock time within each family
-without stating the budgets (the defaults' rationale is in `fedcompass_tables`). The simulation
+without stating the budgets (the defaults' rationale is in `tables`). The simulation
 is costly on CPU: ~1.6 host seconds per virtual second for an asynchronous m=5 run on two
 cores, growing with m; the paper's full grid with ten seeds is a GPU or cluster job. Ablations: `--q_ratio=0.05,0.1,0.2,0.4` (Q_min/Q_max, Tables 3 and
 19-20) and `--latest_time_factor=1.0,1.2,1.5,2.0` (lambda, Table 21) run every FedCompass-family
@@ -28,14 +28,18 @@ Invalid flags, settings or a missing dataset exit with code 2 and one line on st
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
+# As a script, Python puts this file's folder on sys.path, not the repo root with `experiments`.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
 from absl import app, flags
 
+from experiments import sweep
+from experiments.fedcompass import tables
 from fedsim_jax import cli
-from fedsim_jax.reproduce import fedcompass_tables as tables
-from fedsim_jax.reproduce import sweep
 
 _ALGORITHMS = flags.DEFINE_string(
   'algorithms',

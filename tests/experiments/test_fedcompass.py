@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
+from experiments.fedcompass import tables
+from experiments.sweep import table_row as _row
 from fedsim_jax.config import ConfigError, validate
-from fedsim_jax.reproduce import fedcompass_tables as tables
-from fedsim_jax.reproduce.sweep import table_row as _row
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _record(
@@ -321,7 +321,7 @@ def test_binary_rejects_bad_flags_with_one_line(flag, tmp_path):
   result = subprocess.run(
     [
       sys.executable,
-      os.path.join(_REPO, 'experiments', 'reproduce_fedcompass.py'),
+      os.path.join(_REPO, 'experiments', 'fedcompass', 'reproduce.py'),
       flag,
       f'--workdir={tmp_path}',
     ],

@@ -1,9 +1,9 @@
 """Reproduces CC-FedAvg's Tables I and II and Figure 5's r x W grid.
 
-    python experiments/reproduce_ccfedavg.py --experiment=table2 --data_dir=data \
+    python experiments/ccfedavg/reproduce.py --experiment=table2 --data_dir=data \
       --participation=0.2,0.4 --seeds=0,1,2,3,4 --rounds=400
 
-Experiments (settings in `fedsim_jax.reproduce.ccfedavg_tables.make_config`):
+Experiments (settings in `experiments.ccfedavg.tables.make_config`):
 * table2: cross-device Fashion-MNIST (Table II, plus CC-FedAvg(c) of Table III), every
   algorithm x participation x seed, into `<workdir>/table2/p<q>/<algorithm>/seed<s>/`.
 * table1: cross-silo, 8 clients, every algorithm x schedule x gamma x seed, into
@@ -26,14 +26,18 @@ Invalid flags, settings or a missing dataset exit with code 2 and one line on st
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+# As a script, Python puts this file's folder on sys.path, not the repo root with `experiments`.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
 from absl import app, flags
 
+from experiments import sweep
+from experiments.ccfedavg import tables
 from fedsim_jax import cli
-from fedsim_jax.reproduce import ccfedavg_tables as tables
-from fedsim_jax.reproduce import sweep
 
 EXPERIMENTS = ('table2', 'table1', 'figure5')
 _DEFAULT_ALGORITHMS = {

@@ -8,14 +8,14 @@ import sys
 import numpy as np
 import pytest
 
+from experiments import sweep
+from experiments.fedasmu import tables
+from experiments.sweep import table_row as _row
 from fedsim_jax import strategy
 from fedsim_jax.config import ConfigError, base_config, validate
-from fedsim_jax.reproduce import fedasmu_tables as tables
-from fedsim_jax.reproduce import sweep
-from fedsim_jax.reproduce.sweep import table_row as _row
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_BINARY = os.path.join(_REPO, 'experiments', 'reproduce_fedasmu.py')
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_BINARY = os.path.join(_REPO, 'experiments', 'fedasmu', 'reproduce.py')
 _FMNIST = ('lenet5', 'fashion_mnist')
 
 

@@ -1,11 +1,11 @@
 """Reproduces "Learning from straggler clients" (Hard et al.): EMNIST Tables 20-21, offline.
 
-  python experiments/reproduce_stragglers.py --data_dir=data --seeds=0,1,2 \
+  python experiments/stragglers/reproduce.py --data_dir=data --seeds=0,1,2 \
       --algorithms=fedavg,fedadam_overselection,fedbuff --latency=per_domain_per_example \
       --client_updates=20000 --workdir=runs/reproduce_stragglers
 
 Runs every algorithm x latency model x seed (settings and the paper's hyperparameters in
-`fedsim_jax.reproduce.stragglers_tables`) into `<workdir>/<latency>/<algorithm>/seed<seed>/`,
+`experiments.stragglers.tables`) into `<workdir>/<latency>/<algorithm>/seed<seed>/`,
 reusing runs whose summary.json exists (the sweep is resumable; a reused run made with other
 settings is flagged). EMNIST is not available offline: the runs use MNIST (`--dataset`) split
 over `--num_clients` clients by a Dirichlet label split, with the paper's straggler-domain split
@@ -36,14 +36,18 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+# As a script, Python puts this file's folder on sys.path, not the repo root with `experiments`.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
 from absl import app, flags
 
+from experiments import sweep
+from experiments.stragglers import tables
 from fedsim_jax import cli
-from fedsim_jax.reproduce import stragglers_tables as tables
-from fedsim_jax.reproduce import sweep
 
 _ALGORITHMS = flags.DEFINE_string(
   'algorithms', ','.join(tables.ALGORITHMS), f'Comma list from {list(tables.ALGORITHMS)}.'

@@ -59,8 +59,7 @@ from typing import Any
 
 import ml_collections
 
-from fedsim_jax.config import ConfigError, base_config
-from fedsim_jax.reproduce.sweep import (
+from experiments.sweep import (
   check_choice,
   markdown_table,
   mean_std,
@@ -70,6 +69,7 @@ from fedsim_jax.reproduce.sweep import (
   write_results,
   write_text,
 )
+from fedsim_jax.config import ConfigError, base_config
 
 # Rows in the order of Tables 1-2, then the ablations (Fig. 2 and the H1-H3 appendix table).
 METHODS = (

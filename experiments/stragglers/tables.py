@@ -62,14 +62,14 @@ from typing import Any, NamedTuple
 import ml_collections
 import numpy as np
 
-from fedsim_jax.config import ConfigError, base_config
-from fedsim_jax.reproduce.sweep import (
+from experiments.sweep import (
   check_choice,
   markdown_table,
   set_existing,
   write_results,
   write_text,
 )
+from fedsim_jax.config import ConfigError, base_config
 
 ALGORITHMS = (
   'fedavg',

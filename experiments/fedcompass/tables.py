@@ -23,8 +23,7 @@ from typing import Any
 
 import ml_collections
 
-from fedsim_jax.config import ConfigError, base_config
-from fedsim_jax.reproduce.sweep import (
+from experiments.sweep import (
   check_choice,
   markdown_table,
   mean_std,
@@ -33,6 +32,7 @@ from fedsim_jax.reproduce.sweep import (
   write_results,
   write_text,
 )
+from fedsim_jax.config import ConfigError, base_config
 
 ALGORITHMS = (
   'fedavg',

@@ -9,12 +9,12 @@ import sys
 import numpy as np
 import pytest
 
+from experiments.stragglers import tables
+from experiments.sweep import table_row as _row
 from fedsim_jax.config import ConfigError, validate
-from fedsim_jax.reproduce import stragglers_tables as tables
-from fedsim_jax.reproduce.sweep import table_row as _row
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_BINARY = os.path.join(_REPO, 'experiments', 'reproduce_stragglers.py')
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_BINARY = os.path.join(_REPO, 'experiments', 'stragglers', 'reproduce.py')
 
 
 def test_paper_tables_20_and_21():

@@ -1,13 +1,13 @@
 """Reproduces FedASMU's comparison (Liu et al., AAAI 2024, Tables 1-2) and its ablations.
 
-  python experiments/reproduce_fedasmu.py --data_dir=data --dataset=fashion_mnist \
+  python experiments/fedasmu/reproduce.py --data_dir=data --dataset=fashion_mnist \
       --methods=fedasmu,fedavg,fedasync,fedbuff --seeds=0 --workdir=runs/reproduce_fedasmu
 
 Runs every method x model x seed on `--dataset` (Fashion-MNIST: the LeNet column of Table 2;
 CIFAR-10, when its data dir is prepared: the LeNet and CNN columns of Table 1; `--models`
 picks among them) under the paper's system model (100 devices, Dirichlet label skew, a 1:5
 fastest-to-slowest training time, 10% of the devices training at once; the settings and every
-choice where the paper is silent are in `fedsim_jax.reproduce.fedasmu_tables`) into
+choice where the paper is silent are in `experiments.fedasmu.tables`) into
 `<workdir>/<dataset>/<model>/<method>/seed<seed>/`, reusing runs whose summary.json exists (the
 sweep is resumable; a reused run made with other settings is flagged). The federation is built
 once per seed and shared by all methods and models. Writes `<workdir>/results.jsonl` (one record
@@ -31,14 +31,18 @@ Invalid flags, settings or a missing dataset exit with code 2 and one line on st
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
+# As a script, Python puts this file's folder on sys.path, not the repo root with `experiments`.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
 from absl import app, flags
 
+from experiments import sweep
+from experiments.fedasmu import tables
 from fedsim_jax import cli
-from fedsim_jax.reproduce import fedasmu_tables as tables
-from fedsim_jax.reproduce import sweep
 
 _METHODS = flags.DEFINE_string(
   'methods', ','.join(tables.METHODS), f'Comma list of methods from {list(tables.METHODS)}.'

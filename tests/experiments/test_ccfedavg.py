@@ -7,12 +7,12 @@ import sys
 
 import pytest
 
+from experiments.ccfedavg import tables
+from experiments.sweep import table_row as _row
 from fedsim_jax.config import ConfigError, validate
-from fedsim_jax.reproduce import ccfedavg_tables as tables
-from fedsim_jax.reproduce.sweep import table_row as _row
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_BINARY = os.path.join(_REPO, 'experiments', 'reproduce_ccfedavg.py')
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_BINARY = os.path.join(_REPO, 'experiments', 'ccfedavg', 'reproduce.py')
 
 
 def test_paper_tables():

@@ -1,0 +1,2 @@
+"""CC-FedAvg (computation-customised FedAvg) reproduction kit: `tables` and the `reproduce`
+binary."""

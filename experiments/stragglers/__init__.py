@@ -1,0 +1,2 @@
+"""Learning from straggler clients (Hard et al.) reproduction kit: `tables` and the `reproduce`
+binary."""

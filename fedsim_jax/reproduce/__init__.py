@@ -1,1 +1,0 @@
-"""Paper reproductions: settings, the papers' published numbers and table builders."""

@@ -1,0 +1,1 @@
+# A package: see tests/__init__.py.
