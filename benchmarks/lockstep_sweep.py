@@ -32,15 +32,14 @@ def _config(seed: int):
 
   config = base_config()
   config.seed = seed
-  config.algorithm = 'fedcompass'
+  config.algorithm.name = 'fedcompass'
   config.data.num_clients = 5
   config.model.name = _MODEL.value
   config.model.hidden_sizes = (200, 200)
   config.client.local_steps = None
   config.client.batch_size = 32
   config.client.learning_rate = 0.05
-  config.scheduler.q_min = 4
-  config.scheduler.q_max = 20
+  config.algorithm.kwargs.update(q_min=4, q_max=20)
   config.latency.per_step.distribution = 'normal'
   config.latency.per_step.jitter = 0.05
   config.executor.backend = _BACKEND.value

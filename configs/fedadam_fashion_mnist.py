@@ -6,8 +6,8 @@ from fedsim_jax.config import fashion_mnist_config
 def get_config():
   config = fashion_mnist_config('fedadam')
   config.client.local_steps = 20
-  config.server.learning_rate = 0.01
-  config.server.eps = 1e-3
-  config.scheduler.cohort_size = 10
+  config.algorithm.kwargs.server_learning_rate = 0.01
+  config.algorithm.kwargs.eps = 1e-3
+  config.algorithm.kwargs.cohort_size = 10
   config.run.num_rounds = 100
   return config

@@ -3,12 +3,13 @@ staleness bound tau.
 
 LeNet-5 on Fashion-MNIST, 100 devices with Dirichlet label skew: the setting of
 `fedasmu_fashion_mnist_config` (Table 5's values; the choices where the paper is silent are
-documented there and in strategy/fedasmu.py). The trigger follows Tables 5-6 (up to 10 devices
-every 10 s); pass `:appendix` after the file name for the appendix's one device every 5 s.
+documented there and in strategy/fedasmu.py). The trigger (`fedasmu_trigger`) follows Tables
+5-6 (up to 10 devices every 10 s); pass `:appendix` after the file name for the appendix's one
+device every 5 s.
 """
 
-from fedsim_jax.config import fedasmu_fashion_mnist_config
+from fedsim_jax.config import fedasmu_fashion_mnist_config, fedasmu_trigger
 
 
 def get_config(reading: str = 'tables'):
-  return fedasmu_fashion_mnist_config('fedasmu_0', reading)
+  return fedasmu_fashion_mnist_config('fedasmu_0', alpha=0.6, **fedasmu_trigger(reading))

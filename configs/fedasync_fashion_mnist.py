@@ -10,11 +10,11 @@ from fedsim_jax.config import fashion_mnist_config
 def get_config():
   config = fashion_mnist_config('fedasync')
   config.client.local_steps = 20
-  config.server.alpha = 0.9
-  config.server.staleness = 'polynomial'
-  config.server.staleness_a = 0.5
-  config.scheduler.concurrency = 10
-  config.scheduler.weighting = 'uniform'
+  config.algorithm.kwargs.alpha = 0.9
+  config.algorithm.kwargs.staleness = 'polynomial'
+  config.algorithm.kwargs.staleness_a = 0.5
+  config.algorithm.kwargs.concurrency = 10
+  config.algorithm.kwargs.weighting = 'uniform'
   config.latency.per_step.distribution = 'normal'
   config.latency.per_step.mean = 0.1
   config.latency.per_step.jitter = 0.05

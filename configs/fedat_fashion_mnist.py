@@ -12,8 +12,8 @@ from fedsim_jax.config import fashion_mnist_config
 def get_config():
   config = fashion_mnist_config('fedat')
   config.client.local_steps = 20
-  config.scheduler.cohort_size = 5
-  config.scheduler.tier_ratio = 2.0
+  config.algorithm.kwargs.cohort_size = 5
+  config.algorithm.kwargs.tier_ratio = 2.0
   config.latency.per_step.distribution = 'normal'
   config.latency.per_step.mean = 0.1
   config.latency.per_step.jitter = 0.05

@@ -10,7 +10,7 @@ from fedsim_jax.config import fashion_mnist_config
 def get_config():
   config = fashion_mnist_config('fedavg')
   config.client.local_steps = 20
-  config.scheduler.cohort_size = 10
+  config.algorithm.kwargs.cohort_size = 10
   config.latency.model = 'per_step'
   config.latency.per_step.distribution = 'normal'
   config.latency.per_step.mean = 0.1

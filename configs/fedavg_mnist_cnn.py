@@ -9,7 +9,7 @@ from fedsim_jax.config import base_config
 
 def get_config():
   config = base_config()
-  config.algorithm = 'fedavg'
+  config.algorithm.name = 'fedavg'
   config.data.name = 'mnist'
   config.data.num_clients = 100
   config.data.partition = 'shards'
@@ -19,7 +19,7 @@ def get_config():
   config.client.learning_rate = 0.05
   config.client.batch_size = 64
   config.client.local_steps = 10
-  config.scheduler.cohort_size = 10
+  config.algorithm.kwargs.cohort_size = 10
   config.latency.per_step.distribution = 'normal'
   config.latency.per_step.mean = 0.15  # FedCompass Table 7: MNIST, batch 64
   config.latency.per_step.jitter = 0.05

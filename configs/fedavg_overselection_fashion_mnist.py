@@ -12,8 +12,8 @@ def get_config():
   config = fashion_mnist_config('fedavg')
   config.client.local_epochs = 1.0
   config.client.local_steps = None
-  config.scheduler.cohort_size = 10
-  config.scheduler.num_selected = 12
+  config.algorithm.kwargs.cohort_size = 10
+  config.algorithm.kwargs.num_selected = 12
   config.latency.model = 'lognormal'
   config.latency.lognormal.model = 'per_example'
   config.run.num_rounds = 100

@@ -13,7 +13,7 @@ from fedsim_jax.config import base_config
 
 def get_config():
   config = base_config()
-  config.algorithm = 'fedavg'
+  config.algorithm.name = 'fedavg'
   config.data.name = 'shakespeare'
   config.data.partition = 'natural'
   config.data.min_client_size = 10
@@ -22,7 +22,7 @@ def get_config():
   config.client.learning_rate = 0.8
   config.client.batch_size = 10
   config.client.local_steps = 10
-  config.scheduler.cohort_size = 10
+  config.algorithm.kwargs.cohort_size = 10
   config.latency.model = 'per_step'
   config.latency.per_step.distribution = 'homogeneous'
   config.run.num_rounds = 60

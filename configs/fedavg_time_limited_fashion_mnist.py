@@ -12,8 +12,8 @@ from fedsim_jax.config import fashion_mnist_config
 def get_config():
   config = fashion_mnist_config('fedavg')
   config.client.local_steps = None
-  config.scheduler.cohort_size = 10
-  config.scheduler.time_limit_percentile = 75.0
+  config.algorithm.kwargs.cohort_size = 10
+  config.algorithm.kwargs.time_limit_percentile = 75.0
   config.latency.model = 'lognormal'
   config.latency.lognormal.model = 'per_example'
   config.run.num_rounds = 100

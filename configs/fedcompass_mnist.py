@@ -4,8 +4,8 @@ Five clients with the class partition (Algorithm 4), per-step times drawn from N
 (0.045 s)^2) with 5% per-round jitter (Section 5.4), Q in [40, 200], lambda = 1.2,
 st(u) = 0.9 (u + 1)^-0.5, client Adam at 0.003 with batch 64. The CNN runs fastest on XLA:CPU
 with the loop backend driving one jitted step at a time (`executor.step_loop='host'`, about 10x
-a scanned task here). `algorithm=fedcompass_m` / `fedcompass_n` swap the server update
-(momentum 0.9 / normalized averaging).
+a scanned task here). `--config.algorithm.name=fedcompass_m` / `fedcompass_n` swap the server
+update (momentum 0.9 / normalized averaging).
 """
 
 from fedsim_jax.config import base_config
@@ -13,7 +13,7 @@ from fedsim_jax.config import base_config
 
 def get_config():
   config = base_config()
-  config.algorithm = 'fedcompass'
+  config.algorithm.name = 'fedcompass'
   config.data.name = 'mnist'
   config.data.num_clients = 5
   config.data.partition = 'class'
@@ -22,13 +22,13 @@ def get_config():
   config.client.learning_rate = 0.003
   config.client.batch_size = 64
   config.client.local_steps = None
-  config.server.alpha = 0.9
-  config.server.staleness_a = 0.5
-  config.server.momentum = 0.9
-  config.scheduler.q_min = 40
-  config.scheduler.q_max = 200
-  config.scheduler.latest_time_factor = 1.2
-  config.scheduler.weighting = 'num_examples'
+  config.algorithm.kwargs.alpha = 0.9
+  config.algorithm.kwargs.staleness_a = 0.5
+  config.algorithm.kwargs.server_momentum = 0.9
+  config.algorithm.kwargs.q_min = 40
+  config.algorithm.kwargs.q_max = 200
+  config.algorithm.kwargs.latest_time_factor = 1.2
+  config.algorithm.kwargs.weighting = 'num_examples'
   config.latency.per_step.distribution = 'normal'
   config.latency.per_step.mean = 0.15
   config.latency.per_step.jitter = 0.05

@@ -2,15 +2,15 @@
 
 FedASMU's setting (`fedasmu_fashion_mnist_config`: Table 5's values, device speeds 5x apart,
 Dirichlet label skew) with synchronous rounds of 10 devices for T = 500 rounds. FedDyn's
-alpha = 0.01 and the unweighted average of its Algorithm 1 (`scheduler.weighting='uniform'`).
+alpha = 0.01 and the unweighted average of its Algorithm 1 (`algorithm.kwargs.weighting='uniform'`).
 """
 
 from fedsim_jax.config import fedasmu_fashion_mnist_config
 
 
-def get_config(reading: str = 'tables'):
-  config = fedasmu_fashion_mnist_config('feddyn', reading)
-  config.feddyn.alpha = 0.01
-  config.scheduler.weighting = 'uniform'
-  config.scheduler.cohort_size = 10  # devices per round (FedASMU does not state it)
+def get_config():
+  config = fedasmu_fashion_mnist_config('feddyn')
+  config.algorithm.kwargs.alpha = 0.01
+  config.algorithm.kwargs.weighting = 'uniform'
+  config.algorithm.kwargs.cohort_size = 10  # devices per round (FedASMU does not state it)
   return config

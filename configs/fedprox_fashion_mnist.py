@@ -2,15 +2,15 @@
 
 FedASMU's setting (`fedasmu_fashion_mnist_config`: Table 5's values, device speeds 5x apart,
 Dirichlet label skew) with synchronous rounds of 10 devices for T = 500 rounds. FedProx's
-mu = `client.proximal_strength`: FedASMU tunes it without reporting the value; 0.01 is from
-FedProx's grid {0.001, 0.01, 0.1, 1}.
+mu = `algorithm.kwargs.proximal_strength`: FedASMU tunes it without reporting the value; 0.01 is
+from FedProx's grid {0.001, 0.01, 0.1, 1}.
 """
 
 from fedsim_jax.config import fedasmu_fashion_mnist_config
 
 
-def get_config(reading: str = 'tables'):
-  config = fedasmu_fashion_mnist_config('fedprox', reading)
-  config.client.proximal_strength = 0.01  # mu
-  config.scheduler.cohort_size = 10  # devices per round (FedASMU does not state it)
+def get_config():
+  config = fedasmu_fashion_mnist_config('fedprox')
+  config.algorithm.kwargs.proximal_strength = 0.01  # mu
+  config.algorithm.kwargs.cohort_size = 10  # devices per round (FedASMU does not state it)
   return config

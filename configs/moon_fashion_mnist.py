@@ -9,9 +9,9 @@ and tau = 0.5 (MOON's settings); the representation is LeNet-5's 84-dim penultim
 from fedsim_jax.config import fedasmu_fashion_mnist_config
 
 
-def get_config(reading: str = 'tables'):
-  config = fedasmu_fashion_mnist_config('moon', reading)
-  config.moon.mu = 1.0
-  config.moon.temperature = 0.5
-  config.scheduler.cohort_size = 10  # devices per round (FedASMU does not state it)
+def get_config():
+  config = fedasmu_fashion_mnist_config('moon')
+  config.algorithm.kwargs.mu = 1.0
+  config.algorithm.kwargs.temperature = 0.5
+  config.algorithm.kwargs.cohort_size = 10  # devices per round (FedASMU does not state it)
   return config

@@ -1,7 +1,7 @@
 """Runs one federated experiment from a config file, or several seeds of it together.
 
   python experiments/run.py --config=configs/fedavg_fashion_mnist.py --workdir=runs/demo \
-      --config.client.learning_rate=0.1
+      --config.client.learning_rate=0.1 --config.algorithm.kwargs.cohort_size=20
   python experiments/run.py --config=configs/fedcompass_mnist.py --seeds=0,1,2,3
 
 Writes config.json, metrics.jsonl and summary.json into --workdir (with --seeds, into
@@ -23,8 +23,16 @@ from ml_collections import config_flags
 
 from fedsim_jax import cli
 
+# New attributes are accepted so that `--config.algorithm.kwargs.<field>=...` can set any field
+# of the algorithm's settings; a misspelt or foreign field anywhere is then a one-line error of
+# `validate` (naming the closest valid field), never silently ignored.
 _CONFIG = config_flags.DEFINE_config_file(
-  'config', None, 'Experiment config file.', lock_config=True
+  'config',
+  None,
+  'Experiment config file; override any field with --config.<section>.<field>=<value>, the '
+  "algorithm's settings with --config.algorithm.kwargs.<field>=<value>.",
+  lock_config=False,
+  accept_new_attributes=True,
 )
 _WORKDIR = flags.DEFINE_string(
   'workdir', None, 'Run directory (default: runs/<config file name>/seed<seed>).'
@@ -75,4 +83,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

@@ -32,14 +32,39 @@ def check_choice(name: str, value: Any, allowed: Sequence[Any]) -> None:
     raise ConfigError(f'{name}={value!r} is not allowed; allowed values: {list(allowed)}')
 
 
+KWARGS_PREFIX = 'algorithm.kwargs.'
+
+
+def _algorithm_settings(config: Any) -> Any:
+  """The settings dataclass of `config`'s algorithm (importing `algorithm.module` first)."""
+  from fedsim_jax import algorithms  # Deferred: keeps this module free of JAX.
+
+  algorithms.import_module(config.algorithm.module)
+  return algorithms.get_spec(config.algorithm.name).settings
+
+
 def set_existing(config: Any, path: str, value: Any) -> None:
   """Sets the dotted setting `path` (e.g. 'client.learning_rate') of `config` to `value`, like
   `fedsim_jax.config.set_by_path`, but only a setting `config` has: a misspelt name, or a
-  section this build lacks, raises `ConfigError` instead of adding a new setting."""
+  section this build lacks, raises `ConfigError` instead of adding a new setting. An
+  'algorithm.kwargs.<field>' path must name a field of the algorithm's settings dataclass."""
   import ml_collections
 
   from fedsim_jax.config import ConfigError, set_by_path  # Deferred: keeps this module JAX-free.
 
+  if path.startswith(KWARGS_PREFIX):
+    from fedsim_jax.settings import closest
+
+    field = path[len(KWARGS_PREFIX) :]
+    settings = _algorithm_settings(config)
+    names = settings.field_names()
+    if field not in names:
+      raise ConfigError(
+        f'{path} is not a setting of {settings.__name__} (algorithm.name='
+        f'{config.algorithm.name!r}){closest(field, names)}; allowed: {sorted(names)}'
+      )
+    set_by_path(config, path, value)
+    return
   node = config
   *parents, leaf = path.split('.')
   for part in parents:
@@ -82,8 +107,8 @@ Override = tuple[str | None, str, Any]  # (algorithm or None for every run, sett
 def parse_overrides(name: str, text: str, algorithms: Sequence[str]) -> list[Override]:
   """Parses `--name='[algorithm:]path=value;...'`: settings changed after the paper's, for one
   algorithm or (without the prefix) for every run, e.g.
-  `feast_msg:server.learning_rate=0.1;run.eval_every=10`. Values are Python literals (a bare
-  word is a string).
+  `feast_msg:algorithm.kwargs.server_learning_rate=0.1;run.eval_every=10`. Values are Python
+  literals (a bare word is a string).
 
   Raises:
     FlagError: an item without '=' or with an unknown algorithm.
@@ -152,22 +177,38 @@ def load_or_run(
   return run_experiment(config, run_dir, dataset=dataset()), 'ran'
 
 
+def _setting_value(config: Any, path: str) -> Any:
+  """`config`'s value at the dotted `path`; an 'algorithm.kwargs.<field>' the config does not
+  set takes the algorithm's default (config.json records every field)."""
+  if path.startswith(KWARGS_PREFIX):
+    field = path[len(KWARGS_PREFIX) :]
+    kwargs = config.algorithm.kwargs
+    return kwargs[field] if field in kwargs else getattr(_algorithm_settings(config)(), field)
+  value = config
+  for part in path.split('.'):
+    value = value[part]
+  return value
+
+
 def stale_setting(run_dir: str, config: Any, paths: Sequence[str]) -> str | None:
   """Why the finished run in `run_dir` does not match `config`: 'path=saved value' for the first
   dotted path (e.g. 'run.eval_every') whose value in its `config.json` differs, else None (also
-  when there is no readable `config.json`). Resumed sweeps warn with it instead of silently
-  reusing a run made with other settings."""
+  when there is no readable `config.json`). An 'algorithm.kwargs.<field>' path is compared only
+  when the algorithm has that field. Resumed sweeps warn with it instead of silently reusing a
+  run made with other settings."""
   try:
     with open(os.path.join(run_dir, 'config.json'), encoding='utf-8') as f:
       saved = json.load(f)
   except (OSError, ValueError):
     return None
   for path in paths:
-    value, expected = saved, config
+    if path.startswith(KWARGS_PREFIX):
+      if path[len(KWARGS_PREFIX) :] not in _algorithm_settings(config).field_names():
+        continue
+    value = saved
     for part in path.split('.'):
       value = value.get(part) if isinstance(value, dict) else None
-      expected = expected[part]
-    if value != expected:
+    if value != _setting_value(config, path):
       return f'{path}={value!r}'
   return None
 

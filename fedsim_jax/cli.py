@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging as pylogging
+import re
 import sys
 from typing import NoReturn
 
@@ -22,7 +23,17 @@ def parse_flags(argv: list[str]) -> list[str]:
   try:
     return flags.FLAGS(argv)
   except flags.Error as error:
-    fail(str(error) or type(error).__name__)
+    message = str(error) or type(error).__name__
+    section = re.search(r'flag --(config\.[\w.]+)=.*as a ConfigDict', message)
+    if section:  # e.g. --config.algorithm=fedbuff, before the algorithm became a section
+      name = section.group(1)
+      message = (
+        f'{name[len("config.") :]} is a section of settings; allowed: its fields, e.g. '
+        f'--{name}.name=... for the algorithm'
+        if name == 'config.algorithm'
+        else f'{name[len("config.") :]} is a section of settings; allowed: --{name}.<field>=...'
+      )
+    fail(message)
 
 
 def quiet_logging(verbose_by_default: bool = False) -> None:

@@ -18,7 +18,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from fedsim_jax import compilation_cache
+from fedsim_jax import algorithms, compilation_cache
 from fedsim_jax import config as config_lib
 from fedsim_jax.client import client_optimizer
 from fedsim_jax.data import partition as partition_lib
@@ -31,7 +31,7 @@ from fedsim_jax.metrics import MetricsWriter, make_evaluator, summarize, write_j
 from fedsim_jax.models import Model, get_model
 from fedsim_jax.runtime import Simulation, StopCondition
 from fedsim_jax.runtime.latency.registry import make_availability, make_latency
-from fedsim_jax.strategy import BuildContext, get_algorithm
+from fedsim_jax.settings import Settings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +67,49 @@ def _settings(section: ml_collections.ConfigDict) -> dict[str, Any]:
     for k, v in section.to_dict().items()
     if v is not None
   }
+
+
+def run_facts(config: ml_collections.ConfigDict) -> algorithms.RunFacts:
+  """What the algorithm may check or read of the config's other sections."""
+  client = config.client
+  return algorithms.RunFacts(
+    num_clients=config.data.num_clients,
+    num_rounds=config.run.num_rounds,
+    seed=config.seed,
+    client_optimizer=client.optimizer,
+    client_learning_rate=client.learning_rate,
+    batch_size=client.batch_size,
+    local_steps=client.local_steps,
+    local_epochs=client.local_epochs,
+    model_norm=config.model.norm,
+  )
+
+
+def algorithm_settings(config: ml_collections.ConfigDict) -> Settings:
+  """The validated settings of `config.algorithm` (importing `algorithm.module` first)."""
+  algorithms.import_module(config.algorithm.module)
+  return algorithms.resolve_settings(
+    config.algorithm.name, config.algorithm.kwargs.to_dict(), run_facts(config)
+  )
+
+
+def validate(config: ml_collections.ConfigDict) -> Settings:
+  """Checks every setting of `config` that can be checked without data, the algorithm's
+  included; returns the algorithm's settings. Raises `ConfigError`."""
+  config_lib.validate(config)
+  return algorithm_settings(config)
+
+
+def client_budgets(config: ml_collections.ConfigDict, num_clients: int) -> np.ndarray:
+  """The compute budgets p_i the configured algorithm draws (the budget_skewed partition
+  skews data by them)."""
+  settings = algorithm_settings(config)
+  if not hasattr(settings, 'client_budgets'):
+    raise config_lib.ConfigError(
+      f"data.partition='budget_skewed' is invalid with algorithm.name={config.algorithm.name!r} "
+      '(it has no compute budgets); allowed: an algorithm with budgets (ccfedavg, ...)'
+    )
+  return settings.client_budgets(num_clients, config.seed)
 
 
 def build_latency(
@@ -115,19 +158,21 @@ def resolve_settings(
   config: ml_collections.ConfigDict, dataset: FederatedDataset, model: Model
 ) -> ml_collections.ConfigDict:
   """Replaces settings given relative to the federation by their values (today:
-  `scheduler.time_limit_percentile` -> `scheduler.time_limit`)."""
-  percentile = config.scheduler.time_limit_percentile
+  `algorithm.kwargs.time_limit_percentile` -> `algorithm.kwargs.time_limit`)."""
+  percentile = getattr(algorithm_settings(config), 'time_limit_percentile', None)
   if percentile is None:
     return config
   streams = RandomStreams.from_seed(config.seed)
   model_bytes = 4 * model.num_params(model.init(streams.init_key))
   limit = epoch_compute_time_percentile(config, dataset, model_bytes, percentile, streams.probe_rng)
   config = config.copy_and_resolve_references()
-  with config.unlocked():
-    config.scheduler.time_limit = limit
-    config.scheduler.time_limit_percentile = None
+  with config.algorithm.kwargs.unlocked():
+    config.algorithm.kwargs.time_limit = limit
+    config.algorithm.kwargs.time_limit_percentile = None
   logging.info(
-    'scheduler.time_limit = %.2fs (percentile %g of one-epoch compute time)', limit, percentile
+    'algorithm.kwargs.time_limit = %.2fs (percentile %g of one-epoch compute time)',
+    limit,
+    percentile,
   )
   return config
 
@@ -174,8 +219,6 @@ def build_federated_dataset(config: ml_collections.ConfigDict) -> FederatedDatas
     elif data.partition == 'gamma_mix':
       parts = partition_lib.gamma_mix(central.train_y, data.num_clients, data.gamma, seed)
     elif data.partition == 'budget_skewed':  # the p_i the algorithm draws (same seed stream)
-      from fedsim_jax.strategy.algorithms import client_budgets
-
       parts = partition_lib.budget_skewed(
         central.train_y,
         data.num_clients,
@@ -235,10 +278,11 @@ def build_simulation(
   model_bytes = 4 * model.num_params(init_params)
   latency = build_latency(config, dataset, model_bytes, streams.latency_rng)
   availability = build_availability(config, dataset, streams.availability_rng)
+  context = algorithms.BuildContext(
+    config.algorithm.name, run_facts(config), dataset.client_sizes, latency
+  )
   try:
-    algorithm = get_algorithm(
-      config, BuildContext(dataset.num_clients, dataset.client_sizes, latency)
-    )
+    algorithm = algorithms.build(algorithm_settings(config), context)
   except ValueError as error:
     raise config_lib.ConfigError(str(error)) from None
   client = config.client
@@ -310,7 +354,7 @@ class PreparedRun:
     workdir: str | os.PathLike,
     dataset: FederatedDataset | None = None,
   ):
-    config_lib.validate(config)
+    settings = validate(config)
     try:
       cache_dir = compilation_cache.enable(config.run.compilation_cache)
     except ValueError as e:
@@ -320,22 +364,21 @@ class PreparedRun:
     self.host_start = time.perf_counter()
     if dataset is None:
       dataset = build_federated_dataset(config)
-    for name in ('cohort_size', 'concurrency', 'num_selected'):
-      value = config.scheduler[name]
-      if (
-        config_lib.uses_setting(config.algorithm, name)
-        and value is not None
-        and value > dataset.num_clients
-      ):
-        raise config_lib.ConfigError(
-          f'scheduler.{name}={value} is invalid; allowed values: '
-          f'1..{dataset.num_clients} (the federation size)'
-        )
+    # A settings class need not derive from the shared groups (`Settings` suffices), so the
+    # federation hook is optional, like `check_run`.
+    check_federation = getattr(settings, 'check_federation', None)
+    if check_federation is not None:
+      check_federation(dataset.num_clients, algorithms.base.KWARGS_PREFIX)
     self.dataset = dataset
     model = build_model(config, dataset)
     config = resolve_settings(config, dataset, model)
     self.config = config
-    write_json(os.path.join(workdir, 'config.json'), config.to_dict())
+    self.algorithm_settings = algorithm_settings(config)
+    # The resolved config: every algorithm setting with its value, defaults included, so
+    # that config.json alone describes (and reruns) the run.
+    resolved = config.to_dict()
+    resolved['algorithm']['kwargs'] = self.algorithm_settings.as_dict()
+    write_json(os.path.join(workdir, 'config.json'), resolved)
     self._evaluate = make_evaluator(
       model,
       dataset.test_x,
@@ -367,7 +410,7 @@ class PreparedRun:
     logging.info(
       '%s on %s: %d clients, model %s (%d parameters), latency %s, backend %s '
       '(steps: %s, threads: %d)',
-      config.algorithm,
+      config.algorithm.name,
       dataset.name,
       dataset.num_clients,
       model.name,

@@ -145,7 +145,7 @@ def test_client_and_server_storage_give_the_same_models():
 
 
 def test_invalid_settings():
-  with pytest.raises(ValueError, match='scheduler.estimator'):
+  with pytest.raises(ValueError, match="^estimator='guess'; allowed"):
     BudgetedScheduler(2, LocalWork(steps=1), ScriptedSchedule([set()]), estimator='guess')
   with pytest.raises(ValueError, match='storage'):
     BudgetedScheduler(

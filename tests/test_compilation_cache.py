@@ -114,13 +114,12 @@ def test_invalid_setting_names_the_setting(value):
 
 def _tiny_config(setting):
   config = base_config()
-  config.algorithm = 'fedbuff'
+  config.algorithm.name = 'fedbuff'
   config.data.num_clients = 6
   config.model.hidden_sizes = (16,)
   config.client.local_steps = 3
   config.client.batch_size = 8
-  config.scheduler.concurrency = 3
-  config.scheduler.buffer_size = 2
+  config.algorithm.kwargs.update(concurrency=3, buffer_size=2)
   config.run.num_rounds = 4
   config.run.eval_every = 2
   config.run.compilation_cache = setting

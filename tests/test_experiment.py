@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from fedsim_jax import algorithms, experiment
 from fedsim_jax.config import ConfigError, base_config, set_by_path, validate
 from fedsim_jax.data.synthetic import toy_federation as make_toy_federation
 from fedsim_jax.experiment import run_experiment
@@ -24,7 +25,7 @@ def _tiny_digits_config(data_dir, **overrides):
   config.model.hidden_sizes = (32,)
   config.client.learning_rate = 0.1
   config.client.local_steps = 5
-  config.scheduler.cohort_size = 4
+  config.algorithm.kwargs.cohort_size = 4
   config.latency.per_step.distribution = 'exponential'
   config.latency.per_step.jitter = 0.05
   config.run.num_rounds = 6
@@ -81,16 +82,9 @@ def test_same_config_and_seed_give_identical_metrics(digits_data_dir, tmp_path, 
 @pytest.mark.parametrize(
   'key,value,match',
   [
-    ('algorithm', 'fedsgdx', 'algorithm'),
-    ('scheduler.cohort_size', -1, 'scheduler.cohort_size'),
-    ('scheduler.cohort_size', 101, 'scheduler.cohort_size'),
     ('client.learning_rate', 0.0, 'client.learning_rate'),
     ('latency.model', 'pareto', 'latency.model'),
-    ('scheduler.num_selected', 5, 'scheduler.num_selected'),
-    ('scheduler.concurrency', 0, 'scheduler.concurrency'),
-    ('server.staleness', 'linear', 'server.staleness'),
     ('executor.backend', 'gpu', 'executor.backend'),
-    ('server.b2', 1.0, 'server.b2'),
   ],
 )
 def test_invalid_settings_name_the_setting(key, value, match):
@@ -102,26 +96,96 @@ def test_invalid_settings_name_the_setting(key, value, match):
   assert '\n' not in str(error.value) and 'allowed' in str(error.value)
 
 
+@pytest.mark.parametrize(
+  'algorithm,key,value,match',
+  [
+    ('fedsgdx', None, None, 'algorithm.name'),
+    ('fedavg', 'cohort_size', -1, 'algorithm.kwargs.cohort_size'),
+    ('fedavg', 'cohort_size', 101, 'algorithm.kwargs.cohort_size'),
+    ('fedavg', 'num_selected', 5, 'algorithm.kwargs.num_selected'),
+    ('fedbuff', 'concurrency', 0, 'algorithm.kwargs.concurrency'),
+    ('fedbuff', 'staleness', 'linear', 'algorithm.kwargs.staleness'),
+    ('fedavg', 'b2', 1.0, 'algorithm.kwargs.b2'),
+  ],
+)
+def test_invalid_algorithm_settings_name_the_setting(algorithm, key, value, match):
+  config = base_config()
+  config.algorithm.name = algorithm
+  if key is not None:
+    config.algorithm.kwargs[key] = value
+  with pytest.raises(ConfigError, match=match) as error:
+    experiment.validate(config)
+  assert '\n' not in str(error.value) and 'allowed' in str(error.value)
+
+
+@pytest.mark.parametrize('value', [float('nan'), float('inf'), float('-inf')])
+def test_non_finite_algorithm_settings_are_one_line_errors(value):
+  config = base_config()
+  config.algorithm.kwargs.server_learning_rate = value
+  with pytest.raises(ConfigError, match='algorithm.kwargs.server_learning_rate') as error:
+    experiment.validate(config)
+  assert '\n' not in str(error.value) and 'allowed' in str(error.value)
+
+
+def test_a_field_foreign_to_the_algorithm_is_an_error():
+  """FedCompass's q_min means nothing to FedAvg: set there, it is refused, not ignored."""
+  config = base_config()
+  config.algorithm.kwargs.q_min = 4
+  with pytest.raises(ConfigError, match=r'algorithm\.kwargs\.q_min is not a setting') as error:
+    experiment.validate(config)
+  assert '\n' not in str(error.value) and 'FedOptSettings' in str(error.value)
+  config.algorithm.name = 'fedcompass'
+  config.client.local_steps = None
+  assert experiment.validate(config).q_min == 4
+
+
 def test_fedbuff_count_normalization_needs_uniform_weights():
   """'count' divides sum_k p_k delta_k by K: with example shares p_k = n_k / n every server
   step would shrink by about 1 / num_clients, so the pair is refused, not run."""
   config = base_config()
-  config.algorithm = 'fedbuff'
-  validate(config)  # the default: weighted mean
-  config.server.normalization = 'count'
-  with pytest.raises(ConfigError, match=r"server.normalization='count'.*weighting='uniform'"):
-    validate(config)
-  config.scheduler.weighting = 'uniform'
-  validate(config)
+  config.algorithm.name = 'fedbuff'
+  experiment.validate(config)  # the default: weighted mean
+  config.algorithm.kwargs.normalization = 'count'
+  with pytest.raises(
+    ConfigError, match=r"algorithm.kwargs.normalization='count'.*weighting='uniform'"
+  ):
+    experiment.validate(config)
+  config.algorithm.kwargs.weighting = 'uniform'
+  experiment.validate(config)
 
 
-def _run_binary(*args, timeout=120):
+def test_config_json_holds_the_algorithms_resolved_settings(tmp_path):
+  """Every setting of the algorithm is written with its value, defaults included, so that
+  config.json alone describes the run."""
+  config = base_config()
+  config.algorithm.name = 'fedbuff'
+  config.data.num_clients = 4
+  config.model.hidden_sizes = (8,)
+  config.client.local_steps = 2
+  config.algorithm.kwargs.concurrency = 3
+  config.algorithm.kwargs.buffer_size = 2
+  config.run.num_rounds = 2
+  config.run.eval_every = 1
+  run_experiment(config, tmp_path, dataset=make_toy_federation(num_clients=4))
+  with open(tmp_path / 'config.json') as f:
+    written = json.load(f)['algorithm']
+  expected = algorithms.get_spec('fedbuff').settings(concurrency=3, buffer_size=2).as_dict()
+  assert written['name'] == 'fedbuff'
+  assert written['kwargs'] == json.loads(json.dumps(expected))
+  assert written['kwargs']['staleness'] == 'polynomial'  # a default the config did not set
+  del config.algorithm.kwargs['buffer_size']
+  run_experiment(config, tmp_path / 'default_buffer', dataset=make_toy_federation(num_clients=4))
+  with open(tmp_path / 'default_buffer' / 'config.json') as f:
+    assert json.load(f)['algorithm']['kwargs']['buffer_size'] == 10  # FedBuff's default K
+
+
+def _run_binary(*args, timeout=120, config='fedavg_fashion_mnist.py'):
   start = time.perf_counter()
   result = subprocess.run(
     [
       sys.executable,
       os.path.join(ROOT, 'experiments', 'run.py'),
-      f'--config={os.path.join(ROOT, "configs", "fedavg_fashion_mnist.py")}',
+      f'--config={os.path.join(ROOT, "configs", config)}',
       *args,
     ],
     capture_output=True,
@@ -135,9 +199,9 @@ def _run_binary(*args, timeout=120):
 @pytest.mark.parametrize(
   'override,match',
   [
-    ('--config.algorithm=fedbogus', 'algorithm'),
-    ('--config.scheduler.cohort_size=-3', 'scheduler.cohort_size'),
-    ('--config.scheduler.cohort_size=500', 'scheduler.cohort_size'),
+    ('--config.algorithm.name=fedbogus', 'algorithm.name'),
+    ('--config.algorithm.kwargs.cohort_size=-3', 'algorithm.kwargs.cohort_size'),
+    ('--config.algorithm.kwargs.cohort_size=500', 'algorithm.kwargs.cohort_size'),
   ],
 )
 def test_binary_rejects_invalid_settings_with_one_line(override, match, tmp_path):
@@ -147,6 +211,38 @@ def test_binary_rejects_invalid_settings_with_one_line(override, match, tmp_path
   assert len(lines) == 1, result.stderr
   assert match in lines[0] and 'allowed' in lines[0]
   assert 'Traceback' not in result.stderr
+
+
+@pytest.mark.parametrize(
+  'config,override,expected',
+  [
+    # A misspelt field, outside or inside the algorithm's settings, names the closest one.
+    ('fedavg_fashion_mnist.py', '--config.client.learning_rat=0.1', "did you mean 'learning_rate'"),
+    (
+      'fedbuff_fashion_mnist.py',
+      '--config.algorithm.kwargs.bufer_size=3',
+      "did you mean 'buffer_size'",
+    ),
+    # A field of another algorithm (FedCompass's q_min) is not silently ignored under FedAvg.
+    ('fedavg_fashion_mnist.py', '--config.algorithm.kwargs.q_min=4', 'FedOptSettings'),
+    # A float setting the config sets, overridden by a non-finite number.
+    ('fedbuff_fashion_mnist.py', '--config.algorithm.kwargs.server_learning_rate=nan', '=nan'),
+    ('fedbuff_fashion_mnist.py', '--config.algorithm.kwargs.server_learning_rate=inf', '=inf'),
+    # A section given a value (the algorithm was once a plain name) points to its fields.
+    ('fedbuff_fashion_mnist.py', '--config.algorithm=fedbuff', '--config.algorithm.name='),
+  ],
+)
+def test_binary_rejects_unknown_fields_and_bad_values_before_writing(
+  config, override, expected, tmp_path
+):
+  workdir = tmp_path / 'run'
+  result, _ = _run_binary(override, f'--workdir={workdir}', config=config)
+  assert result.returncode == 2, result.stderr
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1, result.stderr
+  name = override.removeprefix('--config.').split('=')[0]
+  assert name in lines[0] and expected in lines[0] and 'allowed' in lines[0]
+  assert not workdir.exists()
 
 
 def test_binary_reports_missing_data_fast(tmp_path):
@@ -175,13 +271,14 @@ def test_binary_reports_unknown_dataset(tmp_path):
 def test_trace_latency_and_availability_end_to_end(algorithm, tmp_path):
   trace = os.path.join(ROOT, 'configs', 'traces', 'example_trace.json')
   config = base_config()
-  config.algorithm = algorithm
+  config.algorithm.name = algorithm
   config.data.num_clients = 3
   config.model.hidden_sizes = (8,)
   config.client.local_steps = 5
-  config.scheduler.cohort_size = 2
-  config.scheduler.concurrency = 2
-  config.scheduler.buffer_size = 1
+  if algorithm == 'fedavg':
+    config.algorithm.kwargs.cohort_size = 2
+  else:
+    config.algorithm.kwargs.update(concurrency=2, buffer_size=1)
   config.latency.model = 'trace'
   config.latency.trace.trace = trace
   config.availability.model = 'trace'
@@ -216,7 +313,7 @@ def test_binary_runs_several_seeds_together(digits_data_dir, tmp_path):
     '--config.data.num_clients=5',
     '--config.model.hidden_sizes=(16,)',
     '--config.client.local_steps=3',
-    '--config.scheduler.cohort_size=3',
+    '--config.algorithm.kwargs.cohort_size=3',
     '--config.run.num_rounds=3',
     '--config.run.eval_every=1',
   ]
@@ -243,3 +340,45 @@ def test_binary_rejects_invalid_seeds_with_one_line(seeds, tmp_path):
   lines = result.stderr.strip().splitlines()
   assert len(lines) == 1, result.stderr
   assert '--seeds' in lines[0] and 'allowed values: integers >= 0' in lines[0]
+
+
+def test_binary_runs_an_algorithm_registered_by_user_code(digits_data_dir, tmp_path):
+  """`algorithm.module` imports a module that registers an algorithm (tests/fixtures): the
+  binary runs it with its own settings, the library untouched."""
+  common = [
+    '--config.algorithm.module=tests.fixtures.damped_fedavg',
+    '--config.algorithm.name=damped_fedavg',
+    '--config.data.name=digits',
+    f'--config.data.data_dir={digits_data_dir}',
+    '--config.data.num_clients=5',
+    '--config.model.hidden_sizes=(16,)',
+    '--config.client.learning_rate=0.1',
+    '--config.client.local_steps=10',
+    '--config.algorithm.kwargs.cohort_size=3',
+    '--config.run.num_rounds=6',
+    '--config.run.eval_every=3',
+  ]
+  runs = {}
+  for rate in (0.5, 0.0):
+    workdir = tmp_path / f'rate{rate}'
+    result, _ = _run_binary(
+      *common, f'--config.algorithm.kwargs.rate={rate}', f'--workdir={workdir}', timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    with open(workdir / 'config.json') as f:
+      assert json.load(f)['algorithm'] == {
+        'name': 'damped_fedavg',
+        'module': 'tests.fixtures.damped_fedavg',
+        'kwargs': {'rate': rate, 'cohort_size': 3},
+      }
+    runs[rate] = _read_metrics(workdir)
+  for rows in runs.values():
+    assert [r['version'] for r in rows] == [0, 3, 6]
+    assert rows[-1]['client_updates'] == 18
+  trained, frozen = runs[0.5], runs[0.0]
+  assert trained[-1]['test_accuracy'] > trained[0]['test_accuracy'] + 0.1
+  assert trained[-1]['test_loss'] < trained[0]['test_loss']
+  # rate = 0: the server never moves, so every evaluation is the initial model's.
+  assert [r['test_accuracy'] for r in frozen] == [frozen[0]['test_accuracy']] * 3
+  assert [r['test_loss'] for r in frozen] == [frozen[0]['test_loss']] * 3
+  assert frozen[0] == trained[0]

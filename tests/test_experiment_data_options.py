@@ -21,7 +21,7 @@ def _digits_config(data_dir, **overrides):
   config.model.hidden_sizes = (16,)
   config.client.learning_rate = 0.1
   config.client.local_steps = 3
-  config.scheduler.cohort_size = 4
+  config.algorithm.kwargs.cohort_size = 4
   config.run.num_rounds = 3
   config.run.eval_every = 1
   for key, value in overrides.items():
@@ -72,7 +72,7 @@ def test_straggler_split_and_evaluation_groups_reach_the_metrics(digits_data_dir
 def test_budget_skewed_partition_follows_the_algorithms_budgets(digits_data_dir):
   config = _digits_config(
     digits_data_dir,
-    **{'algorithm': 'ccfedavg', 'data.partition': 'budget_skewed', 'data.num_clients': 8},
+    **{'algorithm.name': 'ccfedavg', 'data.partition': 'budget_skewed', 'data.num_clients': 8},
   )
   dataset = build_federated_dataset(config)
   assert dataset.num_clients == 8 and dataset.client_sizes.sum() > 0

@@ -12,13 +12,14 @@ import numpy as np
 import optax
 import pytest
 
+from fedsim_jax import algorithms, experiment
 from fedsim_jax.client import sgd_client_update
 from fedsim_jax.config import (
   ConfigError,
   base_config,
   fedasmu_fashion_mnist_config,
+  fedasmu_trigger,
   set_by_path,
-  validate,
 )
 from fedsim_jax.data import FederatedDataset, toy_federation
 from fedsim_jax.data.federated import client_batch
@@ -27,7 +28,6 @@ from fedsim_jax.models import Model, get_model
 from fedsim_jax.runtime import PerStepLatency, Simulation, StopCondition, UpdateBatch
 from fedsim_jax.runtime.latency import DeviceRatioLatency
 from fedsim_jax.strategy import AsynchronousScheduler, LocalWork, fedopt, make_staleness
-from fedsim_jax.strategy.algorithms import BuildContext, asynchronous_scheduler, get_algorithm
 from fedsim_jax.strategy.fedasmu import (
   FedasmuScheduler,
   ServerSettings,
@@ -573,27 +573,37 @@ class TestStalenessBound:
 
 def _config(algorithm, **overrides):
   config = base_config()
-  config.algorithm = algorithm
+  config.algorithm.name = algorithm
   config.data.num_clients = 8
   config.model.hidden_sizes = (6,)
   config.client.learning_rate = 0.2
   config.client.local_steps = 3
   config.client.batch_size = 4
-  config.server.alpha = 0.7
-  config.server.staleness = 'polynomial'
-  config.server.staleness_a = 0.5
-  config.scheduler.concurrency = 4
+  kwargs = config.algorithm.kwargs
+  if 'alpha' in algorithms.get_spec(algorithm).settings.field_names():  # fedbuff has none
+    kwargs.alpha = 0.7
+  kwargs.staleness = 'polynomial'
+  kwargs.staleness_a = 0.5
+  kwargs.concurrency = 4
   config.latency.model = 'device_ratio'
   for key, value in overrides.items():
     set_by_path(config, key, value)
-  validate(config)
+  experiment.validate(config)
   return config
+
+
+def _context(config, client_sizes, latency=None):
+  return algorithms.BuildContext(
+    config.algorithm.name, experiment.run_facts(config), client_sizes, latency
+  )
 
 
 def _run_config(config, versions=12):
   fed = toy_federation(num_clients=8, min_size=4, max_size=12)
   latency = DeviceRatioLatency(8, np.random.default_rng(7), fastest_step_time=0.5, ratio=5.0)
-  algorithm = get_algorithm(config, BuildContext(8, fed.client_sizes, latency))
+  algorithm = algorithms.build(
+    experiment.algorithm_settings(config), _context(config, fed.client_sizes, latency)
+  )
   model = get_model('mlp', fed.input_shape, fed.num_classes, hidden_sizes=(6,))
   update = algorithm.make_client_update(model, optax.sgd(0.2), 4)
   sim = Simulation(
@@ -609,20 +619,20 @@ def _run_config(config, versions=12):
   return sim
 
 
-TRIGGER = {'scheduler.trigger_period': 0.7, 'scheduler.trigger_count': 3}
+TRIGGER = {'algorithm.kwargs.trigger_period': 0.7, 'algorithm.kwargs.trigger_count': 3}
 
 
 def test_fedasmu_0_is_fedasync_with_a_staleness_bound():
   # Same system model; FedASMU's bound t - o + 1 <= tau = 2 is max_staleness = 1.
-  fedasmu_0 = _run_config(_config('fedasmu_0', **{'fedasmu.tau': 2, **TRIGGER}))
-  fedasync = _run_config(_config('fedasync', **{'scheduler.max_staleness': 1, **TRIGGER}))
+  fedasmu_0 = _run_config(_config('fedasmu_0', **{'algorithm.kwargs.tau': 2, **TRIGGER}))
+  fedasync = _run_config(_config('fedasync', **{'algorithm.kwargs.max_staleness': 1, **TRIGGER}))
   assert isinstance(fedasync.scheduler, PeriodicTriggerScheduler)
   assert fedasmu_0.version == fedasync.version == 12 and fedasmu_0.now == fedasync.now
   stale = fedasmu_0.report()['tasks']['discarded']
   assert stale == fedasync.report()['tasks']['discarded'] and stale.get('stale', 0) > 0
   _close(fedasmu_0.params, fedasync.params, atol=1e-6)
   # The dynamic weights (FedASMU-FA) do change the trajectory.
-  fedasmu_fa = _run_config(_config('fedasmu_fa', **{'fedasmu.tau': 2, **TRIGGER}))
+  fedasmu_fa = _run_config(_config('fedasmu_fa', **{'algorithm.kwargs.tau': 2, **TRIGGER}))
   assert not np.allclose(
     jax.tree_util.tree_leaves(fedasmu_fa.params)[0],
     jax.tree_util.tree_leaves(fedasmu_0.params)[0],
@@ -632,7 +642,7 @@ def test_fedasmu_0_is_fedasync_with_a_staleness_bound():
 
 def test_fedasmu_variants_build_and_run():
   for algorithm in ('fedasmu_h1', 'fedasmu_da'):
-    config = _config(algorithm, **{**TRIGGER, 'fedasmu_fetch.policy': 'learned'})
+    config = _config(algorithm, **{**TRIGGER, 'algorithm.kwargs.fetch_policy': 'learned'})
     sim = _run_config(config, versions=6)
     assert sim.version == 6 and sim.scheduler.fetches > 0
     sim.report()
@@ -699,18 +709,23 @@ def test_periodic_trigger_timing_and_cap(timing, expected):
   assert sim.scheduler.report()['triggered_devices'] == len(handles)
 
 
+def _asynchronous_scheduler(config, buffer_size):
+  settings = experiment.validate(config)
+  return settings.asynchronous_scheduler(_context(config, np.full(8, 10)), buffer_size)
+
+
 def test_asynchronous_scheduler_uses_the_trigger_when_a_period_is_set():
   config = _config('fedbuff')
-  assert isinstance(asynchronous_scheduler(config, 3), AsynchronousScheduler)
+  assert isinstance(_asynchronous_scheduler(config, 3), AsynchronousScheduler)
   config = _config(
     'fedbuff',
     **{
-      'scheduler.trigger_period': 5.0,
-      'scheduler.trigger_count': 1,
-      'scheduler.trigger_timing': 'after_trigger',
+      'algorithm.kwargs.trigger_period': 5.0,
+      'algorithm.kwargs.trigger_count': 1,
+      'algorithm.kwargs.trigger_timing': 'after_trigger',
     },
   )
-  scheduler = asynchronous_scheduler(config, 3)
+  scheduler = _asynchronous_scheduler(config, 3)
   assert isinstance(scheduler, PeriodicTriggerScheduler)
   assert (
     scheduler.trigger_period,
@@ -723,59 +738,64 @@ def test_asynchronous_scheduler_uses_the_trigger_when_a_period_is_set():
 # ---- Settings ----------------------------------------------------------------------------------
 
 
+def _fedasmu_config(algorithm, reading='tables'):
+  """The shipped FedASMU configs' setting (FedAsync's alpha = 0.6, the trigger of `reading`)."""
+  return fedasmu_fashion_mnist_config(algorithm, alpha=0.6, **fedasmu_trigger(reading))
+
+
 def test_fedasmu_config_readings():
-  tables = fedasmu_fashion_mnist_config('fedasmu')
-  validate(tables)
+  tables = _fedasmu_config('fedasmu')
+  settings = experiment.validate(tables)
   assert (
-    tables.scheduler.trigger_period,
-    tables.scheduler.trigger_count,
-    tables.fedasmu.tau,
-    tables.scheduler.concurrency,
+    settings.trigger_period,
+    settings.trigger_count,
+    settings.tau,
+    settings.concurrency,
     tables.run.num_rounds,
   ) == (10.0, 10, 99, 10, 500)
-  assert tables.fedasmu.lambda_learning_rate == tables.fedasmu.v_learning_rate == 1e-4
+  assert settings.lambda_learning_rate == settings.v_learning_rate == 1e-4
   assert tables.client.learning_rate == 0.005
-  appendix = fedasmu_fashion_mnist_config('fedasmu_h3', 'appendix')
-  assert (appendix.scheduler.trigger_period, appendix.scheduler.trigger_count) == (5.0, 1)
+  appendix = experiment.validate(_fedasmu_config('fedasmu_h3', 'appendix'))
+  assert (appendix.trigger_period, appendix.trigger_count) == (5.0, 1)
   with pytest.raises(ConfigError, match='reading'):
-    fedasmu_fashion_mnist_config('fedasmu', 'both')
+    fedasmu_trigger('both')
 
 
 @pytest.mark.parametrize(
   'algorithm,key,value,match',
   [
-    ('fedasmu', 'scheduler.max_staleness', 5, 'scheduler.max_staleness'),
-    ('fedasmu', 'scheduler.trigger_period', None, 'scheduler.trigger_period'),
+    ('fedasmu', 'algorithm.kwargs.max_staleness', 5, 'algorithm.kwargs.max_staleness'),
+    ('fedasmu', 'algorithm.kwargs.trigger_period', None, 'algorithm.kwargs.trigger_period'),
     ('fedasmu', 'client.local_epochs', 2.5, 'client.local_epochs'),
     ('fedasmu_h1', 'client.optimizer', 'momentum', 'client.optimizer'),
-    ('fedasmu', 'client.proximal_strength', 0.1, 'client.proximal_strength'),
-    ('fedasmu', 'fedasmu.tau', 0, 'fedasmu.tau'),
-    ('fedasmu', 'fedasmu.alpha_min', 0.0, 'fedasmu.alpha_min'),
-    ('fedasmu', 'fedasmu.xi_form', 'rendered', 'fedasmu.xi_form'),
-    ('fedasmu', 'scheduler.trigger_timing', 'sometimes', 'scheduler.trigger_timing'),
-    ('fedasmu', 'fedasmu.mu_beta', 0.0, 'fedasmu.mu_beta'),
-    ('fedasync', 'scheduler.trigger_period', -1.0, 'scheduler.trigger_period'),
+    ('fedasmu', 'algorithm.kwargs.proximal_strength', 0.1, 'algorithm.kwargs.proximal_strength'),
+    ('fedasmu', 'algorithm.kwargs.tau', 0, 'algorithm.kwargs.tau'),
+    ('fedasmu', 'algorithm.kwargs.alpha_min', 0.0, 'algorithm.kwargs.alpha_min'),
+    ('fedasmu', 'algorithm.kwargs.xi_form', 'rendered', 'algorithm.kwargs.xi_form'),
+    ('fedasmu', 'algorithm.kwargs.trigger_timing', 'sometimes', 'algorithm.kwargs.trigger_timing'),
+    ('fedasmu', 'algorithm.kwargs.mu_beta', 0.0, 'algorithm.kwargs.mu_beta'),
+    ('fedasync', 'algorithm.kwargs.trigger_period', -1.0, 'algorithm.kwargs.trigger_period'),
   ],
 )
 def test_invalid_fedasmu_settings_name_the_setting(algorithm, key, value, match):
-  config = fedasmu_fashion_mnist_config(algorithm)
+  config = _fedasmu_config(algorithm)
   set_by_path(config, key, value)
   with pytest.raises(ConfigError, match=match) as error:
-    validate(config)
+    experiment.validate(config)
   assert '\n' not in str(error.value) and 'allowed' in str(error.value)
 
 
 def test_printed_forms_need_a_positive_sigma():
-  config = fedasmu_fashion_mnist_config('fedasmu')
-  config.fedasmu.xi_form = 'printed'
-  config.fedasmu.sigma_gradient = 'printed'
-  with pytest.raises(ConfigError, match='fedasmu.sigma_gradient'):
-    validate(config)
-  config.fedasmu.sigma_gradient = 'exact'
-  config.fedasmu.sigma_0 = -0.5
-  with pytest.raises(ConfigError, match='fedasmu.sigma_0'):
-    validate(config)
+  config = _fedasmu_config('fedasmu')
+  config.algorithm.kwargs.xi_form = 'printed'
+  config.algorithm.kwargs.sigma_gradient = 'printed'
+  with pytest.raises(ConfigError, match='algorithm.kwargs.sigma_gradient'):
+    experiment.validate(config)
+  config.algorithm.kwargs.sigma_gradient = 'exact'
+  config.algorithm.kwargs.sigma_0 = -0.5
+  with pytest.raises(ConfigError, match='algorithm.kwargs.sigma_0'):
+    experiment.validate(config)
   # Without a fetch the optimizer is free (nothing is split).
-  config = fedasmu_fashion_mnist_config('fedasmu_fa')
+  config = _fedasmu_config('fedasmu_fa')
   config.client.optimizer = 'momentum'
-  validate(config)
+  experiment.validate(config)

@@ -12,6 +12,7 @@ import numpy as np
 import optax
 import pytest
 
+from fedsim_jax import algorithms, experiment
 from fedsim_jax import config as config_lib
 from fedsim_jax.client import sgd_client_update
 from fedsim_jax.data import toy_federation
@@ -20,12 +21,10 @@ from fedsim_jax.models import get_model
 from fedsim_jax.runtime import PerStepLatency, Simulation, StopCondition, UpdateBatch
 from fedsim_jax.strategy import (
   AsynchronousScheduler,
-  BuildContext,
   LocalWork,
   SynchronousScheduler,
   fedasync,
   fedopt,
-  get_algorithm,
   make_staleness,
 )
 from fedsim_jax.strategy.asofed import (
@@ -333,22 +332,29 @@ class TestFedDyn:
 # ---- FedProx -----------------------------------------------------------------------------
 
 
-def _config(algorithm, **overrides):
+def _fields(algorithm):
+  return algorithms.get_spec(algorithm).settings.field_names()
+
+
+def _config(algorithm, **kwargs):
+  """3 local steps of batch 4; cohorts (synchronous) or 3 tasks in flight (asynchronous) of 3;
+  `kwargs`: more of the algorithm's settings."""
   config = config_lib.base_config()
-  config.algorithm = algorithm
+  config.algorithm.name = algorithm
   config.client.local_steps = 3
   config.client.batch_size = 4
   config.client.learning_rate = LR
-  config.scheduler.cohort_size = 3
-  config.scheduler.concurrency = 3
-  for path, value in overrides.items():
-    config_lib.set_by_path(config, path.replace('__', '.'), value)
-  config_lib.validate(config)
+  size = 'cohort_size' if 'cohort_size' in _fields(algorithm) else 'concurrency'
+  config.algorithm.kwargs.update({size: 3, **kwargs})
+  experiment.validate(config)
   return config
 
 
 def _run_registered(config, versions=3):
-  algorithm = get_algorithm(config, BuildContext(FED.num_clients, FED.client_sizes, _latency()))
+  context = algorithms.BuildContext(
+    config.algorithm.name, experiment.run_facts(config), FED.client_sizes, _latency()
+  )
+  algorithm = algorithms.build(experiment.algorithm_settings(config), context)
   update = algorithm.make_client_update(
     _model(), optax.sgd(config.client.learning_rate), config.client.batch_size
   )
@@ -360,8 +366,7 @@ class TestFedProx:
     fedavg = _run_registered(_config('fedavg'))
     _assert_trees_close(_run_registered(_config('fedprox')), fedavg)
     assert (
-      _max_difference(_run_registered(_config('fedprox', client__proximal_strength=1.0)), fedavg)
-      > 1e-4
+      _max_difference(_run_registered(_config('fedprox', proximal_strength=1.0)), fedavg) > 1e-4
     )
 
 
@@ -592,38 +597,35 @@ class TestFedSA:
 
 @pytest.mark.parametrize('algorithm', ['fedprox', 'moon', 'feddyn', 'port', 'asofed', 'fedsa'])
 def test_registered_algorithms_run(algorithm):
-  config = _config(algorithm, scheduler__buffer_size=2)
+  # Buffers of 2 where the algorithm has them (asofed applies every update).
+  config = _config(algorithm, **({'buffer_size': 2} if 'buffer_size' in _fields(algorithm) else {}))
   params = _run_registered(config, versions=2)
   assert all(np.isfinite(np.asarray(leaf)).all() for leaf in jax.tree_util.tree_leaves(params))
 
 
 @pytest.mark.parametrize(
-  'path,value,match',
+  'algorithm,field,value,match',
   [
-    ('moon.temperature', 0.0, 'moon.temperature'),
-    ('moon.mu', -1.0, 'moon.mu'),
-    ('feddyn.alpha', 0.0, 'feddyn.alpha'),
-    ('port.similarity_weight', 0.0, 'not both 0'),
-    ('port.similarity_reference', 'nope', 'port.similarity_reference'),
-    ('asofed.decay', 1.0, 'asofed.decay'),
-    ('asofed.delay_measure', 'wall', 'asofed.delay_measure'),
-    ('client.proximal_strength', 0.1, 'client.proximal_strength'),
+    ('moon', 'temperature', 0.0, 'algorithm.kwargs.temperature'),
+    ('moon', 'mu', -1.0, 'algorithm.kwargs.mu'),
+    ('feddyn', 'alpha', 0.0, 'algorithm.kwargs.alpha'),
+    ('port', 'similarity_weight', 0.0, 'not both 0'),
+    ('port', 'similarity_reference', 'nope', 'algorithm.kwargs.similarity_reference'),
+    ('asofed', 'decay', 1.0, 'algorithm.kwargs.decay'),
+    ('asofed', 'delay_measure', 'wall', 'algorithm.kwargs.delay_measure'),
+    # FedDyn's regulariser replaces the proximal term: not one of its settings.
+    ('feddyn', 'proximal_strength', 0.1, 'algorithm.kwargs.proximal_strength'),
   ],
 )
-def test_invalid_settings_name_the_setting(path, value, match):
+def test_invalid_settings_name_the_setting(algorithm, field, value, match):
   config = config_lib.base_config()
-  config.algorithm = {
-    'moon': 'moon',
-    'feddyn': 'feddyn',
-    'port': 'port',
-    'asofed': 'asofed',
-    'client': 'feddyn',
-  }[path.split('.')[0]]
-  if path == 'port.similarity_weight':
-    config.port.staleness_weight = 0.0
-  config_lib.set_by_path(config, path, value)
+  config.algorithm.name = algorithm
+  experiment.validate(config)
+  if (algorithm, field) == ('port', 'similarity_weight'):
+    config.algorithm.kwargs.staleness_weight = 0.0
+  config.algorithm.kwargs[field] = value
   with pytest.raises(config_lib.ConfigError, match=match) as error:
-    config_lib.validate(config)
+    experiment.validate(config)
   assert '\n' not in str(error.value)
 
 
@@ -635,5 +637,5 @@ def test_shipped_configs_are_valid_and_use_lenet5(name):
   spec.loader.exec_module(module)
   config = module.get_config()
   assert isinstance(config, ml_collections.ConfigDict)
-  assert config.algorithm == name and config.model.name == 'lenet5'
-  config_lib.validate(config)
+  assert config.algorithm.name == name and config.model.name == 'lenet5'
+  experiment.validate(config)

@@ -8,7 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedsim_jax.config import ConfigError, base_config, validate
+from fedsim_jax import experiment
+from fedsim_jax.algorithms.fedasmu import FedasmuSettings
+from fedsim_jax.config import ConfigError, fedasmu_fashion_mnist_config, fedasmu_trigger
 from fedsim_jax.strategy.fedasmu_fetch import (
   ACTIONS,
   FIXED_FETCH_PRESETS,
@@ -16,7 +18,6 @@ from fedsim_jax.strategy.fedasmu_fetch import (
   LearnedFetch,
   MetaSpec,
   QTable,
-  make_fetch_policy,
   reinforce_update,
   slot_log_probs,
 )
@@ -270,7 +271,7 @@ def test_same_seed_same_run_other_seed_other_run():
   assert slots_a != slots_c
 
 
-# --- Pre-training from history and the config -------------------------------------------------
+# --- Pre-training from history and the settings -----------------------------------------------
 
 
 def test_pretraining_replays_history_through_formula5(tmp_path):
@@ -293,20 +294,17 @@ def test_pretraining_replays_history_through_formula5(tmp_path):
     LearnedFetch(5, seed=1, pretrain_history=str(tmp_path / 'bad.npz'))
 
 
-def test_make_fetch_policy_from_config():
-  config = base_config()
-  validate(config)
-  assert isinstance(make_fetch_policy(config, 4, 0), LearnedFetch)
-  config.fedasmu_fetch.policy = 'none'
-  assert make_fetch_policy(config, 4, 0) is None
+def _make_fetch_policy(**kwargs):
+  return FedasmuSettings.from_kwargs(kwargs).make_fetch_policy('fedasmu', 4, 0)
+
+
+def test_make_fetch_policy_from_settings():
+  assert isinstance(_make_fetch_policy(), LearnedFetch)
+  assert _make_fetch_policy(fetch_policy='none') is None
   for name, fraction in FIXED_FETCH_PRESETS.items():
-    config.fedasmu_fetch.policy = name
-    policy = make_fetch_policy(config, 4, 0)
+    policy = _make_fetch_policy(fetch_policy=name)
     assert isinstance(policy, FixedFetch) and policy.fraction == fraction
-  config.fedasmu_fetch.policy = 'learned'
-  config.fedasmu_fetch.hidden_size = 6
-  config.fedasmu_fetch.q_discount = 0.5
-  policy = make_fetch_policy(config, 4, 0)
+  policy = _make_fetch_policy(fetch_policy='learned', fetch_hidden_size=6, fetch_q_discount=0.5)
   assert policy.spec.hidden_size == 6 and policy.learning_rate == 0.001
 
 
@@ -331,7 +329,8 @@ def test_make_fetch_policy_from_config():
   ],
 )
 def test_validate_rejects_bad_fetch_settings(field, value):
-  config = base_config()
-  config.fedasmu_fetch[field] = value
-  with pytest.raises(ConfigError, match=f'fedasmu_fetch.{field}'):
-    validate(config)
+  config = fedasmu_fashion_mnist_config('fedasmu', alpha=0.6, **fedasmu_trigger())
+  experiment.validate(config)
+  config.algorithm.kwargs[f'fetch_{field}'] = value
+  with pytest.raises(ConfigError, match=f'algorithm.kwargs.fetch_{field}'):
+    experiment.validate(config)

@@ -5,14 +5,14 @@ import os
 
 import pytest
 
-from fedsim_jax.config import ConfigError, base_config
+from fedsim_jax.config import ConfigError, base_config, set_by_path
 from fedsim_jax.experiment import run_experiment, run_experiments_lockstep
 
 
 def _config(data_dir, seed, algorithm='fedavg', backend='vmap'):
   config = base_config()
   config.seed = seed
-  config.algorithm = algorithm
+  config.algorithm.name = algorithm
   config.data.name = 'digits'
   config.data.data_dir = str(data_dir)
   config.data.num_clients = 5
@@ -20,9 +20,10 @@ def _config(data_dir, seed, algorithm='fedavg', backend='vmap'):
   config.model.hidden_sizes = (16,)
   config.client.learning_rate = 0.1
   config.client.batch_size = 8
-  config.scheduler.cohort_size = 5
-  config.scheduler.concurrency = 3
-  config.scheduler.buffer_size = 2
+  if algorithm == 'fedavg':
+    config.algorithm.kwargs.cohort_size = 5
+  elif algorithm == 'fedbuff':
+    config.algorithm.kwargs.update(concurrency=3, buffer_size=2)
   config.latency.per_step.distribution = 'exponential'
   config.latency.per_step.jitter = 0.1
   config.executor.backend = backend
@@ -30,8 +31,7 @@ def _config(data_dir, seed, algorithm='fedavg', backend='vmap'):
   config.run.eval_every = 2
   if algorithm == 'fedcompass':
     config.client.local_steps = None
-    config.scheduler.q_min = 2
-    config.scheduler.q_max = 10
+    config.algorithm.kwargs.update(q_min=2, q_max=10)
   else:
     config.client.local_steps = 4
   return config
@@ -95,9 +95,10 @@ def test_lockstep_runs_equal_sequential_runs(digits_data_dir, tmp_path, algorith
   assert _outputs(tmp_path / 'sequential0') != _outputs(tmp_path / 'sequential1')
 
 
-def test_lockstep_configs_must_differ_only_in_seeds(digits_data_dir, tmp_path):
+@pytest.mark.parametrize('path', ['client.learning_rate', 'algorithm.kwargs.server_learning_rate'])
+def test_lockstep_configs_must_differ_only_in_seeds(digits_data_dir, tmp_path, path):
   other = _config(digits_data_dir, 1)
-  other.client.learning_rate = 0.2
+  set_by_path(other, path, 0.2)
   with pytest.raises(ConfigError, match='differ only in seed'):
     run_experiments_lockstep([_config(digits_data_dir, 0), other], [tmp_path / 'a', tmp_path / 'b'])
 

@@ -52,7 +52,7 @@ def test_one_federated_round(name, tmp_path):
   config.data.num_clients = 2
   config.client.local_steps = 1
   config.client.batch_size = 2
-  config.scheduler.cohort_size = 2
+  config.algorithm.kwargs.cohort_size = 2
   config.run.num_rounds = 1
   config.run.eval_every = 1
   config.run.eval_batch_size = 8

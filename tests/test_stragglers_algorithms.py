@@ -11,9 +11,13 @@ import numpy as np
 import optax
 import pytest
 
+from fedsim_jax import algorithms, experiment
+from fedsim_jax.algorithms.fare_dust import FareDustSettings
+from fedsim_jax.algorithms.feast_msg import FeastSettings
+from fedsim_jax.algorithms.groups import ServerEmaSettings
 from fedsim_jax.client import TeacherInputs, run_local_training, sgd_client_update
 from fedsim_jax.client.local_update import distillation_loss
-from fedsim_jax.config import ConfigError, base_config, validate
+from fedsim_jax.config import ConfigError, base_config
 from fedsim_jax.data import client_batch, toy_federation
 from fedsim_jax.executor import ClientTask, Executor
 from fedsim_jax.executor.executor import TaskBatchResult
@@ -22,11 +26,9 @@ from fedsim_jax.models import get_model
 from fedsim_jax.runtime import PerStepLatency, Simulation, StopCondition, UpdateBatch
 from fedsim_jax.runtime.latency import TaskLatency
 from fedsim_jax.strategy import (
-  BuildContext,
   LocalWork,
   SynchronousScheduler,
   fedopt,
-  get_algorithm,
   server_optimizer,
   with_ema,
 )
@@ -454,15 +456,11 @@ class TestFareDustEquivalences:
       spec.loader.exec_module(module)
       config = module.get_config()
       config.data.num_clients = 10
-      config.scheduler.cohort_size = 3
-      config.scheduler.num_selected = 5
+      config.algorithm.kwargs.update(cohort_size=3, num_selected=5, **overrides)
       config.client.batch_size = 4
       config.model.hidden_sizes = (8,)
       config.run.num_rounds = 6
       config.run.eval_every = 1
-      for key, value in overrides.items():
-        section, leaf = key.split('.')
-        config[section][leaf] = value
       summary = run_experiment(config, tmp, dataset=fed)
       with open(os.path.join(tmp, 'metrics.jsonl')) as f:
         return summary, f.read()
@@ -470,7 +468,8 @@ class TestFareDustEquivalences:
     fare, fare_rows = run(
       'configs/fare_dust_fashion_mnist.py',
       tmp_path / 'a',
-      **{'fare_dust.rho': 0.0, 'fare_dust.ema_decay': 0.0},
+      rho=0.0,
+      ema_decay=0.0,
     )
     adam, adam_rows = run('configs/fedadam_overselection_fashion_mnist.py', tmp_path / 'b')
     assert fare_rows == adam_rows
@@ -520,9 +519,12 @@ class TestAuxiliaryUpdate:
   @pytest.mark.parametrize(
     'kwargs,match',
     [
-      (dict(server_learning_rate=0.0, kappa=0.1, decay=0.5), 'server.learning_rate'),
-      (dict(server_learning_rate=1.0, kappa=-0.1, decay=0.5), 'feast.kappa'),
-      (dict(server_learning_rate=1.0, kappa=0.1, decay=1.0), 'feast.ema_decay'),
+      (
+        dict(server_learning_rate=0.0, kappa=0.1, decay=0.5),
+        'algorithm.kwargs.server_learning_rate',
+      ),
+      (dict(server_learning_rate=1.0, kappa=-0.1, decay=0.5), 'algorithm.kwargs.kappa'),
+      (dict(server_learning_rate=1.0, kappa=0.1, decay=1.0), 'algorithm.kwargs.ema_decay'),
     ],
   )
   def test_invalid_settings(self, kwargs, match):
@@ -731,60 +733,75 @@ def test_deferred_equals_eager(algorithm):
 
 
 @pytest.mark.parametrize(
-  'algorithm,key,value,match',
+  'algorithm,field,value,match',
   [
-    ('fare_dust', 'fare_dust.history_length', 0, 'fare_dust.history_length'),
-    ('fare_dust', 'fare_dust.rho', -0.1, 'fare_dust.rho'),
-    ('fare_dust', 'fare_dust.temperature', 0.0, 'fare_dust.temperature'),
-    ('fare_dust', 'fare_dust.ema_decay', 1.0, 'fare_dust.ema_decay'),
-    ('fare_dust', 'fare_dust.teacher_learning_rate', -1.0, 'fare_dust.teacher_learning_rate'),
-    ('fare_dust', 'fare_dust.empty_history', 'zeros', 'fare_dust.empty_history'),
-    ('fare_dust', 'fare_dust.server_optimizer', 'lamb', 'fare_dust.server_optimizer'),
-    ('fare_dust', 'client.distillation_strength', 0.1, 'client.distillation_strength'),
-    ('fare_dust', 'server.ema_decay', 0.9, 'server.ema_decay'),
-    ('feast_msg', 'server.ema_decay', 0.9, 'server.ema_decay'),
-    ('feast_msg', 'scheduler.deadline', 10.0, 'scheduler.deadline'),
-    ('feast_msg', 'feast.tau_max', -1.0, 'feast.tau_max'),
-    ('feast_msg', 'feast.ema_decay', 1.5, 'feast.ema_decay'),
-    ('feast_msg', 'feast.kappa', -0.5, 'feast.kappa'),
-    ('feast_msg', 'feast.tau_max', float('inf'), 'feast.tau_max'),
-    ('feast_msg', 'feast.window_close', 'never', 'feast.window_close'),
+    ('fare_dust', 'history_length', 0, 'algorithm.kwargs.history_length'),
+    ('fare_dust', 'rho', -0.1, 'algorithm.kwargs.rho'),
+    ('fare_dust', 'temperature', 0.0, 'algorithm.kwargs.temperature'),
+    ('fare_dust', 'ema_decay', 1.0, 'algorithm.kwargs.ema_decay'),
+    ('fare_dust', 'teacher_learning_rate', -1.0, 'algorithm.kwargs.teacher_learning_rate'),
+    ('fare_dust', 'empty_history', 'zeros', 'algorithm.kwargs.empty_history'),
+    ('fare_dust', 'server_optimizer', 'lamb', 'algorithm.kwargs.server_optimizer'),
+    # FARe-DUST distils with rho from its stale teachers, not from the downloaded model.
+    (
+      'fare_dust',
+      'distillation_strength',
+      0.1,
+      'algorithm.kwargs.distillation_strength is not a setting of FareDustSettings',
+    ),
+    (
+      'feast_msg',
+      'deadline',
+      10.0,
+      'algorithm.kwargs.deadline is not a setting of FeastSettings',
+    ),
+    ('feast_msg', 'tau_max', -1.0, 'algorithm.kwargs.tau_max'),
+    ('feast_msg', 'ema_decay', 1.5, 'algorithm.kwargs.ema_decay'),
+    ('feast_msg', 'kappa', -0.5, 'algorithm.kwargs.kappa'),
+    ('feast_msg', 'tau_max', float('inf'), 'algorithm.kwargs.tau_max'),
+    ('feast_msg', 'window_close', 'never', 'algorithm.kwargs.window_close'),
   ],
 )
-def test_invalid_settings_name_the_setting(algorithm, key, value, match):
+def test_invalid_settings_name_the_setting(algorithm, field, value, match):
   config = base_config()
-  config.algorithm = algorithm
-  section, leaf = key.split('.')
-  with config.unlocked():
-    config[section][leaf] = value
+  config.algorithm.name = algorithm
+  config.algorithm.kwargs[field] = value
   with pytest.raises(ConfigError, match=match) as error:
-    validate(config)
+    experiment.validate(config)
   assert '\n' not in str(error.value) and 'allowed' in str(error.value)
 
 
+@pytest.mark.parametrize('settings', [FareDustSettings, FeastSettings])
+def test_the_evaluated_ema_is_the_algorithms_own(settings):
+  # FARe-DUST's beta (Tables 16-17) and FeAST-on-MSG's auxiliary-model beta (Eq. 2) are their
+  # `ema_decay`; no generic server EMA can be stacked on top of them.
+  assert not issubclass(settings, ServerEmaSettings)
+  assert settings.field_names().count('ema_decay') == 1
+  assert settings.from_kwargs({'ema_decay': 0.9}).ema_decay == 0.9
+
+
 def test_paper_defaults():
-  config = base_config()
   # Tables 16-17 (EMNIST), App. G.3; Table 18 (EMNIST per-example), App. G.4.
-  assert (config.fare_dust.history_length, config.fare_dust.rho, config.fare_dust.ema_decay) == (
-    50,
-    0.1,
-    0.99,
-  )
-  assert config.fare_dust.server_optimizer == 'adam'
-  assert (config.feast.tau_max, config.feast.ema_decay, config.feast.kappa) == (1e5, 0.95, 0.0)
+  fare = algorithms.get_spec('fare_dust').settings()
+  assert (fare.history_length, fare.rho, fare.ema_decay) == (50, 0.1, 0.99)
+  assert fare.server_optimizer == 'adam'
+  feast = algorithms.get_spec('feast_msg').settings()
+  assert (feast.tau_max, feast.ema_decay, feast.kappa) == (1e5, 0.95, 0.0)
+  config = base_config()
   for algorithm in ('fare_dust', 'feast_msg'):
-    config.algorithm = algorithm
-    validate(config)
+    config.algorithm.name = algorithm
+    assert experiment.validate(config) == algorithms.get_spec(algorithm).settings()
 
 
 def test_server_optimizer_of_fare_dust_is_fedadam():
-  # FARe-DUST's global update is FedAdam's (G.3), built from the `server` settings.
+  # FARe-DUST's global update is FedAdam's (G.3), built from the server optimizer settings.
   config = base_config()
-  config.algorithm = 'fare_dust'
-  config.fare_dust.ema_decay = 0.0
-  config.server.learning_rate = 0.01
-  context = BuildContext(FED.num_clients, FED.client_sizes, None)
-  algorithm = get_algorithm(config, context)
+  config.algorithm.name = 'fare_dust'
+  config.algorithm.kwargs.update(ema_decay=0.0, server_learning_rate=0.01)
+  context = algorithms.BuildContext(
+    'fare_dust', experiment.run_facts(config), FED.client_sizes, None
+  )
+  algorithm = algorithms.build(experiment.validate(config), context)
   reference = fedopt(server_optimizer('adam', 0.01, b1=0.9, b2=0.99, eps=1e-3))
   params = {'w': jnp.array([1.0, -1.0])}
   batch_deltas = {'w': jnp.array([[0.5, 0.2], [0.1, -0.3]])}

@@ -236,41 +236,46 @@ def make_config(
     raise ConfigError(f'participation={participation!r} is invalid; allowed values: 0 < q <= 1')
   if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
     raise ConfigError(f'rounds={rounds!r} is invalid; allowed values: an integer >= 1')
+  cross_device = setting == 'cross_device'
   c = base_config()
   c.seed = seed
-  c.algorithm = algorithm
+  c.algorithm.name = algorithm
   c.data.name = 'fashion_mnist'
   c.data.data_dir = data_dir
   c.model.name = 'mlp'
   c.model.hidden_sizes = MLP_HIDDEN_SIZES
   c.client.optimizer = 'sgd'
   c.client.learning_rate = LEARNING_RATE
-  c.scheduler.weighting = 'uniform'
-  c.budget.rule = 'beta'
-  c.budget.beta = BETA
-  c.budget.schedule = schedule
-  if setting == 'cross_device':
+  if cross_device:
     c.data.num_clients = CROSS_DEVICE_CLIENTS
     c.data.partition = 'two_classes'
     c.client.batch_size = CROSS_DEVICE_BATCH_SIZE
     c.client.local_steps = CROSS_DEVICE_LOCAL_STEPS
-    c.scheduler.cohort_size = cohort_size(participation)
-    c.budget.random_assignment = True
   else:
     c.data.num_clients = CROSS_SILO_CLIENTS
     c.data.partition = 'gamma_mix'
     c.data.gamma = gamma
     c.client.batch_size = CROSS_SILO_BATCH_SIZE
     c.client.local_steps = CROSS_SILO_LOCAL_STEPS
-    c.scheduler.cohort_size = CROSS_SILO_CLIENTS
-    c.budget.random_assignment = False
-  if r is not None:
-    c.budget.rule = 'two_group'
-    c.budget.r = r
-    c.budget.w = w
-  c.scheduler.switch_round = (
-    round(TAU * rounds / PAPER_ROUNDS) if switch_round is None else switch_round
-  )
+  kwargs = c.algorithm.kwargs
+  # Only the settings each algorithm reads: a field its settings lack is an error.
+  kwargs.cohort_size = cohort_size(participation) if cross_device else CROSS_SILO_CLIENTS
+  if algorithm == 'fedavg':  # FedAvg (full): no budgets, every selected client trains
+    kwargs.weighting = 'uniform'
+  else:  # budgeted: an unweighted mean of the deltas by construction (no `weighting`)
+    if r is None:
+      kwargs.update(budget_rule='beta', budget_beta=BETA)
+    else:
+      kwargs.update(budget_rule='two_group', budget_r=r, budget_w=w)
+    kwargs.random_assignment = cross_device
+    # FedAvg (dropout) trains until its quota is used up and FedNova trains every selected
+    # client: neither has a skipping schedule.
+    if algorithm not in ('fedavg_dropout', 'fednova_budget'):
+      kwargs.budget_schedule = schedule
+    if algorithm == 'ccfedavg_c':
+      kwargs.switch_round = (
+        round(TAU * rounds / PAPER_ROUNDS) if switch_round is None else switch_round
+      )
   c.run.num_rounds = rounds
   c.run.eval_every = eval_every
   return c

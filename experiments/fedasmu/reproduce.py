@@ -212,7 +212,7 @@ def _record(summary: dict[str, Any], config, **keys) -> dict[str, Any]:
     final_version=summary.get('final_version'),
     final_virtual_time=summary.get('final_virtual_time'),
     client_updates=summary.get('client_updates'),
-    trigger_period=config.scheduler.get('trigger_period'),
+    trigger_period=config.algorithm.kwargs.get('trigger_period'),
     host_seconds=summary.get('host', {}).get('seconds'),
   )
 

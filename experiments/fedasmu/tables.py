@@ -7,7 +7,8 @@ Update"; digest: shared/specs/fedasmu.md (sections 4-6). Pieces:
   (Fig. 2: FedASMU-DA, -FA, -0; appendix "Request Time Slot Selection": H1-H3) for one column
   of `COLUMNS`: LeNet on Fashion-MNIST (Table 2's last column), LeNet and the Table-3 CNN on
   CIFAR-10 (Table 1). Every method's own settings come from one small function
-  (`fedasmu_settings`, `fedprox_settings`, ...), the only place that names its config section.
+  (`fedasmu_settings`, `fedprox_settings`, ...), the only place that names its settings (fields
+  of its `algorithm.kwargs`).
 * `PAPER_RESULTS` holds those columns of Tables 1 and 2 (convergence accuracy, time to the
   column's target; None for the paper's "/"), `PAPER_ABLATIONS` the ranges Sec. 5 quotes for
   the ablations.
@@ -25,11 +26,11 @@ The system model (Sec. 3, appendix "Experiment details", Tables 5-6), shared by 
   only orderings and ratios of our times compare with its "Time" columns).
 * Asynchronous methods: at most 10% of the devices train at once (the paper's "maximum
   parallelism constraint, i.e., 10% of the total device number"; m' = 10 of Table 5). When this
-  build has FedASMU's periodic trigger (`scheduler.trigger_period`), every asynchronous method
-  runs under it with the period 𝒯 = 10 of Table 5 (`TRIGGER_PERIOD`); otherwise under the
-  concurrency-capped asynchronous scheduler (a finished task is replaced at once). Each record
-  says which (`trigger_period`). Synchronous methods (FedAvg, FedProx, MOON, FedDyn) select
-  the same 10% (m' = 10 of 100) per round.
+  build has FedASMU's periodic trigger (`algorithm.kwargs.trigger_period`), every asynchronous
+  method runs under it with the period 𝒯 = 10 of Table 5 (`TRIGGER_PERIOD`); otherwise under
+  the concurrency-capped asynchronous scheduler (a finished task is replaced at once). Each
+  record says which (`trigger_period`). Synchronous methods (FedAvg, FedProx, MOON, FedDyn)
+  select the same 10% (m' = 10 of 100) per round.
 * Budget: T = 500 server versions (Tables 5-6: "maximum number of global rounds"; aggregations
   for asynchronous methods, rounds for synchronous ones; the appendix text says 500 "epochs"
   for synchronous and 5000 for asynchronous approaches, pass `num_rounds` to follow it), and
@@ -46,7 +47,7 @@ The system model (Sec. 3, appendix "Experiment details", Tables 5-6), shared by 
   weights and server learning rate 1, Nguyen et al. 2022; FedSA with the same staleness
   function); MOON mu = 5 on CIFAR-10 and 1 on Fashion-MNIST, temperature 0.5 (MOON Sec. 4.1);
   FedDyn alpha = 0.01; the rest of PORT's and ASO-Fed's settings are the defaults of their
-  config sections (from their own papers, see their modules).
+  settings classes (from their own papers, see their modules).
 
 A run record is a mapping with keys method, model, dataset, seed, final_accuracy, best_accuracy
 (fractions) and time_to_target (virtual seconds, None when the target was never reached).
@@ -148,7 +149,7 @@ TARGET_ACCURACY = {
 
 # Table 5: eta_i (the devices' learning rate) and FedASMU's control-parameter learning rates
 # eta_lambda, eta_sigma, eta_iota (server, Formula 3) and eta_gamma, eta_v (devices, Formula 9),
-# as the settings `fedasmu.<name>_learning_rate`.
+# as the settings `algorithm.kwargs.<name>_learning_rate`.
 CLIENT_LEARNING_RATE = {
   ('lenet5', 'fashion_mnist'): 0.005,
   ('lenet5', 'cifar10'): 0.03,
@@ -163,7 +164,7 @@ FEDASMU_LEARNING_RATES = {
     ('fedasmu_cnn', 'cifar10'): (1e-3, 1e-3, 1e-4, 0.1, 1e-3),
   }.items()
 }
-# How each FedASMU variant requests the fresh global model (`config.fedasmu_fetch.policy`):
+# How each FedASMU variant requests the fresh global model (`algorithm.kwargs.fetch_policy`):
 # the RL selector, none (FedASMU-FA, FedASMU-0) or the appendix's fixed heuristics H1-H3.
 FETCH_POLICY = {
   'fedasmu': 'learned',
@@ -259,9 +260,20 @@ def buffer_size(num_clients: int) -> int:
   return max(1, devices_per_round(num_clients) // 2)
 
 
+KWARGS = 'algorithm.kwargs.'  # the prefix of an algorithm setting's dotted config path
+
+
+def _kwargs(**settings: Any) -> dict[str, Any]:
+  """Algorithm settings as dotted config paths."""
+  return {KWARGS + name: value for name, value in settings.items()}
+
+
 def periodic_trigger_available() -> bool:
-  """Whether this build has FedASMU's periodic trigger (`scheduler.trigger_period`)."""
-  return 'trigger_period' in base_config().scheduler
+  """Whether this build has FedASMU's periodic trigger (`algorithm.kwargs.trigger_period` of
+  the asynchronous algorithms)."""
+  from fedsim_jax.algorithms.groups import AsynchronousSettings
+
+  return 'trigger_period' in AsynchronousSettings.field_names()
 
 
 def system_settings(
@@ -274,35 +286,35 @@ def system_settings(
     'latency.device_ratio.fastest_step_time': fastest_step_time,
   }
   if method in SYNCHRONOUS:
-    settings['scheduler.cohort_size'] = devices_per_round(num_clients)
+    settings.update(_kwargs(cohort_size=devices_per_round(num_clients)))
   else:
-    settings['scheduler.concurrency'] = devices_per_round(num_clients)
+    settings.update(_kwargs(concurrency=devices_per_round(num_clients)))
     # Every asynchronous method discards uploads with t - o + 1 > tau = 99 (Table 5), i.e.
-    # staleness t - o > 98; FedASMU's own variants read `fedasmu.tau` (default 99) instead.
+    # staleness t - o > 98; FedASMU's own variants read `algorithm.kwargs.tau` (default 99)
+    # instead.
     if not method.startswith('fedasmu'):
-      settings['scheduler.max_staleness'] = TAU - 1
+      settings.update(_kwargs(max_staleness=TAU - 1))
     if periodic_trigger_available():
-      settings['scheduler.trigger_period'] = TRIGGER_PERIOD
+      settings.update(_kwargs(trigger_period=TRIGGER_PERIOD))
   return settings
 
 
 def fedasmu_settings(method: str, column: tuple[str, str]) -> dict[str, Any]:
-  """FedASMU and its ablations: Table 5's control-parameter learning rates for the column
-  (section `fedasmu`) and the variant's fetch policy (section `fedasmu_fetch`). The variant
-  itself (dynamic or static server weights) is the algorithm name."""
-  settings = {f'fedasmu.{name}': value for name, value in FEDASMU_LEARNING_RATES[column].items()}
-  settings['fedasmu_fetch.policy'] = FETCH_POLICY[method]
-  return settings
+  """FedASMU and its ablations: Table 5's control-parameter learning rates for the column and
+  the variant's fetch policy. The variant itself (dynamic or static server weights) is the
+  algorithm name; its static rule keeps the default FedAsync alpha (0.9)."""
+  return _kwargs(**FEDASMU_LEARNING_RATES[column], fetch_policy=FETCH_POLICY[method])
 
 
 def fedavg_settings() -> dict[str, Any]:
-  """FedAvg: the server takes the cohort's weighted mean (server SGD at learning rate 1)."""
-  return {'server.optimizer': 'sgd', 'server.learning_rate': 1.0}
+  """FedAvg: the server takes the cohort's weighted mean (server SGD, implied by the algorithm
+  name, at learning rate 1)."""
+  return _kwargs(server_learning_rate=1.0)
 
 
 def fedprox_settings() -> dict[str, Any]:
   """FedProx: FedAvg with the proximal term (mu / 2) ||w - w_global||^2."""
-  return {**fedavg_settings(), 'client.proximal_strength': FEDPROX_MU}
+  return {**fedavg_settings(), **_kwargs(proximal_strength=FEDPROX_MU)}
 
 
 def moon_settings(column: tuple[str, str]) -> dict[str, Any]:
@@ -310,59 +322,54 @@ def moon_settings(column: tuple[str, str]) -> dict[str, Any]:
   (MOON, Sec. 4.1), 1 elsewhere (MOON's CIFAR-100 value; it has no Fashion-MNIST one)."""
   return {
     **fedavg_settings(),
-    'moon.mu': MOON_MU.get(column[1], 1.0),
-    'moon.temperature': MOON_TEMPERATURE,
+    **_kwargs(mu=MOON_MU.get(column[1], 1.0), temperature=MOON_TEMPERATURE),
   }
 
 
 def feddyn_settings() -> dict[str, Any]:
   """FedDyn: the dynamic regulariser's alpha (FedDyn's searched grid {0.1, 0.01, 0.001})."""
-  return {'feddyn.alpha': FEDDYN_ALPHA}
+  return _kwargs(alpha=FEDDYN_ALPHA)
 
 
 def fedasync_settings() -> dict[str, Any]:
   """FedAsync: w <- (1 - a) w + a w_i with a = alpha (staleness + 1)^-0.5."""
-  return {
-    'server.alpha': FEDASYNC_ALPHA,
-    'server.staleness': 'polynomial',
-    'server.staleness_a': FEDASYNC_STALENESS_A,
-    'server.fedasync_form': 'mixing',
-  }
+  return _kwargs(
+    alpha=FEDASYNC_ALPHA,
+    staleness='polynomial',
+    staleness_a=FEDASYNC_STALENESS_A,
+    form='mixing',
+  )
 
 
 def fedbuff_settings(num_clients: int) -> dict[str, Any]:
   """FedBuff: buffers of K staleness-scaled deltas, averaged unweighted over K (Nguyen et al.
   2022, Algorithm 1), server SGD at learning rate 1."""
-  return {
-    'scheduler.buffer_size': buffer_size(num_clients),
-    'scheduler.weighting': 'uniform',
-    'server.optimizer': 'sgd',
-    'server.learning_rate': 1.0,
-    'server.staleness': 'polynomial',
-    'server.staleness_a': 0.5,
-    'server.normalization': 'count',
-  }
+  return _kwargs(
+    buffer_size=buffer_size(num_clients),
+    weighting='uniform',
+    server_optimizer='sgd',
+    server_learning_rate=1.0,
+    staleness='polynomial',
+    staleness_a=0.5,
+    normalization='count',
+  )
 
 
 def port_settings(num_clients: int) -> dict[str, Any]:
   """PORT: buffers of K updates weighted by staleness and similarity; the weights' settings are
-  the defaults of section `port` (PORT / PLATO, see strategy/port.py)."""
-  return {'scheduler.buffer_size': buffer_size(num_clients)}
+  the defaults of `PortSettings` (PORT / PLATO, see strategy/port.py)."""
+  return _kwargs(buffer_size=buffer_size(num_clients))
 
 
 def asofed_settings() -> dict[str, Any]:
-  """ASO-Fed: one update at a time; its settings are the defaults of section `asofed` (the
+  """ASO-Fed: one update at a time; its settings are the defaults of `AsoFedSettings` (the
   ASO-Fed paper, see strategy/asofed.py)."""
   return {}
 
 
 def fedsa_settings(num_clients: int) -> dict[str, Any]:
   """FedSA: buffers of M = K updates weighted by examples and (staleness + 1)^-0.5."""
-  return {
-    'scheduler.buffer_size': buffer_size(num_clients),
-    'server.staleness': 'polynomial',
-    'server.staleness_a': 0.5,
-  }
+  return _kwargs(buffer_size=buffer_size(num_clients), staleness='polynomial', staleness_a=0.5)
 
 
 def method_settings(
@@ -388,9 +395,10 @@ def method_settings(
 
 def registered_methods() -> list[str]:
   """The methods this build can run (their algorithm is registered)."""
-  from fedsim_jax.strategy import ALGORITHMS as REGISTERED
+  from fedsim_jax import algorithms
 
-  return [method for method in METHODS if method in REGISTERED]
+  registered = algorithms.names()
+  return [method for method in METHODS if method in registered]
 
 
 def make_config(
@@ -433,19 +441,19 @@ def make_config(
   check_choice('method', method, METHODS)
   check_choice('dataset', dataset, DATASETS)
   check_choice('model', model, DATASET_MODELS[dataset])
-  from fedsim_jax.strategy import ALGORITHMS as REGISTERED
+  from fedsim_jax import algorithms
 
-  if method not in REGISTERED:
+  if method not in algorithms.names():
     raise ConfigError(
-      f'method={method!r} is not registered in this build (fedsim_jax.strategy '
-      f'ALGORITHMS); allowed values: {registered_methods()}'
+      f'method={method!r} is not registered in this build (fedsim_jax.algorithms.names()); '
+      f'allowed values: {registered_methods()}'
     )
   if num_rounds is None and max_virtual_time is None:
     raise ConfigError('num_rounds / max_virtual_time: give at least one budget')
   column = (model, dataset)
   c = base_config()
   c.seed = seed
-  c.algorithm = method
+  c.algorithm.name = method
   c.data.name = dataset
   c.data.data_dir = data_dir
   c.data.num_clients = num_clients
@@ -465,8 +473,11 @@ def make_config(
     **system_settings(method, num_clients, fastest_step_time),
     **method_settings(method, column, num_clients),
   }.items():
-    set_existing(c, path, value)
-  from fedsim_jax.config import validate
+    if path.startswith(KWARGS):  # the algorithm's settings check these names (validate below)
+      c.algorithm.kwargs[path[len(KWARGS) :]] = value
+    else:
+      set_existing(c, path, value)
+  from fedsim_jax.experiment import validate
 
   validate(c)
   return c

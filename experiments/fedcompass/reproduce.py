@@ -184,8 +184,8 @@ def _record(summary: dict[str, Any], **keys) -> dict[str, Any]:
 _CHECKED_SETTINGS = (
   'run.max_virtual_time',
   'run.eval_every',
-  'scheduler.q_min',
-  'scheduler.latest_time_factor',
+  'algorithm.kwargs.q_min',
+  'algorithm.kwargs.latest_time_factor',
 )
 
 

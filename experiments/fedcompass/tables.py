@@ -277,7 +277,7 @@ def make_config(
   m = num_clients
   c = base_config()
   c.seed = seed
-  c.algorithm = algorithm
+  c.algorithm.name = algorithm
   c.data.name = 'mnist'
   c.data.data_dir = data_dir
   c.data.partition = partition
@@ -298,37 +298,48 @@ def make_config(
   c.run.max_virtual_time = float(sync_budget if algorithm in SYNCHRONOUS else async_budget)
   c.run.eval_every = eval_every
   c.run.target_accuracy = TARGET_ACCURACY
-  c.scheduler.weighting = 'num_examples'
+  kwargs = c.algorithm.kwargs
+  # Only the settings each algorithm reads: a field its settings lack is an error. FedAT has no
+  # `weighting` (example-weighted inside a tier, its own cross-tier weights across tiers).
   if algorithm in SYNCHRONOUS:
-    c.scheduler.cohort_size = m
-    c.server.learning_rate = 1.0
-    c.server.momentum = 0.9
+    kwargs.update(cohort_size=m, weighting='num_examples', server_learning_rate=1.0)
+    if algorithm == 'fedavgm':
+      kwargs.server_momentum = 0.9
   elif algorithm == 'fedasync':
-    c.scheduler.concurrency = m
-    c.server.alpha = 0.9
-    c.server.staleness = 'polynomial'
-    c.server.staleness_a = 0.5
-    c.server.fedasync_form = 'delta'
+    kwargs.update(
+      concurrency=m,
+      weighting='num_examples',
+      alpha=0.9,
+      staleness='polynomial',
+      staleness_a=0.5,
+      form='delta',
+    )
   elif algorithm == 'fedbuff':
-    c.scheduler.concurrency = m
-    c.scheduler.buffer_size = BUFFER_SIZE[m]
-    c.server.staleness = 'polynomial'
-    c.server.staleness_a = 0.5
-    c.server.normalization = 'sum'
-    c.server.learning_rate = 0.9
+    kwargs.update(
+      concurrency=m,
+      buffer_size=BUFFER_SIZE[m],
+      weighting='num_examples',
+      staleness='polynomial',
+      staleness_a=0.5,
+      normalization='sum',
+      server_learning_rate=0.9,
+    )
   elif algorithm == 'fedat':
-    c.scheduler.tier_ratio = 2.0
-    c.scheduler.cohort_size = m
+    kwargs.update(tier_ratio=2.0, cohort_size=m)
   else:
     q_max = LOCAL_STEPS[m]
-    c.scheduler.q_max = q_max
-    c.scheduler.q_min = Q_MIN[m] if q_ratio is None else max(1, int(round(q_max * q_ratio)))
-    c.scheduler.latest_time_factor = (
-      DEFAULT_LATEST_TIME_FACTOR if latest_time_factor is None else float(latest_time_factor)
+    kwargs.update(
+      q_max=q_max,
+      q_min=Q_MIN[m] if q_ratio is None else max(1, int(round(q_max * q_ratio))),
+      latest_time_factor=(
+        DEFAULT_LATEST_TIME_FACTOR if latest_time_factor is None else float(latest_time_factor)
+      ),
+      weighting='num_examples',
+      alpha=0.9,
+      staleness_a=0.5,
     )
-    c.server.alpha = 0.9
-    c.server.staleness_a = 0.5
-    c.server.momentum = 0.9
+    if algorithm == 'fedcompass_m':
+      kwargs.server_momentum = 0.9
   return c
 
 

@@ -110,7 +110,9 @@ _SET = flags.DEFINE_string(
   'set',
   '',
   "Settings changed after the paper's: '[algorithm:]path=value;...', e.g. "
-  "'feast_msg:server.learning_rate=0.1' (a sensitivity run; use its own --workdir).",
+  "'feast_msg:algorithm.kwargs.server_learning_rate=0.1' (a sensitivity run; use its own "
+  '--workdir). An algorithm.kwargs.<field> path without the algorithm: prefix must be a '
+  "setting of every run's algorithm.",
 )
 _ROUND_TIME_ONLY = flags.DEFINE_bool(
   'round_time_only', False, 'Only the CIFAR-100-shaped round-time report (seconds, no training).'
@@ -139,10 +141,11 @@ _CHECKED_SETTINGS = (
   'run.num_rounds',
   'run.max_client_updates',
   'run.eval_every',
-  'scheduler.cohort_size',
-  'scheduler.num_selected',
-  'scheduler.buffer_size',
-  'scheduler.concurrency',
+  # Compared only where the run's algorithm has the setting (FedBuff has no cohort).
+  'algorithm.kwargs.cohort_size',
+  'algorithm.kwargs.num_selected',
+  'algorithm.kwargs.buffer_size',
+  'algorithm.kwargs.concurrency',
 )
 
 

@@ -46,9 +46,9 @@ named constant or `make_config` argument):
   server Adam (eta_g = 0.003, eps = 1e-4) with FedBuff's client learning rate (Tables 12-13);
   distillation temperature 1; the proximal term is (nu / 2) ||w - w_start||^2; over-selection
   B_t = round(1.2 B) (Table 10: 60/50, 24/20, 120/100). FARe-DUST and FeAST-on-MSG keep the
-  simulator's defaults for what the tables do not give (`config.fare_dust`: teacher step
+  simulator's defaults for what the tables do not give (`FareDustSettings`: teacher step
   eta_g = the FedAdam server learning rate, no distillation before the first delta is kept;
-  `config.feast`: a round's window closes when all its stragglers reported, within tau_max).
+  `FeastSettings`: a round's window closes when all its stragglers reported, within tau_max).
 * Statistics: median and the 5th-95th percentile interval of the per-seed values (numpy's
   linear interpolation), for the paper's "median and 90% CI values from 10 trials".
 """
@@ -69,6 +69,7 @@ from experiments.sweep import (
   write_results,
   write_text,
 )
+from fedsim_jax.algorithms.base import KWARGS_PREFIX
 from fedsim_jax.config import ConfigError, base_config
 
 ALGORITHMS = (
@@ -141,7 +142,14 @@ LOCAL_EPOCHS = 1.0  # Table 10
 TIME_LIMIT_PERCENTILE = 75.0  # Sec. 2.1: population-wide p75 of one epoch's compute
 DEFAULT_EVAL_EVERY_UPDATES = 1000  # evaluations every ~1,000 client updates (100 per run)
 
-# Hyperparameters: the paper's EMNIST defaults, as dotted config paths, per latency model
+
+def _kwargs(**settings: Any) -> dict[str, Any]:
+  """Algorithm settings as dotted config paths `algorithm.kwargs.<field>`."""
+  return {KWARGS_PREFIX + name: value for name, value in settings.items()}
+
+
+# Hyperparameters: the paper's EMNIST defaults, as dotted config paths (`client.learning_rate`
+# and `algorithm.kwargs.<field>`, only fields of the row's algorithm), per latency model
 # (Tables 12-15, 17 and 19 are per model; 10, 11 and 16 apply to both).
 #
 # | row                    | client lr | server                       | other                      |
@@ -157,29 +165,19 @@ DEFAULT_EVAL_EVERY_UPDATES = 1000  # evaluations every ~1,000 client updates (10
 # | FeAST-on-MSG (18/19)   | 0.1       | SGD eta_g 0.006              | beta 0.95/0.99, kappa      |
 # |                        |           |                              | 0/0.9, tau_max 100,000 s   |
 # ("a/b": per-example / per-domain per-example.)
-_FEDAVG = {'client.learning_rate': 0.1, 'server.optimizer': 'sgd', 'server.learning_rate': 1.0}
-_SERVER_ADAM = {
-  'server.optimizer': 'adam',
-  'server.learning_rate': 0.003,
-  'server.b1': 0.9,
-  'server.b2': 0.99,
-  'server.eps': 1e-4,
-}
+# FedAvg and FedAdam take their server optimizer from the algorithm's name; FedBuff and
+# FARe-DUST from `server_optimizer`.
+_FEDAVG = {'client.learning_rate': 0.1, **_kwargs(server_learning_rate=1.0)}
+_SERVER_ADAM = _kwargs(server_learning_rate=0.003, b1=0.9, b2=0.99, eps=1e-4)
 _FEDADAM = {'client.learning_rate': 0.03, **_SERVER_ADAM}
 _FEDBUFF = {
   'per_example': {
     'client.learning_rate': 0.1,
-    'server.optimizer': 'sgd',
-    'server.learning_rate': 1.0,
-    'scheduler.buffer_size': 20,
-    'scheduler.concurrency': 100,
+    **_kwargs(server_optimizer='sgd', server_learning_rate=1.0, buffer_size=20, concurrency=100),
   },
   'per_domain_per_example': {
     'client.learning_rate': 0.01,
-    'server.optimizer': 'sgd',
-    'server.learning_rate': 1.0,
-    'scheduler.buffer_size': 20,
-    'scheduler.concurrency': 200,
+    **_kwargs(server_optimizer='sgd', server_learning_rate=1.0, buffer_size=20, concurrency=200),
   },
 }
 _FEDBUFF_EMA = 0.99  # Tables 14, 15
@@ -205,20 +203,15 @@ FEAST = {  # Tables 18, 19; tau_max: App. G.4 ("100,000 s for all experiments")
 
 def fare_dust_settings(latency: str) -> dict[str, Any]:
   """FARe-DUST's settings (Tables 16-17, identical for both latency models) on the FedAdam
-  defaults (App. G.3), as dotted config paths; the only place naming its config section."""
+  defaults (App. G.3), as dotted config paths."""
   del latency
-  settings = {path: value for path, value in _FEDADAM.items() if path != 'server.optimizer'}
-  settings.update({f'fare_dust.{name}': value for name, value in FARE_DUST.items()})
-  return settings
+  return {**_FEDADAM, **_kwargs(**FARE_DUST)}
 
 
 def feast_msg_settings(latency: str) -> dict[str, Any]:
   """FeAST-on-MSG's settings (Tables 18-19) on the FedAvg defaults (App. G.4), as dotted config
-  paths; the only place naming its config section."""
-  values = dict(FEAST[latency])
-  settings = {**_FEDAVG, 'server.learning_rate': values.pop('server_learning_rate')}
-  settings.update({f'feast.{name}': value for name, value in values.items()})
-  return settings
+  paths."""
+  return {**_FEDAVG, **_kwargs(**FEAST[latency])}
 
 
 def _settings(algorithm: str, latency: str) -> dict[str, Any]:
@@ -233,13 +226,13 @@ def _settings(algorithm: str, latency: str) -> dict[str, Any]:
     return feast_msg_settings(latency)
   settings = dict(_FEDBUFF[latency])
   if algorithm in ('fedbuff_ema', 'fedbuff_adam'):
-    settings['server.ema_decay'] = _FEDBUFF_EMA
+    settings.update(_kwargs(ema_decay=_FEDBUFF_EMA))
   if algorithm == 'fedbuff_adam':
-    settings.update(_SERVER_ADAM)
+    settings.update({**_SERVER_ADAM, **_kwargs(server_optimizer='adam')})
   if algorithm == 'fedbuff_kd':
-    settings['client.distillation_strength'] = _FEDBUFF_KD[latency]
+    settings.update(_kwargs(distillation_strength=_FEDBUFF_KD[latency]))
   if algorithm == 'fedbuff_l2':
-    settings['client.proximal_strength'] = _FEDBUFF_L2[latency]
+    settings.update(_kwargs(proximal_strength=_FEDBUFF_L2[latency]))
   return settings
 
 
@@ -431,7 +424,7 @@ def make_config(
     )
   c = base_config()
   c.seed = seed
-  c.algorithm = SIMULATOR_ALGORITHM[algorithm]
+  c.algorithm.name = SIMULATOR_ALGORITHM[algorithm]
   c.data.name = dataset
   c.data.data_dir = data_dir
   c.data.num_clients = num_clients
@@ -451,29 +444,30 @@ def make_config(
   c.client.batch_size = BATCH_SIZE
   c.client.local_steps = None
   c.client.local_epochs = LOCAL_EPOCHS
-  c.scheduler.weighting = 'uniform'
-  c.scheduler.cohort_size = cohort_size
-  c.server.staleness = 'constant'
-  c.server.normalization = 'count'
   c.latency.model = 'lognormal'
   c.latency.lognormal.model = latency
   c.run.eval_class_groups.straggler = STRAGGLER_CLASSES
+  kwargs = c.algorithm.kwargs
+  kwargs.weighting = 'uniform'
   for path, value in HYPERPARAMETERS[algorithm][latency].items():
     set_existing(c, path, value)
   if algorithm in OVERSELECTED:
-    c.scheduler.num_selected = num_selected(cohort_size)
+    kwargs.num_selected = num_selected(cohort_size)
   if algorithm == 'fedavg_time_limited':
     c.client.local_epochs = None  # as many steps as fit in the limit (Sec. 2.1)
-    c.scheduler.time_limit_percentile = TIME_LIMIT_PERCENTILE
+    kwargs.time_limit_percentile = TIME_LIMIT_PERCENTILE
   if algorithm in ASYNCHRONOUS:
+    kwargs.staleness = 'constant'
+    kwargs.normalization = 'count'
     if buffer_size is not None:
-      c.scheduler.buffer_size = buffer_size
+      kwargs.buffer_size = buffer_size
     if concurrency is not None:
-      c.scheduler.concurrency = concurrency
+      kwargs.concurrency = concurrency
     c.run.num_rounds = None
     c.run.max_client_updates = client_updates
-    updates_per_version = c.scheduler.buffer_size
+    updates_per_version = kwargs.buffer_size
   else:
+    kwargs.cohort_size = cohort_size
     c.run.num_rounds = client_updates // cohort_size
     updates_per_version = cohort_size
   c.run.eval_every = max(1, round(eval_every_updates / updates_per_version))

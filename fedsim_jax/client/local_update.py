@@ -114,8 +114,8 @@ def sgd_client_update(
   """
   if proximal_strength < 0 or distillation_strength < 0 or distillation_temperature <= 0:
     raise ValueError(
-      'client.proximal_strength and client.distillation_strength must be >= 0 '
-      'and client.distillation_temperature > 0'
+      'algorithm.kwargs.proximal_strength and algorithm.kwargs.distillation_strength must be '
+      '>= 0 and algorithm.kwargs.distillation_temperature > 0'
     )
   if teacher not in TEACHER_SOURCES:
     raise ValueError(f'teacher={teacher!r}; allowed: {TEACHER_SOURCES}')

@@ -1,6 +1,5 @@
 """Strategy layer: schedulers (host-side policy) and aggregators (jitted server updates)."""
 
-from fedsim_jax.strategy.algorithms import ALGORITHMS, Algorithm, BuildContext, get_algorithm
 from fedsim_jax.strategy.asynchronous import AsynchronousScheduler
 from fedsim_jax.strategy.ema import EMAState, with_ema
 from fedsim_jax.strategy.fare_dust import DeltaHistory, FareDustScheduler, fare_dust_client_update
@@ -11,7 +10,6 @@ from fedsim_jax.strategy.feast_msg import (
   feast_aggregator,
 )
 from fedsim_jax.strategy.fedasmu import (
-  FEDASMU_VARIANTS,
   FedasmuScheduler,
   FetchInputs,
   fedasmu_aggregator,
@@ -44,10 +42,6 @@ from fedsim_jax.strategy.staleness import STALENESS_FUNCTIONS, make_staleness
 from fedsim_jax.strategy.synchronous import WEIGHTINGS, ClosingRound, SynchronousScheduler
 
 __all__ = [
-  'ALGORITHMS',
-  'Algorithm',
-  'BuildContext',
-  'get_algorithm',
   'AsynchronousScheduler',
   'EMAState',
   'with_ema',
@@ -84,7 +78,6 @@ __all__ = [
   'WEIGHTINGS',
   'ClosingRound',
   'SynchronousScheduler',
-  'FEDASMU_VARIANTS',
   'FedasmuScheduler',
   'FetchInputs',
   'fedasmu_aggregator',

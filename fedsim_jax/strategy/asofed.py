@@ -27,7 +27,8 @@ Client k, on the regularised local loss s_k(w) = F_k(w) + (lambda / 2)||w - w^t|
 The client's (h, g_prev) persist across its tasks (an online client keeps its state), and r_k
 grows with the client's average delay, so slow clients take larger steps.
 
-Choices where the sources are silent or differ (settings in `config.asofed`):
+Choices where the sources are silent or differ (settings: `algorithm.kwargs` of asofed,
+`AsoFedSettings`):
   * Granularity: the recursion runs at every local step (FedOpt's code); AFL-Lib applies it
     once per task to the pseudo-gradient w^t - w_k.
   * `decay_gradient`: which gradient enters h. 'current' (h = beta h + (1 - beta) g, FedOpt's
@@ -137,14 +138,18 @@ def asofed_client_update(
   del distillation_temperature
   if proximal < 0 or not 0 <= decay < 1:
     raise ValueError(
-      f'asofed.proximal={proximal}, asofed.decay={decay}; allowed: proximal >= 0, 0 <= decay < 1'
+      f'algorithm.kwargs.proximal={proximal}, algorithm.kwargs.decay={decay}; allowed: '
+      'proximal >= 0, 0 <= decay < 1'
     )
   if decay_gradient not in DECAY_GRADIENTS:
-    raise ValueError(f'asofed.decay_gradient={decay_gradient!r}; allowed: {DECAY_GRADIENTS}')
+    raise ValueError(
+      f'algorithm.kwargs.decay_gradient={decay_gradient!r}; allowed: {DECAY_GRADIENTS}'
+    )
   if proximal_strength or distillation_strength:
     raise ValueError(
-      f'client.proximal_strength={proximal_strength}, client.distillation_strength='
-      f'{distillation_strength}: asofed uses asofed.proximal; allowed: 0'
+      f'algorithm.kwargs.proximal_strength={proximal_strength}, '
+      f'algorithm.kwargs.distillation_strength={distillation_strength}: asofed uses '
+      'algorithm.kwargs.proximal; allowed: 0'
     )
 
   def objective(trainable, model_state, anchor, x, y, weights):
@@ -245,7 +250,9 @@ class AsoFedClients:
 
   def __init__(self, *, dynamic_step_size: bool = True, delay_measure: str = 'training_time'):
     if delay_measure not in DELAY_MEASURES:
-      raise ValueError(f'asofed.delay_measure={delay_measure!r}; allowed: {DELAY_MEASURES}')
+      raise ValueError(
+        f'algorithm.kwargs.delay_measure={delay_measure!r}; allowed: {DELAY_MEASURES}'
+      )
     self.dynamic_step_size = dynamic_step_size
     self.delay_measure = delay_measure
     self.states: dict[int, tuple[Params, Params]] = {}  # client -> (h, g_prev)

@@ -42,11 +42,11 @@ class AsynchronousScheduler:
   ):
     check_weighting(weighting)
     if concurrency < 1:
-      raise ValueError(f'scheduler.concurrency={concurrency}; must be >= 1')
+      raise ValueError(f'concurrency={concurrency}; must be >= 1')
     if buffer_size < 1:
-      raise ValueError(f'scheduler.buffer_size={buffer_size}; must be >= 1')
+      raise ValueError(f'buffer_size={buffer_size}; must be >= 1')
     if max_staleness is not None and max_staleness < 0:
-      raise ValueError(f'scheduler.max_staleness={max_staleness}; must be >= 0')
+      raise ValueError(f'max_staleness={max_staleness}; must be >= 0')
     self.concurrency = concurrency
     self.buffer_size = buffer_size
     self.local_work = local_work
@@ -59,8 +59,7 @@ class AsynchronousScheduler:
   def start(self, sim: Simulation) -> None:
     if self.concurrency > sim.num_clients:
       raise ValueError(
-        f'scheduler.concurrency={self.concurrency} exceeds the federation '
-        f'({sim.num_clients} clients)'
+        f'concurrency={self.concurrency} exceeds the federation ({sim.num_clients} clients)'
       )
     self._refill(sim)
 

@@ -110,16 +110,16 @@ class BudgetedScheduler:
     steps_per_client: np.ndarray | None = None,
   ):
     if estimator not in ESTIMATORS:
-      raise ValueError(f'scheduler.estimator={estimator!r}; allowed: {ESTIMATORS}')
+      raise ValueError(f'estimator={estimator!r}; allowed: {ESTIMATORS}')
     if storage not in STORAGES:
-      raise ValueError(f'scheduler.storage={storage!r}; allowed: {STORAGES}')
+      raise ValueError(f'algorithm.kwargs.storage={storage!r}; allowed: {STORAGES}')
     if storage == 'server' and estimator != 'last_delta':
       raise ValueError(
-        "scheduler.storage='server' implements Algorithm 2, which stores "
-        "deltas: it needs scheduler.estimator='last_delta'"
+        "algorithm.kwargs.storage='server' implements Algorithm 2, which stores "
+        "deltas: it needs estimator='last_delta' (algorithm 'ccfedavg')"
       )
     if cohort_size < 1:
-      raise ValueError(f'scheduler.cohort_size={cohort_size}; must be >= 1')
+      raise ValueError(f'algorithm.kwargs.cohort_size={cohort_size}; must be >= 1')
     self.cohort_size = cohort_size
     self.local_work = local_work
     self.schedule = schedule
@@ -140,7 +140,7 @@ class BudgetedScheduler:
   def start(self, sim: Simulation) -> None:
     if self.cohort_size > sim.num_clients:
       raise ValueError(
-        f'scheduler.cohort_size={self.cohort_size} exceeds the federation '
+        f'algorithm.kwargs.cohort_size={self.cohort_size} exceeds the federation '
         f'({sim.num_clients} clients)'
       )
     self._start_round(sim)

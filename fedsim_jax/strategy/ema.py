@@ -29,7 +29,7 @@ class EMAState:
 def with_ema(aggregator: Aggregator, decay: float) -> Aggregator:
   """Wraps `aggregator` so that its state also tracks an EMA of the global model."""
   if not 0 <= decay < 1:
-    raise ValueError(f'server.ema_decay={decay}; allowed: 0 <= decay < 1')
+    raise ValueError(f'decay={decay}; allowed: 0 <= decay < 1')
 
   def init(params: Params) -> EMAState:
     return EMAState(inner=aggregator.init(params), eval_params=params)

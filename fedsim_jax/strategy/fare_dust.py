@@ -22,7 +22,7 @@ Client (Algorithm 3): local SGD on F_i + rho * psi_i(w, w_teacher) (Sec. 2.2), w
 distillation loss `client.local_update.distillation_loss` between the teacher's and the
 student's logits on the client's own batches.
 
-Choices where the paper is silent or inconsistent (settings of `config.fare_dust` in brackets
+Choices where the paper is silent or inconsistent (settings in `algorithm.kwargs` in brackets
 where the choice can change results):
   * [`history_length` = k] Which rounds are in `Deltas`: round t's accumulator enters right
     after round t's main update, holding its B fast updates (count b_t = B); stragglers of
@@ -30,7 +30,7 @@ where the choice can change results):
     evicts when |Deltas| > k, so k rounds are kept (Sec. 2.2's {Delta_{t-k}, ..., Delta_t}
     would be k + 1). Line 22 updates a w_{t-k-1} that is never read again: not modelled.
     Clients of round t + 1 may draw round t's accumulator.
-  * [`scheduler.weighting`] Teacher normalisation: mean_t' is the slot's sum of deltas
+  * [`weighting`] Teacher normalisation: mean_t' is the slot's sum of deltas
     weighted by the scheduler's aggregation weights p_c, divided by the sum of those weights.
     With 'uniform' weights (the paper's unweighted sums, as the shipped config uses) this is
     exactly Delta_t' / b_t' of Algorithm 1 line 7 and Figure 4b (b_t' counts fast and
@@ -46,8 +46,9 @@ where the choice can change results):
     added to the task loss as F + rho psi (Sec. 2.2); T = 1 by default (not stated).
   * [`ema_decay` = beta] EMA: after every server version, ema <- beta ema + (1 - beta) w,
     starting at w_0 (`strategy.ema.with_ema`); beta = 0 evaluates w itself.
-  * [`server_optimizer`] The main update is FedAdam (G.3) with the `server` settings (eta_g,
-    b1, b2, eps, `adaptive_form`); other FedOpt server optimizers are allowed.
+  * [`server_optimizer`] The main update is FedAdam (G.3) with the server optimizer settings
+    (`server_learning_rate` eta_g, `b1`, `b2`, `eps`, `adaptive_form`); other FedOpt server
+    optimizers are allowed.
   * History sampling uses its own numpy stream derived from the run seed, so client sampling
     and latencies are those of FedAdam with over-selection on the same seed.
   * With rho = 0 no teachers are built or sent (the objective does not read them).
@@ -132,7 +133,7 @@ class DeltaHistory:
 
   def __init__(self, capacity: int):
     if capacity < 1:
-      raise ValueError(f'fare_dust.history_length={capacity}; must be >= 1')
+      raise ValueError(f'algorithm.kwargs.history_length={capacity}; must be >= 1')
     self.capacity = capacity
     self._slots: collections.OrderedDict[int, HistorySlot] = collections.OrderedDict()
 
@@ -206,9 +207,13 @@ class FareDustScheduler(AroundRounds):
     rng: np.random.Generator,
   ):
     if empty_history not in EMPTY_HISTORY_RULES:
-      raise ValueError(f'fare_dust.empty_history={empty_history!r}; allowed: {EMPTY_HISTORY_RULES}')
+      raise ValueError(
+        f'algorithm.kwargs.empty_history={empty_history!r}; allowed: {EMPTY_HISTORY_RULES}'
+      )
     if teacher_learning_rate <= 0:
-      raise ValueError(f'fare_dust.teacher_learning_rate={teacher_learning_rate}; must be > 0')
+      raise ValueError(
+        f'algorithm.kwargs.teacher_learning_rate={teacher_learning_rate}; must be > 0'
+      )
     self.history = DeltaHistory(history_length)
     self.teacher_learning_rate = float(teacher_learning_rate)
     self.empty_history = empty_history

@@ -21,7 +21,7 @@ new - old, so with mean^+ = Delta^+ / B^+ in our sign, w^+ = w_t + eta_g mean^+ 
 a <- beta (a + eta_a mean^+) + (1 - beta) w^+. Stragglers arriving later than tau_max after
 their round started are discarded with reason 'beyond_tau_max'.
 
-Choices where the paper is silent or inconsistent (settings of `config.feast` in brackets
+Choices where the paper is silent or inconsistent (settings in `algorithm.kwargs` in brackets
 where the choice can change results):
   * [`tau_max`] seconds of virtual time, measured from the round's start ("maximum amount of
     time", Sec. 2.3; 100,000 s in every experiment, App. G.4). An arrival exactly at the limit
@@ -35,10 +35,10 @@ where the choice can change results):
   * The auxiliary updates are applied in round order (the recursion of Eq. (2) is over t): a
     closed window waits for the windows of earlier rounds. With 'tau_max' closing this is also
     the order in which windows close.
-  * The main branch is FedAvg with server learning rate eta_g (`server.learning_rate`; "used in
+  * The main branch is FedAvg with server learning rate eta_g (`server_learning_rate`; "used in
     conjunction with the FedAvg server optimizer", G.4); Eq. (1) uses the same eta_g.
   * B^+ normalisation: mean^+ is Delta_t^+ weighted by the scheduler's aggregation weights over
-    their sum; with `scheduler.weighting='uniform'` (the paper) it is exactly Delta_t^+ / B_t^+.
+    their sum; with `weighting='uniform'` (the paper) it is exactly Delta_t^+ / B_t^+.
   * beta may be 0 (a = w^+) for degenerate checks; the paper tunes beta in [0.9, 0.999].
   * Windows still open when the run stops never update a (the paper's a_T has the same cut).
 Stragglers folded into Delta^+ count as aggregated updates (`Simulation.fold_in`).
@@ -110,11 +110,11 @@ def auxiliary_update(
   a    = decay (a + kappa eta_g mean) + (1 - decay) w^+
   """
   if server_learning_rate <= 0:
-    raise ValueError(f'server.learning_rate={server_learning_rate}; must be > 0')
+    raise ValueError(f'algorithm.kwargs.server_learning_rate={server_learning_rate}; must be > 0')
   if kappa < 0:
-    raise ValueError(f'feast.kappa={kappa}; must be >= 0')
+    raise ValueError(f'algorithm.kwargs.kappa={kappa}; must be >= 0')
   if not 0 <= decay < 1:
-    raise ValueError(f'feast.ema_decay={decay}; allowed: 0 <= decay < 1')
+    raise ValueError(f'algorithm.kwargs.ema_decay={decay}; allowed: 0 <= decay < 1')
   auxiliary_learning_rate = kappa * server_learning_rate
 
   @jax.jit
@@ -183,9 +183,11 @@ class FeastScheduler:
     window_close: str = 'complete',
   ):
     if not 0 <= tau_max < math.inf:
-      raise ValueError(f'feast.tau_max={tau_max}; allowed: 0 <= tau_max < inf')
+      raise ValueError(f'algorithm.kwargs.tau_max={tau_max}; allowed: 0 <= tau_max < inf')
     if window_close not in WINDOW_CLOSE_RULES:
-      raise ValueError(f'feast.window_close={window_close!r}; allowed: {WINDOW_CLOSE_RULES}')
+      raise ValueError(
+        f'algorithm.kwargs.window_close={window_close!r}; allowed: {WINDOW_CLOSE_RULES}'
+      )
     self.tau_max = float(tau_max)
     self.close_when_complete = window_close == 'complete'
     self.weighting = weighting

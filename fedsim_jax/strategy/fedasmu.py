@@ -4,8 +4,9 @@ Liu, Jia, Che, Huo, Ren, Zhou, Dai, Dou, "FedASMU: Efficient Asynchronous Federa
 Dynamic Staleness-aware Model Update" (AAAI 2024). Digest: shared/specs/fedasmu.md. The system
 model (periodic trigger, cap, staleness bound) is `strategy/periodic_trigger.py`; the choice of
 the fetch epoch l* (Formulas 5-6) is `strategy/fedasmu_fetch.py`. The trigger settings are
-`scheduler.trigger_period` (𝒯), `scheduler.trigger_count` (m'), `scheduler.trigger_timing` and
-the cap `scheduler.concurrency`, shared with the asynchronous baselines; τ is `fedasmu.tau`.
+`algorithm.kwargs.trigger_period` (𝒯), `algorithm.kwargs.trigger_count` (m'),
+`algorithm.kwargs.trigger_timing` and the cap `algorithm.kwargs.concurrency`, shared with the
+asynchronous baselines; τ is `algorithm.kwargs.tau`.
 
 Server (Sec. 4 "Dynamic Model Update on the Server", Alg. 1 lines 7-16, appendix "Details on the
 Server"). For an accepted upload w' of device i that downloaded version o, at version t:
@@ -44,8 +45,8 @@ segment's download). The blend's β, losses and new γ_i, v_i come back in the t
 scheduler reads them when the upload arrives (also when the upload is then discarded as stale:
 the device did the work) and keeps γ_i, v_i on the host for the device's next blend.
 
-Choices where the paper is silent or inconsistent, each a field of `config.fedasmu`
-(defaults in brackets):
+Choices where the paper is silent or inconsistent, each a field of `algorithm.kwargs`
+(`FedasmuSettings`, fedsim_jax/algorithms/fedasmu.py; defaults in brackets):
 - `xi_form` ['appendix']: Formula 2 is rendered λ / sqrt(t (t - o + 1) σ) + ι, but the appendix
   differentiates ∂ξ/∂λ = 1 / (sqrt(o - 1) (o - o')^σ), i.e. σ is the exponent of the staleness
   (as in FedAsync's polynomial, which the paper cites as its inspiration). 'printed' is the
@@ -76,7 +77,8 @@ Choices where the paper is silent or inconsistent, each a field of `config.fedas
   that is not newer].
 - `static_alpha` ['fedasync'], the aggregation of FedASMU-DA and FedASMU-0 (no dynamic
   aggregation): FedASMU-0 is "FedAsync with staleness bound", so the static rule is FedAsync's
-  α = `server.alpha` s(t - o) with s = `server.staleness` (polynomial: (t - o + 1)^-a).
+  α = `algorithm.kwargs.alpha` s(t - o) with s = `algorithm.kwargs.staleness` (polynomial:
+  (t - o + 1)^-a).
   'frozen' is Formula 2 with the initial λ_0, σ_0, ι_0, never updated.
 - Local epochs: with `client.local_epochs` = 𝓛 (an integer >= 2 when fetching) the request
   follows the step ceil(l* n_i / B) (the steps covering l* epochs, at most the task's steps - 1);
@@ -94,15 +96,13 @@ Choices where the paper is silent or inconsistent, each a field of `config.fedas
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import flax.struct
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import optax
 
@@ -112,10 +112,7 @@ from fedsim_jax.runtime.latency import TaskLatency
 from fedsim_jax.runtime.simulation import Simulation, TaskHandle
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
 from fedsim_jax.strategy.fedasmu_fetch import (
-  FIXED_FETCH_PRESETS,
   FetchPolicy,
-  FixedFetch,
-  make_fetch_policy,
 )
 from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.strategy.periodic_trigger import PeriodicTriggerScheduler
@@ -125,23 +122,6 @@ XI_FORMS = ('appendix', 'printed')
 SIGMA_GRADIENTS = ('exact', 'printed')
 GRADIENT_SIGNS = ('printed', 'descent')
 STATIC_ALPHAS = ('fedasync', 'frozen')
-# Variant -> (dynamic aggregation, fetch policy; 'config': `fedasmu_fetch.policy`), Sec. 5
-# ablation (Fig. 2) and the appendix's time-slot heuristics H1-H3.
-FEDASMU_VARIANTS = {
-  'fedasmu': (True, 'config'),
-  'fedasmu_da': (False, 'config'),
-  'fedasmu_fa': (True, 'none'),
-  'fedasmu_0': (False, 'none'),
-  'fedasmu_h1': (True, 'h1'),
-  'fedasmu_h2': (True, 'h2'),
-  'fedasmu_h3': (True, 'h3'),
-}
-
-
-def fetch_policy_name(algorithm: str, configured: str) -> str:
-  """The fetch policy a FedASMU variant uses: 'none', 'learned', 'h1', 'h2' or 'h3'."""
-  policy = FEDASMU_VARIANTS[algorithm][1]
-  return configured if policy == 'config' else policy
 
 
 # ---- Server: Formulas 1-3 --------------------------------------------------------------------
@@ -167,7 +147,7 @@ class ServerSettings:
   sigma_gradient: str = 'exact'
   gradient_sign: str = 'printed'
   static_alpha: str = 'fedasync'
-  fedasync_alpha: float = 0.6  # static 'fedasync': server.alpha
+  fedasync_alpha: float = 0.6  # static 'fedasync': algorithm.kwargs.alpha
   staleness_fn: StalenessFn | None = None  # static 'fedasync': s(t - o)
 
   def __post_init__(self):
@@ -178,21 +158,26 @@ class ServerSettings:
       ('static_alpha', self.static_alpha, STATIC_ALPHAS),
     ):
       if value not in allowed:
-        raise ValueError(f'fedasmu.{name}={value!r}; allowed: {allowed}')
+        raise ValueError(f'algorithm.kwargs.{name}={value!r}; allowed: {allowed}')
     if self.sigma_gradient == 'printed' and self.xi_form != 'appendix':
-      raise ValueError("fedasmu.sigma_gradient='printed' needs fedasmu.xi_form='appendix'")
+      raise ValueError(
+        "algorithm.kwargs.sigma_gradient='printed' needs algorithm.kwargs.xi_form='appendix'"
+      )
     for name in ('mu_alpha', 'min_version', 'sigma_min', 'client_learning_rate'):
       if not getattr(self, name) > 0:
-        raise ValueError(f'fedasmu.{name}={getattr(self, name)!r}; allowed: a number > 0')
+        setting = f'algorithm.kwargs.{name}'
+        if name == 'client_learning_rate':  # eta_i is the client's, not an algorithm setting
+          setting = 'client.learning_rate'
+        raise ValueError(f'{setting}={getattr(self, name)!r}; allowed: a number > 0')
     if not 0 < self.alpha_min < 1:
-      raise ValueError(f'fedasmu.alpha_min={self.alpha_min!r}; allowed: 0 < x < 1')
+      raise ValueError(f'algorithm.kwargs.alpha_min={self.alpha_min!r}; allowed: 0 < x < 1')
     if self.uses_positive_sigma and not self.sigma_0 >= self.sigma_min:
       raise ValueError(
-        f'fedasmu.sigma_0={self.sigma_0!r}; allowed with the printed xi_form or '
-        f'sigma_gradient: a number >= fedasmu.sigma_min ({self.sigma_min})'
+        f'algorithm.kwargs.sigma_0={self.sigma_0!r}; allowed with the printed xi_form or '
+        f'sigma_gradient: a number >= algorithm.kwargs.sigma_min ({self.sigma_min})'
       )
     if not self.dynamic and self.static_alpha == 'fedasync' and self.staleness_fn is None:
-      raise ValueError("static_alpha='fedasync' needs staleness_fn (server.staleness)")
+      raise ValueError("static_alpha='fedasync' needs staleness_fn (algorithm.kwargs.staleness)")
 
   @property
   def uses_positive_sigma(self) -> bool:
@@ -462,14 +447,15 @@ def fedasmu_client_update(
   del distillation_temperature
   if proximal_strength or distillation_strength:
     raise ValueError(
-      f'client.proximal_strength={proximal_strength}, client.distillation_strength'
-      f'={distillation_strength}: FedASMU devices train Formula 4 plain SGD; '
+      f'algorithm.kwargs.proximal_strength={proximal_strength}, '
+      f'algorithm.kwargs.distillation_strength={distillation_strength}: FedASMU devices '
+      'train Formula 4 plain SGD; '
       'allowed: 0'
     )
   if not mu_beta > 0 or gamma_learning_rate < 0 or v_learning_rate < 0:
     raise ValueError(
-      f'fedasmu.mu_beta={mu_beta}, fedasmu.gamma_learning_rate='
-      f'{gamma_learning_rate}, fedasmu.v_learning_rate={v_learning_rate}; '
+      f'algorithm.kwargs.mu_beta={mu_beta}, algorithm.kwargs.gamma_learning_rate='
+      f'{gamma_learning_rate}, algorithm.kwargs.v_learning_rate={v_learning_rate}; '
       'allowed: mu_beta > 0, learning rates >= 0'
     )
   inner = sgd_client_update(model, optimizer, batch_size)
@@ -566,7 +552,7 @@ class FedasmuScheduler(PeriodicTriggerScheduler):
     timing: str = 'periodic',
   ):
     if not isinstance(tau, int) or tau < 1:
-      raise ValueError(f'fedasmu.tau={tau!r}; allowed: an integer >= 1')
+      raise ValueError(f'algorithm.kwargs.tau={tau!r}; allowed: an integer >= 1')
     super().__init__(
       trigger_period,
       trigger_count,
@@ -580,7 +566,7 @@ class FedasmuScheduler(PeriodicTriggerScheduler):
     if fetch_policy is not None:
       if local_work.time_limit is not None:
         raise ValueError(
-          'scheduler.time_limit: FedASMU fetches after a local epoch; allowed: '
+          'algorithm.kwargs.time_limit: FedASMU fetches after a local epoch; allowed: '
           'None (set client.local_epochs or client.local_steps)'
         )
       if local_work.steps is None and not (
@@ -733,80 +719,3 @@ class FedasmuScheduler(PeriodicTriggerScheduler):
       'mean_gamma': float(self.gamma.mean()) if self.gamma.size else None,
       'mean_v': float(self.v.mean()) if self.v.size else None,
     }
-
-
-# ---- Builder ---------------------------------------------------------------------------------
-
-
-def make_fetch_policy_for(
-  config: ml_collections.ConfigDict, num_clients: int
-) -> FetchPolicy | None:
-  """The variant's fetch policy; the learned one seeded from the run seed (its own stream)."""
-  name = fetch_policy_name(config.algorithm, config.fedasmu_fetch.policy)
-  if name == 'none':
-    return None
-  if name in FIXED_FETCH_PRESETS:
-    return FixedFetch.preset(name)
-  seed = int(np.random.SeedSequence([config.seed, 0xA5F37C]).generate_state(1)[0])
-  return make_fetch_policy(config, num_clients, seed)
-
-
-def build_fedasmu(
-  config: ml_collections.ConfigDict,
-  num_clients: int,
-  local_work: LocalWork,
-  staleness_fn: StalenessFn,
-) -> tuple[FedasmuScheduler, Aggregator, Callable]:
-  """`(scheduler, aggregator, make_client_update)` of the variant `config.algorithm`."""
-  if config.algorithm not in FEDASMU_VARIANTS:
-    raise ValueError(f'algorithm={config.algorithm!r}; allowed: {sorted(FEDASMU_VARIANTS)}')
-  dynamic = FEDASMU_VARIANTS[config.algorithm][0]
-  f = config.fedasmu
-  settings = ServerSettings(
-    dynamic=dynamic,
-    mu_alpha=f.mu_alpha,
-    lambda_0=f.lambda_0,
-    sigma_0=f.sigma_0,
-    iota_0=f.iota_0,
-    lambda_learning_rate=f.lambda_learning_rate,
-    sigma_learning_rate=f.sigma_learning_rate,
-    iota_learning_rate=f.iota_learning_rate,
-    client_learning_rate=config.client.learning_rate,
-    alpha_min=f.alpha_min,
-    min_version=f.min_version,
-    sigma_min=f.sigma_min,
-    xi_form=f.xi_form,
-    sigma_gradient=f.sigma_gradient,
-    gradient_sign=f.gradient_sign,
-    static_alpha=f.static_alpha,
-    fedasync_alpha=config.server.alpha,
-    staleness_fn=staleness_fn,
-  )
-  policy = make_fetch_policy_for(config, num_clients)
-  s = config.scheduler
-  if s.trigger_period is None:
-    raise ValueError(
-      f'scheduler.trigger_period=None; {config.algorithm} triggers devices '
-      'periodically (Alg. 1); allowed: a number > 0'
-    )
-  scheduler = FedasmuScheduler(
-    s.trigger_period,
-    s.trigger_count,
-    s.concurrency,
-    local_work,
-    tau=f.tau,
-    fetch_policy=policy,
-    gamma_0=f.gamma_0,
-    v_0=f.v_0,
-    timing=s.trigger_timing,
-  )
-  if policy is None:
-    make_client_update = sgd_client_update
-  else:
-    make_client_update = functools.partial(
-      fedasmu_client_update,
-      mu_beta=f.mu_beta,
-      gamma_learning_rate=f.gamma_learning_rate,
-      v_learning_rate=f.v_learning_rate,
-    )
-  return scheduler, fedasmu_aggregator(num_clients, settings), make_client_update

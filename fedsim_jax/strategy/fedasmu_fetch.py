@@ -39,8 +39,8 @@ and log P(l*) is Formula 5's sum over the decisions actually made. The LSTM read
 vector per epoch l; its dense head gives the hazard logit. Sequences are padded to a power of
 two so that a run with many different `num_epochs` compiles a few programs only.
 
-Choices where the paper is silent, each a field of `config.fedasmu_fetch` (defaults in
-brackets):
+Choices where the paper is silent, each the field `fetch_<name>` of `algorithm.kwargs`
+(`FedasmuSettings`, fedsim_jax/algorithms/fedasmu.py; defaults in brackets):
 - `hidden_size` [35]: LSTM width; the paper's REINFORCE follows Zoph & Le (2017), whose
   controller LSTM had 35 hidden units. One LSTM layer, one dense layer (the paper's
   "LSTM-based network with a fully connected layer").
@@ -89,7 +89,6 @@ from typing import Protocol
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
 from fedsim_jax.models import Params
@@ -168,7 +167,7 @@ class FixedFetch:
   @classmethod
   def preset(cls, name: str) -> FixedFetch:
     """'h1', 'h2' or 'h3' of the appendix ablation."""
-    _check_choice('fedasmu_fetch.policy', name, FIXED_FETCH_PRESETS)
+    _check_choice('algorithm.kwargs.fetch_policy', name, FIXED_FETCH_PRESETS)
     return cls(FIXED_FETCH_PRESETS[name])
 
   def propose(self, client: int, num_epochs: int) -> int:
@@ -281,9 +280,9 @@ class QTable:
   """One device's 𝓗^i: the values of (add, stay, minus) in each state l* (Formula 6)."""
 
   def __init__(self, learning_rate: float, discount: float, bootstrap: str = 'same'):
-    _check_range('fedasmu_fetch.q_learning_rate', learning_rate, 0.0, 1.0, low_open=True)
-    _check_range('fedasmu_fetch.q_discount', discount, 0.0, 1.0, high_open=True)
-    _check_choice('fedasmu_fetch.q_bootstrap', bootstrap, Q_BOOTSTRAPS)
+    _check_range('algorithm.kwargs.fetch_q_learning_rate', learning_rate, 0.0, 1.0, low_open=True)
+    _check_range('algorithm.kwargs.fetch_q_discount', discount, 0.0, 1.0, high_open=True)
+    _check_choice('algorithm.kwargs.fetch_q_bootstrap', bootstrap, Q_BOOTSTRAPS)
     self.learning_rate = learning_rate
     self.discount = discount
     self.bootstrap = bootstrap
@@ -340,7 +339,7 @@ def load_fetch_history(path: str) -> dict[str, np.ndarray]:
     missing = [key for key in HISTORY_KEYS if key not in data]
     if missing:
       raise ValueError(
-        f'fedasmu_fetch.pretrain_history={path!r} lacks arrays {missing}; '
+        f'algorithm.kwargs.fetch_pretrain_history={path!r} lacks arrays {missing}; '
         f'allowed: an .npz with arrays {list(HISTORY_KEYS)}'
       )
     return {key: np.asarray(data[key]) for key in HISTORY_KEYS}
@@ -374,32 +373,38 @@ class LearnedFetch:
       raise ValueError(f'num_clients={num_clients!r} is invalid; allowed values: an integer >= 1')
     if isinstance(hidden_size, bool) or not isinstance(hidden_size, int) or hidden_size < 1:
       raise ValueError(
-        f'fedasmu_fetch.hidden_size={hidden_size!r} is invalid; allowed values: an integer >= 1'
+        f'algorithm.kwargs.fetch_hidden_size={hidden_size!r} is invalid; allowed values: an '
+        'integer >= 1'
       )
     features = tuple(features)
     if (
       not features or len(set(features)) != len(features) or not set(features) <= set(META_FEATURES)
     ):
       raise ValueError(
-        f'fedasmu_fetch.features={features!r} is invalid; allowed values: a '
+        f'algorithm.kwargs.fetch_features={features!r} is invalid; allowed values: a '
         f'non-empty tuple of distinct names from {list(META_FEATURES)}'
       )
-    _check_choice('fedasmu_fetch.hazard_prior', hazard_prior, HAZARD_PRIORS)
+    _check_choice('algorithm.kwargs.fetch_hazard_prior', hazard_prior, HAZARD_PRIORS)
     _check_range(
-      'fedasmu_fetch.learning_rate', learning_rate, 0.0, math.inf, low_open=True, high_open=True
+      'algorithm.kwargs.fetch_learning_rate',
+      learning_rate,
+      0.0,
+      math.inf,
+      low_open=True,
+      high_open=True,
     )
-    _check_range('fedasmu_fetch.baseline_decay', baseline_decay, 0.0, 1.0, low_open=True)
+    _check_range('algorithm.kwargs.fetch_baseline_decay', baseline_decay, 0.0, 1.0, low_open=True)
     _check_range(
-      'fedasmu_fetch.baseline_init',
+      'algorithm.kwargs.fetch_baseline_init',
       baseline_init,
       -math.inf,
       math.inf,
       low_open=True,
       high_open=True,
     )
-    _check_choice('fedasmu_fetch.baseline_scope', baseline_scope, BASELINE_SCOPES)
-    _check_range('fedasmu_fetch.epsilon', epsilon, 0.0, 1.0)
-    _check_choice('fedasmu_fetch.meta_exploit', meta_exploit, META_EXPLOITS)
+    _check_choice('algorithm.kwargs.fetch_baseline_scope', baseline_scope, BASELINE_SCOPES)
+    _check_range('algorithm.kwargs.fetch_epsilon', epsilon, 0.0, 1.0)
+    _check_choice('algorithm.kwargs.fetch_meta_exploit', meta_exploit, META_EXPLOITS)
     QTable(q_learning_rate, q_discount, q_bootstrap)  # validates the Q settings
     if (
       isinstance(pretrain_passes, bool)
@@ -407,7 +412,7 @@ class LearnedFetch:
       or pretrain_passes < 1
     ):
       raise ValueError(
-        f'fedasmu_fetch.pretrain_passes={pretrain_passes!r} is invalid; allowed '
+        f'algorithm.kwargs.fetch_pretrain_passes={pretrain_passes!r} is invalid; allowed '
         'values: an integer >= 1'
       )
     self.num_clients = num_clients
@@ -507,14 +512,14 @@ class LearnedFetch:
     columns = [np.asarray(history[key]) for key in HISTORY_KEYS]
     if len({column.shape for column in columns}) != 1 or columns[0].ndim != 1:
       raise ValueError(
-        'fedasmu_fetch.pretrain_history is invalid; allowed: 1-D arrays '
+        'algorithm.kwargs.fetch_pretrain_history is invalid; allowed: 1-D arrays '
         f'{list(HISTORY_KEYS)} of one length'
       )
     for num_epochs, fetch_epoch in zip(columns[0], columns[1]):
       _check_num_epochs(int(num_epochs))
       if not 1 <= fetch_epoch <= num_epochs - 1:
         raise ValueError(
-          f'fedasmu_fetch.pretrain_history has fetch_epoch={fetch_epoch} with '
+          f'algorithm.kwargs.fetch_pretrain_history has fetch_epoch={fetch_epoch} with '
           f'num_epochs={num_epochs}; allowed: 1..num_epochs-1'
         )
     for _ in range(passes):
@@ -541,35 +546,5 @@ class LearnedFetch:
     }
 
   def save_history(self, path: str) -> None:
-    """Writes `history_arrays()` as an .npz that `fedasmu_fetch.pretrain_history` reads."""
+    """Writes `history_arrays()` as an .npz for `algorithm.kwargs.fetch_pretrain_history`."""
     np.savez(path, **self.history_arrays())
-
-
-def make_fetch_policy(
-  config: ml_collections.ConfigDict, num_clients: int, seed: int
-) -> FetchPolicy | None:
-  """The policy `config.fedasmu_fetch.policy` names; None for 'none' (FedASMU-FA: no fetch)."""
-  settings = config.fedasmu_fetch
-  _check_choice('fedasmu_fetch.policy', settings.policy, FETCH_POLICIES)
-  if settings.policy == 'none':
-    return None
-  if settings.policy in FIXED_FETCH_PRESETS:
-    return FixedFetch.preset(settings.policy)
-  return LearnedFetch(
-    num_clients,
-    seed,
-    hidden_size=settings.hidden_size,
-    features=tuple(settings.features),
-    hazard_prior=settings.hazard_prior,
-    learning_rate=settings.learning_rate,
-    baseline_decay=settings.baseline_decay,
-    baseline_init=settings.baseline_init,
-    baseline_scope=settings.baseline_scope,
-    epsilon=settings.epsilon,
-    meta_exploit=settings.meta_exploit,
-    q_learning_rate=settings.q_learning_rate,
-    q_discount=settings.q_discount,
-    q_bootstrap=settings.q_bootstrap,
-    pretrain_history=settings.pretrain_history,
-    pretrain_passes=settings.pretrain_passes,
-  )

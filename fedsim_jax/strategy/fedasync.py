@@ -34,9 +34,9 @@ def fedasync(alpha: float, staleness: StalenessFn, form: str = 'mixing') -> Aggr
   FedCompass with Q_min = Q_max when every client forms its own arrival group.
   """
   if not 0 < alpha <= 1:
-    raise ValueError(f'server.alpha={alpha}; allowed: 0 < alpha <= 1')
+    raise ValueError(f'algorithm.kwargs.alpha={alpha}; allowed: 0 < alpha <= 1')
   if form not in FEDASYNC_FORMS:
-    raise ValueError(f'server.fedasync_form={form!r}; allowed: {FEDASYNC_FORMS}')
+    raise ValueError(f'algorithm.kwargs.form={form!r}; allowed: {FEDASYNC_FORMS}')
   if form == 'delta':
     return fedopt(optax.sgd(1.0), normalization='sum', staleness=scaled(alpha, staleness))
 

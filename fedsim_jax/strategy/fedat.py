@@ -35,7 +35,7 @@ def speed_tiers(step_times: np.ndarray, ratio: float) -> list[np.ndarray]:
   Returns the tiers fastest first, each an ascending array of client ids.
   """
   if ratio < 1:
-    raise ValueError(f'scheduler.tier_ratio={ratio}; must be >= 1')
+    raise ValueError(f'algorithm.kwargs.tier_ratio={ratio}; must be >= 1')
   order = np.argsort(step_times, kind='stable')
   tiers, start = [], 0
   while start < len(order):
@@ -97,7 +97,7 @@ class TieredScheduler:
 
   def __init__(self, tiers: list[np.ndarray], cohort_size: int, local_work: LocalWork):
     if cohort_size < 1:
-      raise ValueError(f'scheduler.cohort_size={cohort_size}; must be >= 1')
+      raise ValueError(f'algorithm.kwargs.cohort_size={cohort_size}; must be >= 1')
     self.tiers = tiers
     self.cohort_size = cohort_size
     self.local_work = local_work

@@ -111,18 +111,18 @@ class CompassScheduler:
     check_weighting(weighting)
     if not 1 <= q_min <= q_max:
       raise ValueError(
-        f'scheduler.q_min={q_min}, scheduler.q_max={q_max}; need 1 <= q_min <= q_max'
+        f'algorithm.kwargs.q_min={q_min}, algorithm.kwargs.q_max={q_max}; need 1 <= q_min <= q_max'
       )
     if latest_time_factor < 1:
-      raise ValueError(f'scheduler.latest_time_factor={latest_time_factor}; must be >= 1')
+      raise ValueError(f'algorithm.kwargs.latest_time_factor={latest_time_factor}; must be >= 1')
     if speed_estimator not in SPEED_ESTIMATORS:
       raise ValueError(
-        f'scheduler.speed_estimator={speed_estimator!r}; allowed: {SPEED_ESTIMATORS}'
+        f'algorithm.kwargs.speed_estimator={speed_estimator!r}; allowed: {SPEED_ESTIMATORS}'
       )
     if not 0 <= speed_momentum < 1:
-      raise ValueError(f'scheduler.speed_momentum={speed_momentum}; allowed: 0 <= x < 1')
+      raise ValueError(f'algorithm.kwargs.speed_momentum={speed_momentum}; allowed: 0 <= x < 1')
     if create_rule not in CREATE_RULES:
-      raise ValueError(f'scheduler.create_rule={create_rule!r}; allowed: {CREATE_RULES}')
+      raise ValueError(f'algorithm.kwargs.create_rule={create_rule!r}; allowed: {CREATE_RULES}')
     self.q_min = q_min
     self.q_max = q_max
     self.latest_time_factor = latest_time_factor

@@ -22,9 +22,9 @@ optimizer steps on that objective (the paper's experiments do the same with SGD)
 states start at 0 and change by the same deltas, h^t = (1 / m) sum_k grad L_k(theta_k^t) at all
 times (tests check this invariant across rounds).
 
-Choices where the paper is silent, or where this code base differs (settings in `config.feddyn`
-and `config.scheduler`):
-  * Average over P_t (`scheduler.weighting`): 'uniform' is the server model's 1 / |P_t| (the
+Choices where the paper is silent, or where this code base differs (settings: `algorithm.kwargs`
+of feddyn, `FedDynSettings`):
+  * Average over P_t (`algorithm.kwargs.weighting`): 'uniform' is the server model's 1 / |P_t| (the
     shipped config); 'num_examples' weights each theta_k^t by its client's examples. The h
     update always sums the deltas unweighted over 1 / m, so the invariant above holds either
     way.
@@ -80,7 +80,7 @@ class FedDynState:
 
 def _check_alpha(alpha: float) -> None:
   if not alpha > 0:
-    raise ValueError(f'feddyn.alpha={alpha}; allowed: a number > 0')
+    raise ValueError(f'algorithm.kwargs.alpha={alpha}; allowed: a number > 0')
 
 
 def feddyn_client_update(
@@ -103,7 +103,8 @@ def feddyn_client_update(
   _check_alpha(alpha)
   if proximal_strength or distillation_strength:
     raise ValueError(
-      f'client.proximal_strength={proximal_strength}, client.distillation_strength='
+      f'algorithm.kwargs.proximal_strength={proximal_strength}, '
+      'algorithm.kwargs.distillation_strength='
       f"{distillation_strength}: not part of FedDyn's objective; allowed: 0"
     )
   if model.has_state:

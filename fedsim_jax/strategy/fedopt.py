@@ -65,7 +65,7 @@ def fedopt(
 ) -> Aggregator:
   """x_{t+1} = x_t + ServerOpt(-average_delta(updates))."""
   if normalization not in NORMALIZATIONS:
-    raise ValueError(f'server.normalization={normalization!r}; allowed: {NORMALIZATIONS}')
+    raise ValueError(f'algorithm.kwargs.normalization={normalization!r}; allowed: {NORMALIZATIONS}')
 
   def init(params: Params) -> ServerOptState:
     return ServerOptState(params=params, opt_state=server_optimizer.init(params))

@@ -9,17 +9,18 @@ section 3; FedASMU states no formula or value). The paper's full text was not av
 the rule below is that characterisation, stated precisely:
 
   w <- w + sum_{k in buffer} (n_k / sum_{j in buffer} n_j) s(tau_k) Delta_k,
-  s(tau) = (tau + 1)^-a                      (`server.staleness`, `server.staleness_a`)
+  s(tau) = (tau + 1)^-a            (`algorithm.kwargs.staleness`, `algorithm.kwargs.staleness_a`)
 
-over each buffer of M = `scheduler.buffer_size` arrivals, with n_k the client's examples and
-tau_k its staleness (server versions since its download). Updates staler than tau_0 =
-`scheduler.max_staleness` are discarded by the shared asynchronous scheduler (FedSA forces such
-clients to resynchronise; the runtime cannot interrupt a task, so their upload is dropped).
+over each buffer of M = `algorithm.kwargs.buffer_size` arrivals, with n_k the client's examples
+and tau_k its staleness (server versions since its download). Updates staler than tau_0 =
+`algorithm.kwargs.max_staleness` are discarded by the shared asynchronous scheduler (FedSA
+forces such clients to resynchronise; the runtime cannot interrupt a task, so their upload is
+dropped).
 
 Choices where the sources are silent (named settings): the staleness function and exponent are
-the shared `server.staleness` / `server.staleness_a` (default polynomial, a = 0.5, FedAsync's);
-the average is over the buffer's examples (`client_sizes`), independent of
-`scheduler.weighting`; the server step is 1. Not implemented: the paper's per-client learning
+the shared `algorithm.kwargs.staleness` / `algorithm.kwargs.staleness_a` (default polynomial,
+a = 0.5, FedAsync's); the average is over the buffer's examples (`client_sizes`), independent of
+`algorithm.kwargs.weighting`; the server step is 1. Not implemented: the paper's per-client learning
 rates (its non-IID adjustment from clients' participation frequencies), whose exact form could
 not be recovered from the available sources.
 With M = 1 FedSA is FedAsync's delta form with alpha = 1 and the same s; with s constant it is

@@ -29,13 +29,13 @@ class LocalWork:
     if self.steps is not None and self.epochs is not None:
       raise ValueError('set only one of client.local_steps and client.local_epochs')
     if self.steps is None and self.epochs is None and self.time_limit is None:
-      raise ValueError('set client.local_steps, client.local_epochs or scheduler.time_limit')
+      raise ValueError('set client.local_steps, client.local_epochs or algorithm.kwargs.time_limit')
     if self.steps is not None and self.steps < 1:
       raise ValueError(f'client.local_steps={self.steps}; must be >= 1')
     if self.epochs is not None and self.epochs <= 0:
       raise ValueError(f'client.local_epochs={self.epochs}; must be > 0')
     if self.time_limit is not None and self.time_limit <= 0:
-      raise ValueError(f'scheduler.time_limit={self.time_limit}; must be > 0')
+      raise ValueError(f'algorithm.kwargs.time_limit={self.time_limit}; must be > 0')
 
   def num_steps(self, num_examples: int, latency: TaskLatency | None = None) -> int:
     """Steps of one task for a client with `num_examples` examples and drawn `latency`."""

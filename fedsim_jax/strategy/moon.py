@@ -17,8 +17,10 @@ where z, z_glob and z_prev are the representations of x by the local model being
 global model w^t (the positive pair) and the client's own previous local model w_i^{t-1} (the
 negative pair), and sim is the cosine similarity. After training, w_i^{t-1} <- w_i^t.
 
-Choices where the paper is silent, or where this code base differs (settings in `config.moon`):
-  * Representation (`moon.representation`, only 'penultimate'): z is the input of the model's
+Choices where the paper is silent, or where this code base differs (settings: `algorithm.kwargs`
+of moon, `MoonSettings`):
+  * Representation (`algorithm.kwargs.representation`, only 'penultimate'): z is the input of
+    the model's
     output layer (`Model.capture_features`). The paper puts a 2-layer projection head (output
     dimension 256) between the base encoder and the output layer and contrasts its output; the
     zoo models have no such head, so z is the encoder's output (for `lenet5`: the 84-dim ReLU
@@ -115,11 +117,13 @@ def moon_client_update(
   del distillation_temperature
   if mu < 0 or temperature <= 0:
     raise ValueError(
-      f'moon.mu={mu}, moon.temperature={temperature}; allowed: mu >= 0, temperature > 0'
+      f'algorithm.kwargs.mu={mu}, algorithm.kwargs.temperature={temperature}; allowed: mu >= 0, '
+      'temperature > 0'
     )
   if proximal_strength or distillation_strength:
     raise ValueError(
-      f'client.proximal_strength={proximal_strength}, client.distillation_strength='
+      f'algorithm.kwargs.proximal_strength={proximal_strength}, '
+      'algorithm.kwargs.distillation_strength='
       f"{distillation_strength}: not part of MOON's objective; allowed: 0"
     )
   contrast = mu > 0

@@ -14,7 +14,7 @@ current model, version o. Slots freed by uploads are filled at the next trigger 
 
 An upload's staleness is t - o + 1 (t: the current version): 1 when nothing was aggregated since
 its download. The repository counts u = t - o (`UpdateBatch.staleness`,
-`scheduler.max_staleness`), so the paper's bound "discard when t - o + 1 > τ" (Alg. 1 line 9)
+`algorithm.kwargs.max_staleness`), so the paper's bound "discard when t - o + 1 > τ" (Alg. 1 line 9)
 is `max_staleness = τ - 1`; such uploads are discarded with reason 'stale'. The others fill a
 buffer, and a full buffer of `buffer_size` uploads is one server update (1: FedAsync, FedASMU,
 ASO-Fed; K: FedBuff, FedSA, PORT). A discarded upload does not advance the version (Sec. 3: the
@@ -23,8 +23,8 @@ version increases by 1 after each global round, and a round ends with an aggrega
 Readings where the paper is unclear (settings):
 - 𝒯 and m' [the paper is inconsistent]: Tables 5-6 give 𝒯 = 10 and m' = 10; the appendix says
   "The server triggers one idle task every 5 seconds, with a maximum parallelism constraint,
-  i.e., 10% of the total device number". Both are values of `scheduler.trigger_period` /
-  `scheduler.trigger_count` (one system model for FedASMU and its asynchronous baselines);
+  i.e., 10% of the total device number". Both are values of `algorithm.kwargs.trigger_period` /
+  `algorithm.kwargs.trigger_count` (one system model for FedASMU and its asynchronous baselines);
   the FedASMU configs use the Tables' values by default and the appendix's with the config
   argument `appendix` (configs/fedasmu_fashion_mnist.py). Under both readings the cap
   (`concurrency`, 10 = 10% of 100 devices) is a maximum: a trigger starts
@@ -85,17 +85,21 @@ class PeriodicTriggerScheduler:
       and math.isfinite(trigger_period)
       and trigger_period > 0
     ):
-      raise ValueError(f'scheduler.trigger_period={trigger_period!r}; allowed: a finite number > 0')
+      raise ValueError(
+        f'algorithm.kwargs.trigger_period={trigger_period!r}; allowed: a finite number > 0'
+      )
     if not isinstance(trigger_count, int) or trigger_count < 1:
-      raise ValueError(f'scheduler.trigger_count={trigger_count!r}; allowed: an integer >= 1')
+      raise ValueError(
+        f'algorithm.kwargs.trigger_count={trigger_count!r}; allowed: an integer >= 1'
+      )
     if not isinstance(concurrency, int) or concurrency < 1:
-      raise ValueError(f'scheduler.concurrency={concurrency!r}; allowed: an integer >= 1')
+      raise ValueError(f'algorithm.kwargs.concurrency={concurrency!r}; allowed: an integer >= 1')
     if buffer_size < 1:
-      raise ValueError(f'scheduler.buffer_size={buffer_size}; allowed: an integer >= 1')
+      raise ValueError(f'algorithm.kwargs.buffer_size={buffer_size}; allowed: an integer >= 1')
     if max_staleness is not None and max_staleness < 0:
-      raise ValueError(f'scheduler.max_staleness={max_staleness}; allowed: an integer >= 0')
+      raise ValueError(f'algorithm.kwargs.max_staleness={max_staleness}; allowed: an integer >= 0')
     if timing not in TRIGGER_TIMINGS:
-      raise ValueError(f'scheduler.trigger_timing={timing!r}; allowed: {TRIGGER_TIMINGS}')
+      raise ValueError(f'algorithm.kwargs.trigger_timing={timing!r}; allowed: {TRIGGER_TIMINGS}')
     self.trigger_period = float(trigger_period)
     self.trigger_count = trigger_count
     self.concurrency = concurrency
@@ -116,7 +120,7 @@ class PeriodicTriggerScheduler:
   def start(self, sim: Simulation) -> None:
     if self.concurrency > sim.num_clients:
       raise ValueError(
-        f'scheduler.concurrency={self.concurrency} exceeds the federation '
+        f'algorithm.kwargs.concurrency={self.concurrency} exceeds the federation '
         f'({sim.num_clients} clients)'
       )
     self._check(sim)

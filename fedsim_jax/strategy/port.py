@@ -18,7 +18,8 @@ download), B the staleness bound and r the reference direction of the global mod
 The similarity term rewards updates that agree with where the global model is going (the
 "divergence" of the paper), the staleness term B / (tau + B) discounts stale ones.
 
-Choices where the sources are silent or differ (settings in `config.port`):
+Choices where the sources are silent or differ (settings: `algorithm.kwargs` of port,
+`PortSettings`):
   * Reference direction (`similarity_reference`): 'last_update' is PLATO's (the change made by
     the previous server update, w_t - w_{t-1}); 'since_download' is w_t - w_{o_k}, the global
     progress since the client downloaded w_{o_k} (what PLATO's docstring describes: "the
@@ -29,7 +30,7 @@ Choices where the sources are silent or differ (settings in `config.port`):
     and 10.
   * Not modelled: PORT's request that clients staler than the bound upload early (an
     interruption of local training, which the runtime's tasks do not support); staleness beyond
-    `scheduler.max_staleness` is discarded by the shared asynchronous scheduler instead.
+    `algorithm.kwargs.max_staleness` is discarded by the shared asynchronous scheduler instead.
 With a buffer of one, p = 1 and PORT is FedAsync with alpha = 1 (the client's model replaces
 the global one); with `similarity_weight = 0` and equal staleness it is the example-weighted
 average of the buffered deltas.
@@ -105,17 +106,21 @@ def port_aggregator(
   """
   if similarity_weight < 0 or staleness_weight < 0 or similarity_weight + staleness_weight <= 0:
     raise ValueError(
-      f'port.similarity_weight={similarity_weight}, port.staleness_weight='
+      f'algorithm.kwargs.similarity_weight={similarity_weight}, '
+      'algorithm.kwargs.staleness_weight='
       f'{staleness_weight}; allowed: both >= 0, not both 0'
     )
   if not staleness_bound > 0:
-    raise ValueError(f'port.staleness_bound={staleness_bound}; allowed: a number > 0')
+    raise ValueError(f'algorithm.kwargs.staleness_bound={staleness_bound}; allowed: a number > 0')
   if similarity_reference not in SIMILARITY_REFERENCES:
     raise ValueError(
-      f'port.similarity_reference={similarity_reference!r}; allowed: {SIMILARITY_REFERENCES}'
+      f'algorithm.kwargs.similarity_reference={similarity_reference!r}; allowed: '
+      f'{SIMILARITY_REFERENCES}'
     )
   if similarity_min_staleness < 0:
-    raise ValueError(f'port.similarity_min_staleness={similarity_min_staleness}; allowed: >= 0')
+    raise ValueError(
+      f'algorithm.kwargs.similarity_min_staleness={similarity_min_staleness}; allowed: >= 0'
+    )
   sizes = jnp.asarray(client_sizes, jnp.float32)
   since_download = similarity_reference == 'since_download'
 

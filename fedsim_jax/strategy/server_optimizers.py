@@ -8,7 +8,7 @@ Reddi et al. 2021, "Adaptive Federated Optimization", Algorithm 2, with g_t = -D
   x_{t+1} = x_t + eta m_t / (sqrt(v_t) + tau)
 with m_{-1} = 0 and v_{-1} = tau^2 (their Section 5 initialisation) and no bias correction. This
 differs from `optax.adam` (bias-corrected, v starting at 0), which is available as
-`server.adaptive_form='optax'`.
+`algorithm.kwargs.adaptive_form='optax'`.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def server_optimizer(
       with bias correction where optax applies it).
   """
   if learning_rate <= 0:
-    raise ValueError(f'server.learning_rate={learning_rate}; must be > 0')
+    raise ValueError(f'algorithm.kwargs.server_learning_rate={learning_rate}; must be > 0')
   if name == 'sgd':
     return optax.sgd(learning_rate)
   if name == 'momentum':
@@ -90,7 +90,7 @@ def server_optimizer(
   if adaptive_form == 'reddi':
     return reddi_adaptive(name, learning_rate, b1, b2, eps)
   if adaptive_form != 'optax':
-    raise ValueError(f'server.adaptive_form={adaptive_form!r}; allowed: {ADAPTIVE_FORMS}')
+    raise ValueError(f'algorithm.kwargs.adaptive_form={adaptive_form!r}; allowed: {ADAPTIVE_FORMS}')
   if name == 'adam':
     return optax.adam(learning_rate, b1=b1, b2=b2, eps=eps)
   if name == 'yogi':

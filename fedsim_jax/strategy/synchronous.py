@@ -63,7 +63,7 @@ def update_weights(sim: Simulation, handles: list[TaskHandle], weighting: str) -
 
 def check_weighting(weighting: str) -> None:
   if weighting not in WEIGHTINGS:
-    raise ValueError(f'scheduler.weighting={weighting!r}; allowed: {WEIGHTINGS}')
+    raise ValueError(f'algorithm.kwargs.weighting={weighting!r}; allowed: {WEIGHTINGS}')
 
 
 class SynchronousScheduler:
@@ -96,16 +96,16 @@ class SynchronousScheduler:
   ):
     check_weighting(weighting)
     if cohort_size < 1:
-      raise ValueError(f'scheduler.cohort_size={cohort_size}; must be >= 1')
+      raise ValueError(f'algorithm.kwargs.cohort_size={cohort_size}; must be >= 1')
     num_selected = cohort_size if num_selected is None else num_selected
     if num_selected < cohort_size:
       raise ValueError(
-        f'scheduler.num_selected={num_selected}; must be >= cohort_size ({cohort_size})'
+        f'algorithm.kwargs.num_selected={num_selected}; must be >= cohort_size ({cohort_size})'
       )
     if deadline is not None and deadline <= 0:
-      raise ValueError(f'scheduler.deadline={deadline}; must be > 0')
+      raise ValueError(f'algorithm.kwargs.deadline={deadline}; must be > 0')
     if not 1 <= min_responses <= cohort_size:
-      raise ValueError(f'scheduler.min_responses={min_responses}; allowed: 1..{cohort_size}')
+      raise ValueError(f'algorithm.kwargs.min_responses={min_responses}; allowed: 1..{cohort_size}')
     self.cohort_size = cohort_size
     self.num_selected = num_selected
     self.local_work = local_work
@@ -125,7 +125,7 @@ class SynchronousScheduler:
   def start(self, sim: Simulation) -> None:
     if self.num_selected > sim.num_clients:
       raise ValueError(
-        f'scheduler.num_selected={self.num_selected} exceeds the federation '
+        f'algorithm.kwargs.num_selected={self.num_selected} exceeds the federation '
         f'({sim.num_clients} clients)'
       )
     self._start_round(sim)

@@ -9,7 +9,8 @@ import pytest
 
 from experiments.ccfedavg import tables
 from experiments.sweep import table_row as _row
-from fedsim_jax.config import ConfigError, validate
+from fedsim_jax.config import ConfigError
+from fedsim_jax.experiment import validate
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _BINARY = os.path.join(_REPO, 'experiments', 'ccfedavg', 'reproduce.py')
@@ -26,22 +27,47 @@ def test_paper_tables():
   assert tables.PAPER_TABLE_3[('fmnist', 0.2, 'ccfedavg_c')] == (79.07, 1.34)
 
 
+# Algorithms with compute budgets, and those with a skipping schedule (the others train until
+# a quota is used up, or every selected client trains).
+BUDGETED = tuple(a for a in tables.ALGORITHMS if a != 'fedavg')
+SCHEDULED = ('ccfedavg_strategy1', 'ccfedavg_strategy2', 'ccfedavg', 'ccfedavg_c')
+
+
+def _check_budgets(algorithm, config, settings, schedule, switch_round, random_assignment):
+  """Each algorithm gets the settings it reads and no other (`validate` rejects a field its
+  settings lack; an unread one is left unset)."""
+  kwargs = config.algorithm.kwargs
+  if algorithm == 'fedavg':
+    assert settings.weighting == 'uniform'
+    return
+  assert 'weighting' not in kwargs  # the budgeted server update is an unweighted mean
+  assert settings.random_assignment is random_assignment
+  if algorithm in SCHEDULED:
+    assert settings.budget_schedule == schedule
+  else:
+    assert 'budget_schedule' not in kwargs
+  if algorithm == 'ccfedavg_c':
+    assert settings.switch_round == switch_round
+  else:
+    assert 'switch_round' not in kwargs
+
+
 @pytest.mark.parametrize('algorithm', tables.ALGORITHMS)
 @pytest.mark.parametrize('participation', tables.PARTICIPATIONS)
 def test_cross_device_configs(algorithm, participation):
   config = tables.make_config(algorithm, 'cross_device', participation=participation, seed=3)
-  validate(config)
-  assert config.scheduler.cohort_size == round(100 * participation)
+  settings = validate(config)
+  assert config.algorithm.name == algorithm
+  assert settings.cohort_size == round(100 * participation)
   assert config.data.num_clients == 100 and config.data.partition == 'two_classes'
   assert config.data.name == 'fashion_mnist' and config.model.name == 'mlp'
   assert tuple(config.model.hidden_sizes) == (200, 200)
   assert config.client.local_steps == 200 and config.client.batch_size == 32
   assert config.client.optimizer == 'sgd' and config.client.learning_rate == 0.01
-  assert config.budget.rule == 'beta' and config.budget.beta == 4
-  assert config.budget.random_assignment and config.budget.schedule == 'ad_hoc'
-  assert config.scheduler.weighting == 'uniform'
+  if algorithm in BUDGETED:
+    assert settings.budget_rule == 'beta' and settings.budget_beta == 4
   assert config.run.num_rounds == 400 and config.seed == 3
-  assert config.scheduler.switch_round == 100
+  _check_budgets(algorithm, config, settings, 'ad_hoc', 100, True)
 
 
 @pytest.mark.parametrize('algorithm', tables.ALGORITHMS)
@@ -49,12 +75,13 @@ def test_cross_device_configs(algorithm, participation):
 def test_cross_silo_configs(algorithm, schedule):
   for gamma in tables.GAMMAS:
     config = tables.make_config(algorithm, 'cross_silo', gamma=gamma, schedule=schedule, rounds=40)
-    validate(config)
-    assert config.data.num_clients == 8 and config.scheduler.cohort_size == 8
+    settings = validate(config)
+    assert config.data.num_clients == 8 and settings.cohort_size == 8
     assert config.data.partition == 'gamma_mix' and config.data.gamma == gamma
-    assert config.budget.beta == 4 and not config.budget.random_assignment
-    assert config.budget.schedule == schedule
-    assert config.run.num_rounds == 40 and config.scheduler.switch_round == 10
+    if algorithm in BUDGETED:
+      assert settings.budget_rule == 'beta' and settings.budget_beta == 4
+    assert config.run.num_rounds == 40
+    _check_budgets(algorithm, config, settings, schedule, 10, False)
 
 
 @pytest.mark.parametrize('setting', tables.SETTINGS)
@@ -62,8 +89,8 @@ def test_figure5_configs(setting):
   for r in tables.FIGURE5_R:
     for w in tables.FIGURE5_W:
       config = tables.make_config('ccfedavg', setting, r=r, w=w)
-      validate(config)
-      assert (config.budget.rule, config.budget.r, config.budget.w) == ('two_group', r, w)
+      settings = validate(config)
+      assert (settings.budget_rule, settings.budget_r, settings.budget_w) == ('two_group', r, w)
 
 
 def test_make_config_rejects_bad_values():

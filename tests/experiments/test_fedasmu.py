@@ -11,12 +11,13 @@ import pytest
 from experiments import sweep
 from experiments.fedasmu import tables
 from experiments.sweep import table_row as _row
-from fedsim_jax import strategy
-from fedsim_jax.config import ConfigError, base_config, validate
+from fedsim_jax import algorithms, experiment
+from fedsim_jax.config import ConfigError, base_config
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _BINARY = os.path.join(_REPO, 'experiments', 'fedasmu', 'reproduce.py')
 _FMNIST = ('lenet5', 'fashion_mnist')
+_KW = 'algorithm.kwargs.'
 
 
 def test_paper_tables():
@@ -37,36 +38,36 @@ def test_paper_tables():
 
 def test_method_settings_name_each_section_once():
   assert tables.fedasmu_settings('fedasmu_h2', ('lenet5', 'cifar10')) == {
-    'fedasmu.lambda_learning_rate': 0.001,
-    'fedasmu.sigma_learning_rate': 0.001,
-    'fedasmu.iota_learning_rate': 0.1,
-    'fedasmu.gamma_learning_rate': 0.1,
-    'fedasmu.v_learning_rate': 0.001,
-    'fedasmu_fetch.policy': 'h2',
+    _KW + 'lambda_learning_rate': 0.001,
+    _KW + 'sigma_learning_rate': 0.001,
+    _KW + 'iota_learning_rate': 0.1,
+    _KW + 'gamma_learning_rate': 0.1,
+    _KW + 'v_learning_rate': 0.001,
+    _KW + 'fetch_policy': 'h2',
   }
-  assert tables.fedasmu_settings('fedasmu_fa', _FMNIST)['fedasmu_fetch.policy'] == 'none'
+  assert tables.fedasmu_settings('fedasmu_fa', _FMNIST)[_KW + 'fetch_policy'] == 'none'
   assert set(tables.fedasmu_settings('fedasmu', _FMNIST).values()) == {0.0001, 'learned'}
-  assert tables.method_settings('fedprox', _FMNIST)['client.proximal_strength'] == 0.01
-  assert tables.method_settings('moon', ('fedasmu_cnn', 'cifar10'))['moon.mu'] == 5.0
-  assert tables.method_settings('moon', _FMNIST)['moon.mu'] == 1.0
+  assert tables.method_settings('fedprox', _FMNIST)[_KW + 'proximal_strength'] == 0.01
+  assert tables.method_settings('moon', ('fedasmu_cnn', 'cifar10'))[_KW + 'mu'] == 5.0
+  assert tables.method_settings('moon', _FMNIST)[_KW + 'mu'] == 1.0
   fedbuff = tables.method_settings('fedbuff', _FMNIST)
-  assert fedbuff['scheduler.buffer_size'] == 5
+  assert fedbuff[_KW + 'buffer_size'] == 5
   # FedBuff's unweighted mean over K (the shared system model weights by examples).
-  assert (fedbuff['scheduler.weighting'], fedbuff['server.normalization']) == ('uniform', 'count')
-  assert tables.method_settings('fedsa', _FMNIST, num_clients=40)['scheduler.buffer_size'] == 2
-  assert tables.method_settings('port', _FMNIST, num_clients=10)['scheduler.buffer_size'] == 1
+  assert (fedbuff[_KW + 'weighting'], fedbuff[_KW + 'normalization']) == ('uniform', 'count')
+  assert tables.method_settings('fedsa', _FMNIST, num_clients=40)[_KW + 'buffer_size'] == 2
+  assert tables.method_settings('port', _FMNIST, num_clients=10)[_KW + 'buffer_size'] == 1
   for method in tables.METHODS:  # every method has a settings function
     assert isinstance(tables.method_settings(method, _FMNIST), dict)
 
 
 def test_system_model():
   sync = tables.system_settings('fedavg', 100)
-  assert sync['scheduler.cohort_size'] == 10 and 'scheduler.concurrency' not in sync
+  assert sync[_KW + 'cohort_size'] == 10 and _KW + 'concurrency' not in sync
   asynchronous = tables.system_settings('fedasync', 20)
-  assert asynchronous['scheduler.concurrency'] == 2
+  assert asynchronous[_KW + 'concurrency'] == 2
   assert asynchronous['latency.model'] == 'device_ratio'
   assert asynchronous['latency.device_ratio.ratio'] == 5.0
-  assert ('scheduler.trigger_period' in asynchronous) == tables.periodic_trigger_available()
+  assert (_KW + 'trigger_period' in asynchronous) == tables.periodic_trigger_available()
 
 
 @pytest.mark.parametrize('column', tables.COLUMNS)
@@ -75,8 +76,8 @@ def test_configs_of_registered_methods(column):
   assert {'fedavg', 'fedasync', 'fedbuff'} <= set(methods)
   for method in methods:
     config = tables.make_config(method, *column, seed=2)
-    validate(config)
-    assert config.algorithm == method and config.seed == 2
+    settings = experiment.validate(config)
+    assert config.algorithm.name == method and config.seed == 2
     assert (config.model.name, config.data.name) == column
     assert config.data.partition == 'dirichlet' and config.data.concentration == 0.5
     assert config.data.num_clients == 100
@@ -86,9 +87,9 @@ def test_configs_of_registered_methods(column):
     assert config.run.target_accuracy == tables.TARGET_ACCURACY[column]
     assert config.latency.model == 'device_ratio' and config.latency.device_ratio.ratio == 5
     if method in tables.SYNCHRONOUS:
-      assert config.scheduler.cohort_size == 10
+      assert settings.cohort_size == 10
     else:
-      assert config.scheduler.concurrency == 10
+      assert settings.concurrency == 10
 
 
 def test_make_config_options():
@@ -104,8 +105,8 @@ def test_make_config_options():
     fastest_step_time=0.5,
     eval_every=3,
   )
-  assert config.scheduler.concurrency == 2 and config.data.concentration == 0.1
-  assert config.scheduler.buffer_size == 1
+  assert config.algorithm.kwargs.concurrency == 2 and config.data.concentration == 0.1
+  assert config.algorithm.kwargs.buffer_size == 1
   assert config.run.num_rounds is None and config.run.max_virtual_time == 300.0
   assert config.client.local_epochs == 2 and config.client.batch_size == 16
   assert config.latency.device_ratio.fastest_step_time == 0.5 and config.run.eval_every == 3
@@ -120,7 +121,7 @@ def test_make_config_rejects_bad_settings(monkeypatch):
     tables.make_config('fedavg', 'fedasmu_cnn', 'fashion_mnist')
   with pytest.raises(ConfigError, match='give at least one budget'):
     tables.make_config('fedavg', *_FMNIST, num_rounds=None)
-  monkeypatch.delitem(strategy.ALGORITHMS, 'fedbuff')
+  monkeypatch.delitem(algorithms.base._REGISTRY, 'fedbuff')
   with pytest.raises(
     ConfigError,
     match=r"^method='fedbuff' is not registered in this build .*"
@@ -373,7 +374,8 @@ def test_binary_end_to_end_on_a_tiny_federation(tiny_fashion_mnist, tmp_path):
     )
   )
   assert config['latency']['model'] == 'device_ratio'
-  assert config['scheduler']['concurrency'] == 1 and config['scheduler']['buffer_size'] == 1
+  kwargs = config['algorithm']['kwargs']
+  assert kwargs['concurrency'] == 1 and kwargs['buffer_size'] == 1
   assert config['client']['learning_rate'] == 0.005
   text = (tmp_path / 'tables.md').read_text(encoding='utf-8')
   assert text in result.stdout

@@ -9,7 +9,8 @@ import pytest
 
 from experiments.fedcompass import tables
 from experiments.sweep import table_row as _row
-from fedsim_jax.config import ConfigError, validate
+from fedsim_jax.config import ConfigError
+from fedsim_jax.experiment import validate
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -96,8 +97,8 @@ def test_make_config_is_valid_with_paper_settings(algorithm):
           async_budget=50.0,
           eval_every=2,
         )
-        validate(config)
-        assert config.algorithm == algorithm
+        settings = validate(config)
+        assert config.algorithm.name == algorithm
         assert config.seed == 3
         assert config.data.name == 'mnist'
         assert config.data.partition == partition
@@ -118,26 +119,26 @@ def test_make_config_is_valid_with_paper_settings(algorithm):
         assert config.run.max_virtual_time == (100.0 if algorithm in tables.SYNCHRONOUS else 50.0)
         if algorithm in tables.COMPASS:
           assert config.client.local_steps is None
-          assert (config.scheduler.q_min, config.scheduler.q_max) == (q_min, q)
-          assert config.scheduler.latest_time_factor == 1.2
-          assert (config.server.alpha, config.server.staleness_a) == (0.9, 0.5)
+          assert (settings.q_min, settings.q_max) == (q_min, q)
+          assert settings.latest_time_factor == 1.2
+          assert (settings.alpha, settings.staleness_a) == (0.9, 0.5)
         else:
           assert config.client.local_steps == q
         if algorithm == 'fedbuff':
-          assert config.scheduler.buffer_size == k
-          assert config.scheduler.concurrency == m
-          assert config.server.normalization == 'sum'
-          assert config.server.learning_rate == 0.9
+          assert settings.buffer_size == k
+          assert settings.concurrency == m
+          assert settings.normalization == 'sum'
+          assert settings.server_learning_rate == 0.9
         if algorithm == 'fedasync':
-          assert config.scheduler.concurrency == m
-          assert config.server.fedasync_form == 'delta'
-          assert config.server.alpha == 0.9
+          assert settings.concurrency == m
+          assert settings.form == 'delta'
+          assert settings.alpha == 0.9
         if algorithm in ('fedavg', 'fedavgm', 'fedat'):
-          assert config.scheduler.cohort_size == m
-  if algorithm == 'fedavgm':
-    assert config.server.momentum == 0.9
+          assert settings.cohort_size == m
+  if algorithm in ('fedavgm', 'fedcompass_m'):
+    assert settings.server_momentum == 0.9
   if algorithm == 'fedat':
-    assert config.scheduler.tier_ratio == 2.0
+    assert settings.tier_ratio == 2.0
 
 
 @pytest.mark.parametrize(
@@ -148,10 +149,10 @@ def test_make_config_q_ratio(q_ratio, m, expected):
   config = tables.make_config(
     'fedcompass', 'dual_dirichlet', m, 'exponential', 0, q_ratio=q_ratio, latest_time_factor=1.5
   )
-  validate(config)
-  assert config.scheduler.q_min == expected
-  assert config.scheduler.q_max == tables.LOCAL_STEPS[m]
-  assert config.scheduler.latest_time_factor == 1.5
+  settings = validate(config)
+  assert settings.q_min == expected
+  assert settings.q_max == tables.LOCAL_STEPS[m]
+  assert settings.latest_time_factor == 1.5
 
 
 def test_make_config_rejects_bad_settings():

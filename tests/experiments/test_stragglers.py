@@ -11,7 +11,9 @@ import pytest
 
 from experiments.stragglers import tables
 from experiments.sweep import table_row as _row
-from fedsim_jax.config import ConfigError, validate
+from fedsim_jax import algorithms
+from fedsim_jax.config import ConfigError
+from fedsim_jax.experiment import validate
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _BINARY = os.path.join(_REPO, 'experiments', 'stragglers', 'reproduce.py')
@@ -40,8 +42,8 @@ def test_paper_round_times_are_total_time_over_4000_rounds():
 @pytest.mark.parametrize('latency', tables.LATENCY_MODELS)
 def test_configs_are_valid_and_share_the_task(algorithm, latency):
   config = tables.make_config(algorithm, latency, seed=3, data_dir='/data')
-  validate(config)
-  assert config.algorithm == tables.SIMULATOR_ALGORITHM[algorithm] and config.seed == 3
+  settings = validate(config)
+  assert config.algorithm.name == tables.SIMULATOR_ALGORITHM[algorithm] and config.seed == 3
   assert config.data.name == 'mnist' and config.data.data_dir == '/data'
   assert config.data.num_clients == 300 and config.data.num_stragglers == 71
   assert tuple(config.data.straggler_classes) == (0, 1, 2, 3, 4)
@@ -51,59 +53,57 @@ def test_configs_are_valid_and_share_the_task(algorithm, latency):
   assert config.model.name == 'emnist_cnn'
   assert config.client.batch_size == 20 and config.client.optimizer == 'sgd'
   assert config.latency.model == 'lognormal' and config.latency.lognormal.model == latency
-  assert config.scheduler.weighting == 'uniform'
+  assert settings.weighting == 'uniform'
   if algorithm in tables.ASYNCHRONOUS:
     assert config.run.num_rounds is None and config.run.max_client_updates == 100_000
-    assert config.scheduler.buffer_size == 20 and config.run.eval_every == 50
-    assert config.server.staleness == 'constant' and config.server.normalization == 'count'
+    assert settings.buffer_size == 20 and config.run.eval_every == 50
+    assert settings.staleness == 'constant' and settings.normalization == 'count'
+    # FedBuff has no cohort and no over-selection.
+    assert not hasattr(settings, 'cohort_size') and not hasattr(settings, 'num_selected')
   else:
     assert config.run.num_rounds == 2000 and config.run.max_client_updates is None
-    assert config.scheduler.cohort_size == 50 and config.run.eval_every == 20
-  expected_selected = 60 if algorithm in tables.OVERSELECTED else None
-  assert config.scheduler.num_selected == expected_selected
+    assert settings.cohort_size == 50 and config.run.eval_every == 20
+    expected_selected = 60 if algorithm in tables.OVERSELECTED else None
+    assert settings.num_selected == expected_selected
 
 
 def test_hyperparameters_follow_the_paper_tables():
   per_example, per_domain = tables.LATENCY_MODELS
-  fedavg = tables.make_config('fedavg_time_limited', per_domain)
-  assert (fedavg.client.learning_rate, fedavg.server.learning_rate) == (0.1, 1.0)  # Table 10
-  assert fedavg.scheduler.time_limit_percentile == 75.0 and fedavg.client.local_epochs is None
-  fedadam = tables.make_config('fedadam', per_example)  # Table 11
-  assert (fedadam.client.learning_rate, fedadam.server.learning_rate) == (0.03, 0.003)
-  assert (fedadam.server.b1, fedadam.server.b2, fedadam.server.eps) == (0.9, 0.99, 1e-4)
-  assert fedadam.client.local_epochs == 1.0
+  fedavg_config = tables.make_config('fedavg_time_limited', per_domain)
+  fedavg = validate(fedavg_config)
+  assert (fedavg_config.client.learning_rate, fedavg.server_learning_rate) == (0.1, 1.0)  # T. 10
+  assert fedavg.time_limit_percentile == 75.0 and fedavg_config.client.local_epochs is None
+  fedadam_config = tables.make_config('fedadam', per_example)  # Table 11
+  fedadam = validate(fedadam_config)
+  assert (fedadam_config.client.learning_rate, fedadam.server_learning_rate) == (0.03, 0.003)
+  assert (fedadam.b1, fedadam.b2, fedadam.eps) == (0.9, 0.99, 1e-4)
+  assert fedadam_config.client.local_epochs == 1.0
   for latency, lr, chi, rho, nu in (
     (per_example, 0.1, 100, 0.1, 0.5),  # 12, 14
     (per_domain, 0.01, 200, 0.05, 0.05),
   ):  # 13, 15
-    buff = tables.make_config('fedbuff', latency)
-    assert (buff.client.learning_rate, buff.scheduler.concurrency) == (lr, chi)
-    assert buff.server.ema_decay is None and buff.server.optimizer == 'sgd'
-    assert tables.make_config('fedbuff_ema', latency).server.ema_decay == 0.99
-    assert tables.make_config('fedbuff_kd', latency).client.distillation_strength == rho
-    assert tables.make_config('fedbuff_l2', latency).client.proximal_strength == nu
-    adam = tables.make_config('fedbuff_adam', latency)
-    assert (adam.server.optimizer, adam.server.learning_rate, adam.server.ema_decay) == (
+    buff_config = tables.make_config('fedbuff', latency)
+    buff = validate(buff_config)
+    assert (buff_config.client.learning_rate, buff.concurrency) == (lr, chi)
+    assert buff.ema_decay is None and buff.server_optimizer == 'sgd'
+    assert validate(tables.make_config('fedbuff_ema', latency)).ema_decay == 0.99
+    assert validate(tables.make_config('fedbuff_kd', latency)).distillation_strength == rho
+    assert validate(tables.make_config('fedbuff_l2', latency)).proximal_strength == nu
+    adam_config = tables.make_config('fedbuff_adam', latency)
+    adam = validate(adam_config)
+    assert (adam.server_optimizer, adam.server_learning_rate, adam.ema_decay) == (
       'adam',
       0.003,
       0.99,
     )
-    assert adam.client.learning_rate == lr
-    fare = tables.make_config('fare_dust', latency)  # 16, 17
-    assert (fare.fare_dust.history_length, fare.fare_dust.ema_decay, fare.fare_dust.rho) == (
-      50,
-      0.99,
-      0.1,
-    )
-    assert fare.fare_dust.server_optimizer == 'adam' and fare.server.learning_rate == 0.003
-  feast = tables.make_config('feast_msg', per_example)  # Table 18
-  assert (feast.server.learning_rate, feast.feast.ema_decay, feast.feast.kappa) == (
-    0.006,
-    0.95,
-    0.0,
-  )
-  feast = tables.make_config('feast_msg', per_domain)  # Table 19
-  assert (feast.feast.ema_decay, feast.feast.kappa, feast.feast.tau_max) == (0.99, 0.9, 1e5)
+    assert adam_config.client.learning_rate == lr
+    fare = validate(tables.make_config('fare_dust', latency))  # 16, 17
+    assert (fare.history_length, fare.ema_decay, fare.rho) == (50, 0.99, 0.1)
+    assert fare.server_optimizer == 'adam' and fare.server_learning_rate == 0.003
+  feast = validate(tables.make_config('feast_msg', per_example))  # Table 18
+  assert (feast.server_learning_rate, feast.ema_decay, feast.kappa) == (0.006, 0.95, 0.0)
+  feast = validate(tables.make_config('feast_msg', per_domain))  # Table 19
+  assert (feast.ema_decay, feast.kappa, feast.tau_max) == (0.99, 0.9, 1e5)
 
 
 def test_make_config_scales_budget_and_overrides():
@@ -116,12 +116,12 @@ def test_make_config_scales_budget_and_overrides():
     eval_every_updates=10,
   )
   assert config.data.num_stragglers == 9  # round(40 x 800 / 3400)
-  assert config.run.num_rounds == 20 and config.scheduler.num_selected == 6
-  assert config.run.eval_every == 2
+  assert config.run.num_rounds == 20 and config.algorithm.kwargs.num_selected == 6
+  assert config.algorithm.kwargs.cohort_size == 5 and config.run.eval_every == 2
   config = tables.make_config(
     'fedbuff', 'per_example', buffer_size=4, concurrency=8, client_updates=50, eval_every_updates=10
   )
-  assert (config.scheduler.buffer_size, config.scheduler.concurrency) == (4, 8)
+  assert (config.algorithm.kwargs.buffer_size, config.algorithm.kwargs.concurrency) == (4, 8)
   assert config.run.max_client_updates == 50 and config.run.eval_every == round(10 / 4)
 
 
@@ -138,10 +138,32 @@ def test_make_config_rejects_bad_settings():
 
 def test_unknown_setting_paths_are_errors_not_new_settings(monkeypatch):
   monkeypatch.setitem(
-    tables.HYPERPARAMETERS['fare_dust'], 'per_example', {'fare_dust.no_such_field': 1}
+    tables.HYPERPARAMETERS['fare_dust'], 'per_example', {'algorithm.kwargs.no_such_field': 1}
   )
-  with pytest.raises(ConfigError, match='fare_dust.no_such_field: no such setting'):
+  with pytest.raises(
+    ConfigError, match='algorithm.kwargs.no_such_field is not a setting of FareDustSettings'
+  ):
     tables.make_config('fare_dust', 'per_example')
+  # A setting of another algorithm is unknown too (FedBuff has no cohort).
+  monkeypatch.setitem(
+    tables.HYPERPARAMETERS['fedbuff'], 'per_example', {'algorithm.kwargs.cohort_size': 50}
+  )
+  with pytest.raises(ConfigError, match='algorithm.kwargs.cohort_size is not a setting of FedBuff'):
+    tables.make_config('fedbuff', 'per_example')
+  monkeypatch.setitem(tables.HYPERPARAMETERS['fedavg'], 'per_example', {'client.no_such_field': 1})
+  with pytest.raises(ConfigError, match='client.no_such_field: no such setting'):
+    tables.make_config('fedavg', 'per_example')
+
+
+@pytest.mark.parametrize('algorithm', tables.ALGORITHMS)
+def test_hyperparameters_name_only_settings_of_their_algorithm(algorithm):
+  settings = algorithms.get_spec(tables.SIMULATOR_ALGORITHM[algorithm]).settings
+  for latency in tables.LATENCY_MODELS:
+    for path in tables.HYPERPARAMETERS[algorithm][latency]:
+      assert path == 'client.learning_rate' or (
+        path.startswith('algorithm.kwargs.')
+        and path.removeprefix('algorithm.kwargs.') in settings.field_names()
+      ), (algorithm, latency, path)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -484,7 +506,8 @@ def test_binary_end_to_end_on_a_tiny_federation(digits_data_dir, tmp_path):
       tmp_path / 'per_domain_per_example' / 'fedavg_overselection' / 'seed0' / 'config.json'
     ).read_text(encoding='utf-8')
   )
-  assert config['scheduler']['num_selected'] == 4 and config['data']['num_stragglers'] == 3
+  assert config['algorithm']['kwargs']['num_selected'] == 4
+  assert config['algorithm']['kwargs']['cohort_size'] == 3 and config['data']['num_stragglers'] == 3
   text = (tmp_path / 'tables.md').read_text(encoding='utf-8')
   assert _row(text, 'FedAvg + over-sel.')[1] == '53.2% [52.0%, 54.2%]'  # Table 21 beside ours
   assert 'per-domain per-example | straggler |' in text  # latency percentiles

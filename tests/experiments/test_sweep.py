@@ -117,26 +117,73 @@ def test_stale_setting_names_the_first_differing_setting(tmp_path):
   )
 
 
+def test_stale_setting_compares_algorithm_settings_with_their_defaults(tmp_path):
+  from fedsim_jax.config import base_config
+
+  config = base_config()
+  config.algorithm.name = 'fedcompass'
+  config.algorithm.kwargs.q_min = 20
+  saved = config.to_dict()
+  saved['algorithm']['kwargs'] = {'q_min': 20, 'latest_time_factor': 1.5}  # as config.json
+  (tmp_path / 'config.json').write_text(json.dumps(saved))
+  paths = ['algorithm.kwargs.q_min', 'algorithm.kwargs.latest_time_factor']
+  # q_min is set and matches; latest_time_factor is unset, so its default 1.2 is compared.
+  assert sweep.stale_setting(str(tmp_path), config, paths) == (
+    'algorithm.kwargs.latest_time_factor=1.5'
+  )
+  config.algorithm.kwargs.latest_time_factor = 1.5
+  assert sweep.stale_setting(str(tmp_path), config, paths) is None
+  config.algorithm.kwargs.q_min = 40
+  assert sweep.stale_setting(str(tmp_path), config, paths) == 'algorithm.kwargs.q_min=20'
+  # A field the algorithm does not have is not compared.
+  config = base_config()
+  assert sweep.stale_setting(str(tmp_path), config, paths) is None
+
+
 def test_overrides_parse_and_apply_per_algorithm():
   from fedsim_jax.config import ConfigError, base_config
 
   overrides = sweep.parse_overrides(
     'set',
-    'feast_msg:server.learning_rate=0.1; run.eval_every=7;fedavg:data.name=mnist',
+    'feast_msg:algorithm.kwargs.server_learning_rate=0.1; run.eval_every=7;fedavg:data.name=mnist',
     ('fedavg', 'feast_msg'),
   )
   assert overrides == [
-    ('feast_msg', 'server.learning_rate', 0.1),
+    ('feast_msg', 'algorithm.kwargs.server_learning_rate', 0.1),
     (None, 'run.eval_every', 7),
     ('fedavg', 'data.name', 'mnist'),
   ]
   config = base_config()
+  config.algorithm.name = 'feast_msg'
   sweep.apply_overrides(config, 'feast_msg', overrides)
-  assert config.server.learning_rate == 0.1 and config.run.eval_every == 7
+  assert config.algorithm.kwargs.server_learning_rate == 0.1 and config.run.eval_every == 7
   assert config.data.name == 'fashion_mnist'  # the fedavg-only item is not applied
   with pytest.raises(ConfigError, match='no_such'):
     sweep.apply_overrides(config, 'fedavg', [(None, 'server.no_such', 1)])
+  with pytest.raises(ConfigError, match='no_such'):
+    sweep.apply_overrides(config, 'fedavg', [(None, 'algorithm.kwargs.no_such', 1)])
   for bad in ('server.learning_rate', 'bogus:run.eval_every=3', '=3'):
     with pytest.raises(sweep.FlagError, match='--set'):
       sweep.parse_overrides('set', bad, ('fedavg', 'feast_msg'))
   assert sweep.parse_overrides('set', '', ('fedavg',)) == []
+
+
+def test_algorithm_kwargs_overrides_must_be_fields_of_the_algorithm():
+  from fedsim_jax.config import ConfigError, base_config
+
+  config = base_config()
+  config.algorithm.name = 'fedbuff'
+  sweep.set_existing(config, 'algorithm.kwargs.buffer_size', 3)
+  assert config.algorithm.kwargs.buffer_size == 3
+  with pytest.raises(
+    ConfigError,
+    match=r'^algorithm\.kwargs\.bufer_size is not a setting of FedBuffSettings '
+    r"\(algorithm\.name='fedbuff'\) \(did you mean 'buffer_size'\?\); allowed: \[",
+  ) as error:
+    sweep.set_existing(config, 'algorithm.kwargs.bufer_size', 3)
+  assert '\n' not in str(error.value)
+  # FedBuff has no cohort: a setting of another algorithm is refused, not silently ignored.
+  with pytest.raises(ConfigError, match='cohort_size is not a setting of FedBuffSettings'):
+    sweep.set_existing(config, 'algorithm.kwargs.cohort_size', 3)
+  assert 'bufer_size' not in config.algorithm.kwargs
+  assert 'cohort_size' not in config.algorithm.kwargs

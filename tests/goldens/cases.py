@@ -22,6 +22,7 @@ import jax
 import jaxlib
 import numpy as np
 
+from fedsim_jax import algorithms
 from fedsim_jax.config import set_by_path
 from fedsim_jax.data.synthetic import toy_federation, toy_text_federation
 from fedsim_jax.experiment import PreparedRun
@@ -41,11 +42,16 @@ def load_config_file(path: str, *args: str):
 def _tiny_budget(config) -> None:
   """The shipped-config budget: 6 clients, cohorts and buffers of 3, 2 local steps, 2 versions."""
   config.data.num_clients = 6
-  config.scheduler.cohort_size = 3
-  config.scheduler.concurrency = min(config.scheduler.concurrency, 3)
-  config.scheduler.buffer_size = min(config.scheduler.buffer_size, 3)
-  if config.scheduler.num_selected is not None:
-    config.scheduler.num_selected = 4
+  kwargs = config.algorithm.kwargs
+  settings = algorithms.get_spec(config.algorithm.name).settings()
+  fields = settings.field_names()
+  if 'cohort_size' in fields:
+    kwargs.cohort_size = 3
+  for name in ('concurrency', 'buffer_size'):
+    if name in fields:
+      kwargs[name] = min(kwargs.get(name, getattr(settings, name)), 3)
+  if kwargs.get('num_selected') is not None:
+    kwargs.num_selected = 4
   if config.client.local_steps is not None:
     config.client.local_steps = 2
   config.client.batch_size = 4
@@ -89,14 +95,19 @@ def _small_case(
 SMALL_CASES: dict[str, Callable[[], tuple[Any, Any]]] = {
   'demo': _small_case(
     'fedavg_fashion_mnist.py',
-    {'scheduler.cohort_size': 4, 'client.local_steps': 5, 'run.num_rounds': 4, 'run.eval_every': 1},
+    {
+      'algorithm.kwargs.cohort_size': 4,
+      'client.local_steps': 5,
+      'run.num_rounds': 4,
+      'run.eval_every': 1,
+    },
     num_clients=10,
   ),
   'fedbuff': _small_case(
     'fedbuff_fashion_mnist.py',
     {
-      'scheduler.concurrency': 5,
-      'scheduler.buffer_size': 3,
+      'algorithm.kwargs.concurrency': 5,
+      'algorithm.kwargs.buffer_size': 3,
       'client.local_steps': 4,
       'run.num_rounds': 6,
       'run.eval_every': 2,
@@ -107,8 +118,8 @@ SMALL_CASES: dict[str, Callable[[], tuple[Any, Any]]] = {
     'fedcompass_mnist.py',
     {
       'client.batch_size': 8,
-      'scheduler.q_min': 4,
-      'scheduler.q_max': 20,
+      'algorithm.kwargs.q_min': 4,
+      'algorithm.kwargs.q_max': 20,
       'latency.per_step.mean': 1.0,
       'run.max_virtual_time': 60.0,
       'run.eval_every': 3,
@@ -118,22 +129,22 @@ SMALL_CASES: dict[str, Callable[[], tuple[Any, Any]]] = {
   'ccfedavg': _small_case(
     'ccfedavg_fashion_mnist.py',
     {
-      'scheduler.cohort_size': 4,
+      'algorithm.kwargs.cohort_size': 4,
       'client.local_steps': 3,
       'client.batch_size': 8,
       'run.num_rounds': 8,
       'run.eval_every': 2,
-      'budget.beta': 2,
+      'algorithm.kwargs.budget_beta': 2,
     },
     num_clients=10,
   ),
   'fare_dust': _small_case(
     'fare_dust_fashion_mnist.py',
     {
-      'scheduler.cohort_size': 3,
-      'scheduler.num_selected': 5,
+      'algorithm.kwargs.cohort_size': 3,
+      'algorithm.kwargs.num_selected': 5,
       'client.batch_size': 8,
-      'fare_dust.history_length': 3,
+      'algorithm.kwargs.history_length': 3,
       'run.num_rounds': 8,
       'run.eval_every': 2,
     },
@@ -142,8 +153,8 @@ SMALL_CASES: dict[str, Callable[[], tuple[Any, Any]]] = {
   'feast_msg': _small_case(
     'feast_msg_fashion_mnist.py',
     {
-      'scheduler.cohort_size': 3,
-      'scheduler.num_selected': 5,
+      'algorithm.kwargs.cohort_size': 3,
+      'algorithm.kwargs.num_selected': 5,
       'client.batch_size': 8,
       'run.num_rounds': 8,
       'run.eval_every': 2,
@@ -153,11 +164,11 @@ SMALL_CASES: dict[str, Callable[[], tuple[Any, Any]]] = {
   'fedasmu': _small_case(
     'fedasmu_fashion_mnist.py',
     {
-      'scheduler.concurrency': 3,
+      'algorithm.kwargs.concurrency': 3,
       'client.local_epochs': 2.0,
       'client.batch_size': 8,
-      'scheduler.trigger_period': 2.0,
-      'scheduler.trigger_count': 2,
+      'algorithm.kwargs.trigger_period': 2.0,
+      'algorithm.kwargs.trigger_count': 2,
       'run.num_rounds': 8,
       'run.eval_every': 2,
     },

@@ -1,0 +1,53 @@
+"""ASO-Fed (Chen et al. 2020, Algorithms 1-2): one update at a time, w <- w + (n_k / n) Delta_k;
+clients train with a decayed gradient average, a local constraint (lambda / 2)||w - w^t||^2 and
+a delay-dependent step size r_k."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+from fedsim_jax.algorithms.base import Algorithm, BuildContext, register
+from fedsim_jax.algorithms.groups import (
+  PLAIN_CLIENT_TERMS,
+  AsynchronousSettings,
+  LocalWorkSettings,
+  ServerEmaSettings,
+)
+from fedsim_jax.settings import boolean, decay, one_of, positive, setting
+from fedsim_jax.strategy.asofed import (
+  DECAY_GRADIENTS,
+  DELAY_MEASURES,
+  AsoFedClients,
+  asofed_aggregator,
+  asofed_client_update,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class AsoFedSettings(AsynchronousSettings, LocalWorkSettings, ServerEmaSettings):
+  proximal: float = setting(0.01, positive(allow_zero=True), 'lambda, the local constraint')
+  decay: float = setting(0.5, decay(), 'beta, decay of the gradient average h')
+  decay_gradient: str = setting('current', one_of(DECAY_GRADIENTS), 'gradient entering h')
+  dynamic_step_size: bool = setting(True, boolean, 'r_k = max(1, log(mean delay)); else 1')
+  delay_measure: str = setting(
+    'training_time', one_of(DELAY_MEASURES), "delay in virtual seconds, or 'staleness'"
+  )
+
+
+@register('asofed', AsoFedSettings)
+def asofed_algorithm(settings: AsoFedSettings, context: BuildContext) -> Algorithm:
+  clients = AsoFedClients(
+    dynamic_step_size=settings.dynamic_step_size, delay_measure=settings.delay_measure
+  )
+  return Algorithm(
+    scheduler=clients.scheduler(settings.asynchronous_scheduler(context, 1)),
+    aggregator=settings.with_ema(asofed_aggregator(context.client_sizes)),
+    make_client_update=functools.partial(
+      asofed_client_update,
+      proximal=settings.proximal,
+      decay=settings.decay,
+      decay_gradient=settings.decay_gradient,
+      **PLAIN_CLIENT_TERMS,
+    ),
+  )

@@ -1,0 +1,84 @@
+"""FARe-DUST (Hard et al., "Learning from straggler clients", Sec. 2.2, Algorithms 1 and 3).
+
+Synchronous rounds with over-selection: the server applies FedAdam (`server_optimizer`)
+to the fastest B of B_t; late stragglers are summed into a ring of the last k rounds' deltas;
+each client distils (strength rho) from a historical teacher w_t - eta_g Delta_t' / b_t' drawn
+from that ring; an EMA of the server weights is evaluated. Defaults: the EMNIST values of
+Tables 16 and 17.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from fedsim_jax.algorithms.base import Algorithm, BuildContext, register
+from fedsim_jax.algorithms.groups import (
+  CohortSettings,
+  LocalWorkSettings,
+  ServerOptimizerSettings,
+)
+from fedsim_jax.settings import decay, one_of, positive, setting
+from fedsim_jax.strategy.ema import with_ema
+from fedsim_jax.strategy.fare_dust import (
+  EMPTY_HISTORY_RULES,
+  FareDustScheduler,
+  fare_dust_client_update,
+)
+from fedsim_jax.strategy.fedopt import fedopt
+from fedsim_jax.strategy.server_optimizers import SERVER_OPTIMIZERS
+
+
+@dataclasses.dataclass(frozen=True)
+class FareDustSettings(CohortSettings, LocalWorkSettings, ServerOptimizerSettings):
+  history_length: int = setting(50, positive(integer=True), 'k: rounds of summed deltas kept')
+  rho: float = setting(0.1, positive(allow_zero=True), 'distillation strength')
+  temperature: float = setting(1.0, positive(), 'T of the distillation loss (not stated)')
+  ema_decay: float = setting(0.99, decay(), 'beta of the evaluated EMA')
+  teacher_learning_rate: float | None = setting(
+    None,
+    positive(optional=True),
+    'eta_g of Alg. 1 line 7 (w_teacher = w_t - eta_g Delta_t / b_t); None: server_learning_rate',
+  )
+  empty_history: str = setting(
+    'no_distillation', one_of(EMPTY_HISTORY_RULES), "before any delta is kept; or 'latest_model'"
+  )
+  server_optimizer: str = setting(
+    'adam', one_of(SERVER_OPTIMIZERS), '"in conjunction with the FedAdam server optimizer" (G.3)'
+  )
+  proximal_strength: float = setting(0.0, positive(allow_zero=True), '`+ L2 reg.` nu')
+
+
+@register('fare_dust', FareDustSettings)
+def fare_dust_algorithm(settings: FareDustSettings, context: BuildContext) -> Algorithm:
+  teacher_learning_rate = (
+    settings.server_learning_rate
+    if settings.teacher_learning_rate is None
+    else settings.teacher_learning_rate
+  )
+  scheduler = FareDustScheduler(
+    settings.cohort_size,
+    settings.local_work(context),
+    settings.weighting,
+    num_selected=settings.num_selected,
+    history_length=settings.history_length,
+    teacher_learning_rate=teacher_learning_rate,
+    distill=settings.rho > 0,
+    empty_history=settings.empty_history,
+    rng=np.random.default_rng([context.seed, 0xFA2ED5]),  # its own stream, from the run seed
+  )
+  aggregator = fedopt(settings.make_server_optimizer(settings.server_optimizer))
+  if settings.ema_decay > 0:
+    aggregator = with_ema(aggregator, settings.ema_decay)
+  return Algorithm(
+    scheduler=scheduler,
+    aggregator=aggregator,
+    make_client_update=functools.partial(
+      fare_dust_client_update,
+      distillation_strength=settings.rho,
+      distillation_temperature=settings.temperature,
+      proximal_strength=settings.proximal_strength,
+    ),
+  )

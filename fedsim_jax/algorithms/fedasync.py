@@ -1,0 +1,41 @@
+"""FedAsync (Xie et al. 2019): one update at a time, mixed into the server model with rate
+alpha * s(staleness): w <- (1 - a) w + a w_client (`form='mixing'`), or the client's delta
+applied with its weight (`form='delta'`, the form of FedCompass's FedAsync baseline)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from fedsim_jax.algorithms.base import Algorithm, BuildContext, register
+from fedsim_jax.algorithms.groups import (
+  AsynchronousSettings,
+  ClientTermsSettings,
+  LocalWorkSettings,
+  ServerEmaSettings,
+  StalenessSettings,
+)
+from fedsim_jax.settings import number, one_of, setting
+from fedsim_jax.strategy.fedasync import FEDASYNC_FORMS, fedasync
+
+
+@dataclasses.dataclass(frozen=True)
+class FedAsyncSettings(
+  AsynchronousSettings,
+  LocalWorkSettings,
+  StalenessSettings,
+  ClientTermsSettings,
+  ServerEmaSettings,
+):
+  alpha: float = setting(0.9, number(above=0, maximum=1), 'alpha of a = alpha s(staleness)')
+  form: str = setting('mixing', one_of(FEDASYNC_FORMS), "or 'delta' (FedCompass's baseline)")
+
+
+@register('fedasync', FedAsyncSettings)
+def fedasync_algorithm(settings: FedAsyncSettings, context: BuildContext) -> Algorithm:
+  return Algorithm(
+    scheduler=settings.asynchronous_scheduler(context, 1),
+    aggregator=settings.with_ema(
+      fedasync(settings.alpha, settings.staleness_function(), settings.form)
+    ),
+    make_client_update=settings.make_client_update(),
+  )

@@ -1,0 +1,74 @@
+"""FedCompass (Li et al. 2024) and its +M / +N variants: the Compass scheduler (arrival groups,
+per-client local steps Q in [q_min, q_max] from estimated speeds, latest arrival time factor
+lambda; Algorithms 1-2) and the buffered, staleness-scaled group update (Algorithm 3). +M adds
+server momentum, +N averages each group's deltas normalised."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from fedsim_jax.algorithms.base import Algorithm, BuildContext, RunFacts, register
+from fedsim_jax.algorithms.groups import ClientTermsSettings, ServerEmaSettings
+from fedsim_jax.settings import ConfigError, decay, number, one_of, positive, setting
+from fedsim_jax.strategy.fedcompass import (
+  CREATE_RULES,
+  SPEED_ESTIMATORS,
+  CompassScheduler,
+  compass_aggregator,
+)
+from fedsim_jax.strategy.synchronous import WEIGHTINGS
+
+VARIANT_OF = {'fedcompass': 'plain', 'fedcompass_m': 'momentum', 'fedcompass_n': 'normalized'}
+
+
+@dataclasses.dataclass(frozen=True)
+class CompassSettings(ClientTermsSettings, ServerEmaSettings):
+  q_min: int = setting(40, positive(integer=True), 'Q_min: fewest local steps of a task')
+  q_max: int = setting(200, positive(integer=True), 'Q_max: most local steps of a task')
+  latest_time_factor: float = setting(1.2, number(minimum=1), 'lambda')
+  weighting: str = setting('num_examples', one_of(WEIGHTINGS), 'p_k')
+  speed_estimator: str = setting('last', one_of(SPEED_ESTIMATORS), "or 'ema' (public code)")
+  speed_momentum: float = setting(0.9, decay(), "the 'ema' estimator's weight")
+  create_rule: str = setting('paper', one_of(CREATE_RULES), "CREATEGROUP as printed, or 'code'")
+  alpha: float = setting(0.9, number(above=0, maximum=1), 'alpha of st(u) = alpha (u + 1)^-a')
+  staleness_a: float = setting(0.5, positive(allow_zero=True), 'a of st(u)')
+  server_momentum: float = setting(0.9, decay(), 'fedcompass_m')
+
+  def check(self, prefix: str) -> None:
+    super().check(prefix)
+    if self.q_min > self.q_max:
+      raise ConfigError(
+        f'{prefix}q_min={self.q_min} is invalid; allowed values: 1..{prefix}q_max ({self.q_max})'
+      )
+
+  def check_run(self, name: str, run: RunFacts, prefix: str) -> None:
+    super().check_run(name, run, prefix)
+    if run.local_steps is not None or run.local_epochs is not None:
+      raise ConfigError(
+        'client.local_steps / client.local_epochs: FedCompass chooses local steps itself '
+        f'({prefix}q_min..q_max); allowed values: None'
+      )
+
+
+def fedcompass_algorithm(settings: CompassSettings, context: BuildContext) -> Algorithm:
+  scheduler = CompassScheduler(
+    settings.q_min,
+    settings.q_max,
+    settings.latest_time_factor,
+    settings.weighting,
+    settings.speed_estimator,
+    settings.speed_momentum,
+    settings.create_rule,
+  )
+  aggregator = compass_aggregator(
+    settings.alpha, settings.staleness_a, VARIANT_OF[context.name], settings.server_momentum
+  )
+  return Algorithm(
+    scheduler=scheduler,
+    aggregator=settings.with_ema(aggregator),
+    make_client_update=settings.make_client_update(),
+  )
+
+
+for _name in VARIANT_OF:
+  register(_name, CompassSettings)(fedcompass_algorithm)

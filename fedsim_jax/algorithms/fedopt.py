@@ -1,0 +1,70 @@
+"""FedAvg and the FedOpt family (McMahan et al. 2017; Hsu et al. 2019; Reddi et al. 2021),
+and FedProx (Li et al. 2020, Algorithm 2).
+
+Synchronous rounds of B clients (optionally with over-selection, a deadline or time-limited
+clients) and the FedOpt server update: the round's weighted mean delta is the pseudo-gradient
+of a server optimizer, chosen by the algorithm's name. FedProx is FedAvg with every client
+minimising F_k(w) + (mu / 2)||w - w^t||^2, mu = `proximal_strength` (mu = 0 is FedAvg); its
+variable local work for stragglers (gamma-inexact solutions) is `time_limit`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from fedsim_jax.algorithms.base import Algorithm, BuildContext, register
+from fedsim_jax.algorithms.groups import (
+  ClientTermsSettings,
+  DeadlineSettings,
+  LocalWorkSettings,
+  ServerEmaSettings,
+  ServerOptimizerSettings,
+)
+from fedsim_jax.strategy.fedopt import fedopt
+from fedsim_jax.strategy.synchronous import SynchronousScheduler
+
+SERVER_OPTIMIZER_OF = {
+  'fedavg': 'sgd',
+  'fedprox': 'sgd',
+  'fedavgm': 'momentum',
+  'fedadam': 'adam',
+  'fedyogi': 'yogi',
+  'fedadagrad': 'adagrad',
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class FedOptSettings(
+  DeadlineSettings,
+  LocalWorkSettings,
+  ServerOptimizerSettings,
+  ClientTermsSettings,
+  ServerEmaSettings,
+):
+  """Settings of fedavg, fedavgm, fedadam, fedyogi, fedadagrad and fedprox."""
+
+
+def synchronous_scheduler(settings: DeadlineSettings, context: BuildContext, cls=None):
+  """The synchronous rounds FedAvg-like algorithms share (`cls`: a `SynchronousScheduler`
+  subclass with the same arguments)."""
+  return (cls or SynchronousScheduler)(
+    settings.cohort_size,
+    settings.local_work(context),  # type: ignore[attr-defined]
+    settings.weighting,
+    num_selected=settings.num_selected,
+    deadline=settings.deadline,
+    min_responses=settings.min_responses,
+  )
+
+
+def fedopt_algorithm(settings: FedOptSettings, context: BuildContext) -> Algorithm:
+  optimizer = settings.make_server_optimizer(SERVER_OPTIMIZER_OF[context.name])
+  return Algorithm(
+    scheduler=synchronous_scheduler(settings, context),
+    aggregator=settings.with_ema(fedopt(optimizer)),
+    make_client_update=settings.make_client_update(),
+  )
+
+
+for _name in SERVER_OPTIMIZER_OF:
+  register(_name, FedOptSettings)(fedopt_algorithm)
