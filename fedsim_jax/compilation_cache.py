@@ -60,7 +60,9 @@ def _configure(directory: str | None) -> None:
   global _managed, _saved_min_compile_time
   if directory is not None and _managed is None:
     # Every program counts: ours compile in 0.05-1.5 s, under JAX's 1 s default threshold.
-    _saved_min_compile_time = jax.config.jax_persistent_cache_min_compile_time_secs
+    # (jax.config's options are attributes it creates at run time, unknown to type checkers.)
+    saved = jax.config.jax_persistent_cache_min_compile_time_secs  # type: ignore[attr-defined]
+    _saved_min_compile_time = saved
     jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
   if directory is None and _saved_min_compile_time is not None:
     jax.config.update('jax_persistent_cache_min_compile_time_secs', _saved_min_compile_time)
@@ -88,7 +90,7 @@ def enable(setting: str) -> str | None:
   """
   global _process_dir
   with _lock:
-    current = jax.config.jax_compilation_cache_dir
+    current = jax.config.jax_compilation_cache_dir  # type: ignore[attr-defined]  # see _configure
     if current and current != _managed:
       return current  # configured through JAX by the user: theirs to manage
     if setting == 'off':

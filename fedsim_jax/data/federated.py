@@ -238,10 +238,9 @@ class BatchCursor:
       # Every slot is read (padding slots too, at weight 0), so the last one decides whether
       # the next epoch's order is needed.
       cursor = self._prepare(data, position[0] // size, position[-1] // size)
+      current, following, _ = cursor._shuffle_orders()
       within = position % size
-      slot = jnp.where(
-        position // size == cursor.epoch, cursor.current[within], cursor.following[within]
-      )
+      slot = jnp.where(position // size == cursor.epoch, current[within], following[within])
     else:
       slot = jax.random.randint(jax.random.fold_in(self.key, step), (batch_size,), 0, size)
     rows = data.indices[client_id, slot]
@@ -260,20 +259,28 @@ class BatchCursor:
     read on, and `batch_size >= effective`), so this batch starts the epoch and, having at most
     `size` effective slots, ends in it.
     """
+    old_current, old_following, old_ready = self._shuffle_orders()
     advance = first_epoch > self.epoch
     epoch = jnp.where(advance, self.epoch + 1, self.epoch)
-    ready = self.ready & ~advance  # `following` after a shift is not yet known
-    need_current = advance & ~self.ready
+    ready = old_ready & ~advance  # `following` after a shift is not yet known
+    need_current = advance & ~old_ready
     need_following = (last_epoch > epoch) & ~ready
     sort_epoch = jnp.where(need_current, epoch, epoch + 1)
     size, length = _sort_size(data, self.client_id), data.indices.shape[1]
     new = jax.lax.cond(
       need_current | need_following,
       lambda: _epoch_order(self.key, sort_epoch, size, length),
-      lambda: self.current,
+      lambda: old_current,
     )
-    current = jnp.where(advance, jnp.where(self.ready, self.following, new), self.current)
-    following = jnp.where(need_following, new, self.following)
-    return self.replace(
+    current = jnp.where(advance, jnp.where(old_ready, old_following, new), old_current)
+    following = jnp.where(need_following, new, old_following)
+    # `replace` is added by flax.struct.dataclass at run time, unknown to type checkers.
+    return self.replace(  # type: ignore[attr-defined]
       epoch=epoch, current=current, following=following, ready=ready | need_following
     )
+
+  def _shuffle_orders(self) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """`(current, following, ready)`: the epoch orders every 'shuffle' cursor holds."""
+    if self.current is None or self.following is None or self.ready is None:
+      raise ValueError(f'a sampling={self.sampling!r} cursor holds no epoch orders')
+    return self.current, self.following, self.ready

@@ -102,7 +102,9 @@ def _feature_values(feature: Any, values: list[Any]) -> np.ndarray:
   return array
 
 
-def _client_ids(feature: Any, train: list[Any], test: list[Any]) -> tuple[np.ndarray, ...]:
+def _client_ids(
+  feature: Any, train: list[Any], test: list[Any]
+) -> tuple[np.ndarray, np.ndarray, tuple[str, ...] | None]:
   """(train ids, test ids, names or None): ClassLabel, integer or Text client ids."""
   import tensorflow_datasets as tfds
 
@@ -113,8 +115,8 @@ def _client_ids(feature: Any, train: list[Any], test: list[Any]) -> tuple[np.nda
     to_ids = lambda strings: np.array([index[s] for s in strings], np.int32)  # noqa: E731
     return to_ids(train_s), to_ids(test_s), tuple(names)
   ids = [np.asarray(v, np.int64).astype(np.int32) for v in (train, test)]
-  names = tuple(feature.names) if isinstance(feature, tfds.features.ClassLabel) else None
-  return ids[0], ids[1], names
+  label_names = tuple(feature.names) if isinstance(feature, tfds.features.ClassLabel) else None
+  return ids[0], ids[1], label_names
 
 
 def _tokenize(
@@ -270,7 +272,12 @@ def _decode(name: str, path: Path, spec: catalog.DatasetSpec) -> CentralizedData
     label_names = tuple(features[spec.label_key].names) or None
   if vocabulary is not None and spec.kind == catalog.SEQUENCE and spec.tokenizer is None:
     num_classes = len(vocabulary)  # Stored int tokens; tokenised text keeps vocab_size.
-  if num_classes == 0 and train_y is not None and train_y.size:  # Integer labels, no ClassLabel.
+  if train_y is None or test_y is None:  # No label feature, and the inputs give no labels.
+    raise CorruptDatasetError(
+      f'Dataset {name!r} at {str(path)!r} has no labels: no label feature, and only Text '
+      f'inputs of sequence datasets give labels (their next tokens)'
+    )
+  if num_classes == 0 and train_y.size:  # Integer labels, no ClassLabel.
     num_classes = int(max(train_y.max(), test_y.max() if test_y.size else 0)) + 1
   train_ids = test_ids = client_names = None
   if spec.client_id_key in optional:

@@ -43,7 +43,7 @@ def has_convolution(apply: Callable[..., Any], *example_args: Any) -> bool:
   """Whether `apply(*example_args)` traces to a convolution (inspects the jaxpr; no compute)."""
   jaxpr = jax.make_jaxpr(apply)(*example_args)
 
-  def walk(jaxpr) -> bool:
+  def walk(jaxpr: Any) -> bool:
     for eqn in jaxpr.eqns:
       if eqn.primitive.name == 'conv_general_dilated':
         return True

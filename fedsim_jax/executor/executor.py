@@ -129,7 +129,7 @@ class Executor:
     step_loop: str = 'scan',
     devices: int = 1,
     threads: int = 1,
-  ):
+  ) -> None:
     if backend not in BACKENDS:
       raise ValueError(f'executor.backend={backend!r}; allowed: {BACKENDS}')
     if step_loop not in STEP_LOOPS:
@@ -270,7 +270,7 @@ class Executor:
     # Tasks dispatched at the same server version share one start-params object: stack each
     # distinct one once (a few versions are in flight, not one per task).
     distinct: dict[int, int] = {}
-    models = []
+    models: list[Params] = []
     params_index = np.zeros(num_rows, np.int32)
     for i, task in enumerate(tasks):
       key = id(task.start_params)
@@ -370,7 +370,7 @@ class NoTrainingExecutor:
   of real ones, so every scheduler and aggregator runs unchanged.
   """
 
-  def __init__(self, params_template: Params, bucket_bits: int = 3):
+  def __init__(self, params_template: Params, bucket_bits: int = 3) -> None:
     self.params_template = params_template
     self.bucket_bits = bucket_bits
     self.tasks_run = 0

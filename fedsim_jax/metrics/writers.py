@@ -12,7 +12,7 @@ from typing import Any
 class MetricsWriter:
   """Appends one JSON object per evaluation point to `<workdir>/metrics.jsonl`."""
 
-  def __init__(self, workdir: str | os.PathLike):
+  def __init__(self, workdir: str | os.PathLike) -> None:
     self.path = os.path.join(workdir, 'metrics.jsonl')
     self.rows: list[dict[str, Any]] = []
     self._file = open(self.path, 'w', encoding='utf-8')

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast, overload
 
 import flax.linen as nn
 import jax
@@ -118,9 +118,11 @@ class Model:
 
   def apply(self, params: Params, x: jax.Array) -> jax.Array:
     """Logits for raw inputs `x` `[B, *input_shape]` (running statistics when `has_state`)."""
+    # Without `mutable`, flax's `apply` returns the module's output alone (its declared return
+    # type also covers the `(output, state)` pair of mutable calls).
     if not self.has_state:
-      return self.module.apply({'params': params}, self.preprocess(x))
-    return self.module.apply(params, self.preprocess(x), train=False)
+      return cast(jax.Array, self.module.apply({'params': params}, self.preprocess(x)))
+    return cast(jax.Array, self.module.apply(params, self.preprocess(x), train=False))
 
   def apply_train(
     self, params: Params, x: jax.Array, weights: jax.Array | None = None
@@ -147,7 +149,9 @@ class Model:
       )
     return logits, new_state
 
-  def capture_features(self, forward: Callable[..., Any], *args, **kwargs) -> tuple[Any, jax.Array]:
+  def capture_features(
+    self, forward: Callable[..., Any], *args: Any, **kwargs: Any
+  ) -> tuple[Any, jax.Array]:
     """`(forward(*args, **kwargs), features)`: runs a forward pass of this model (`apply`,
     `apply_train`, ...) and also returns the penultimate representation, i.e. the input of the
     output layer: the last `nn.Dense` the module calls (`[B, F]`; `[B, T, F]` for per-position
@@ -173,6 +177,12 @@ class Model:
   def features(self, params: Params, x: jax.Array) -> jax.Array:
     """Penultimate representation of raw inputs `x` (eval mode), see `capture_features`."""
     return self.capture_features(self.apply, params, x)[1]
+
+  @overload
+  def label_weights(self, y: jax.Array, weights: jax.Array) -> jax.Array: ...
+
+  @overload
+  def label_weights(self, y: jax.Array, weights: jax.Array | None) -> jax.Array | None: ...
 
   def label_weights(self, y: jax.Array, weights: jax.Array | None) -> jax.Array | None:
     """Weights with the shape of `y`: example weights broadcast over positions, `pad_id`

@@ -11,8 +11,10 @@ modules' `train_dropout=True` turns them on for callers that pass `rngs={'dropou
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
 from fedsim_jax.models.bundle import Model, identity_tokens
@@ -25,7 +27,7 @@ class MLP(nn.Module):
   num_classes: int
 
   @nn.compact
-  def __call__(self, x):
+  def __call__(self, x: jax.Array) -> jax.Array:
     x = x.reshape((x.shape[0], -1))
     for width in self.hidden_sizes:
       x = nn.relu(nn.Dense(width)(x))
@@ -40,7 +42,7 @@ class TwoConvCNN(nn.Module):
   padding: str = 'VALID'
 
   @nn.compact
-  def __call__(self, x):
+  def __call__(self, x: jax.Array) -> jax.Array:
     x = nn.relu(nn.Conv(32, (5, 5), padding=self.padding)(x))
     x = nn.max_pool(x, (2, 2), strides=(2, 2))
     x = nn.relu(nn.Conv(64, (5, 5), padding=self.padding)(x))
@@ -72,7 +74,7 @@ class LeNet5(nn.Module):
   first_conv_padding: str = 'VALID'
 
   @nn.compact
-  def __call__(self, x):
+  def __call__(self, x: jax.Array) -> jax.Array:
     x = nn.relu(nn.Conv(6, (5, 5), padding=self.first_conv_padding)(x))
     x = nn.max_pool(x, (2, 2), strides=(2, 2))
     x = nn.relu(nn.Conv(16, (5, 5), padding='VALID')(x))
@@ -107,7 +109,7 @@ class FedASMUCNN(nn.Module):
   num_classes: int
 
   @nn.compact
-  def __call__(self, x):
+  def __call__(self, x: jax.Array) -> jax.Array:
     x = nn.relu(nn.Conv(64, (2, 2), padding='VALID')(x))
     x = nn.relu(nn.Conv(32, (2, 2), padding='VALID')(x))
     x = x.reshape((x.shape[0], -1))
@@ -127,7 +129,7 @@ class EmnistCNN(nn.Module):
   train_dropout: bool = False
 
   @nn.compact
-  def __call__(self, x):
+  def __call__(self, x: jax.Array) -> jax.Array:
     x = nn.relu(nn.Conv(32, (3, 3), padding='VALID')(x))
     x = nn.relu(nn.Conv(64, (3, 3), padding='VALID')(x))
     x = nn.max_pool(x, (2, 2), strides=(2, 2))
@@ -141,7 +143,9 @@ class EmnistCNN(nn.Module):
 NORMS = ('batch', 'group')
 
 
-def _normalize(x, norm: str, groups: int, train: bool, mask):
+def _normalize(
+  x: jax.Array, norm: str, groups: int, train: bool, mask: jax.Array | None
+) -> jax.Array:
   """BatchNorm (PyTorch's momentum 0.1, eps 1e-5; statistics over `mask`ed examples in train
   mode) or GroupNorm with `groups` groups; 'none' is the identity."""
   if norm == 'batch':
@@ -164,7 +168,7 @@ class _BasicBlock(nn.Module):
   shortcut: str
 
   @nn.compact
-  def __call__(self, x, train: bool, mask):
+  def __call__(self, x: jax.Array, train: bool, mask: jax.Array | None) -> jax.Array:
     conv = lambda f, k, s: nn.Conv(
       f, (k, k), strides=(s, s), padding=((k // 2, k // 2),) * 2, use_bias=False
     )
@@ -195,7 +199,7 @@ class ResNet(nn.Module):
   shortcut: str = 'projection'
 
   @nn.compact
-  def __call__(self, x, train: bool = False, mask=None):
+  def __call__(self, x: jax.Array, train: bool = False, mask: jax.Array | None = None) -> jax.Array:
     x = nn.Conv(self.widths[0], (3, 3), padding=((1, 1), (1, 1)), use_bias=False)(x)
     x = nn.relu(_normalize(x, self.norm, self.groups, train, mask))
     for stage, (blocks, width) in enumerate(zip(self.stage_sizes, self.widths)):
@@ -216,7 +220,7 @@ class AlexNet(nn.Module):
   num_classes: int
 
   @nn.compact
-  def __call__(self, x):
+  def __call__(self, x: jax.Array) -> jax.Array:
     pool = lambda h: nn.max_pool(h, (2, 2), strides=(2, 2))
     x = pool(nn.relu(nn.Conv(64, (11, 11), strides=(4, 4), padding=((5, 5), (5, 5)))(x)))
     x = pool(nn.relu(nn.Conv(192, (5, 5), padding=((2, 2), (2, 2)))(x)))
@@ -239,9 +243,9 @@ class VGG11(nn.Module):
   groups: int = 2
 
   @nn.compact
-  def __call__(self, x, train: bool = False, mask=None):
+  def __call__(self, x: jax.Array, train: bool = False, mask: jax.Array | None = None) -> jax.Array:
     for width in (64, 'M', 128, 'M', 256, 256, 'M', 512, 512, 'M', 512, 512, 'M'):
-      if width == 'M':
+      if isinstance(width, str):  # 'M'
         x = nn.max_pool(x, (2, 2), strides=(2, 2))
       else:
         x = nn.Conv(width, (3, 3), padding=((1, 1), (1, 1)))(x)
@@ -264,7 +268,7 @@ class CharLSTM(nn.Module):
   num_layers: int = 2
 
   @nn.compact
-  def __call__(self, tokens):
+  def __call__(self, tokens: jax.Array) -> jax.Array:
     x = nn.Embed(self.vocab_size, self.embed_dim)(tokens)
     for _ in range(self.num_layers):
       x = nn.RNN(nn.LSTMCell(self.hidden))(x)
@@ -282,7 +286,7 @@ class WordLSTM(nn.Module):
   hidden: int = 670
 
   @nn.compact
-  def __call__(self, tokens):
+  def __call__(self, tokens: jax.Array) -> jax.Array:
     x = nn.Embed(self.vocab_size, self.embed_dim)(tokens)
     x = nn.RNN(nn.LSTMCell(self.hidden))(x)
     x = nn.Dense(self.embed_dim)(x)
@@ -304,7 +308,7 @@ class TextCNN(nn.Module):
   train_dropout: bool = False
 
   @nn.compact
-  def __call__(self, tokens):
+  def __call__(self, tokens: jax.Array) -> jax.Array:
     x = nn.Embed(self.vocab_size, self.embed_dim)(tokens)
     pooled = [
       nn.relu(nn.Conv(self.num_filters, (k,), padding='VALID')(x)).max(axis=1)
@@ -315,28 +319,32 @@ class TextCNN(nn.Module):
     return nn.Dense(self.num_classes)(x)
 
 
-def _mlp(input_shape, num_classes, hidden_sizes: Sequence[int] = (200, 200)) -> nn.Module:
+def _mlp(
+  input_shape: tuple[int, ...], num_classes: int, hidden_sizes: Sequence[int] = (200, 200)
+) -> nn.Module:
   return MLP(hidden_sizes=tuple(hidden_sizes), num_classes=num_classes)
 
 
-def _mnist_cnn(input_shape, num_classes) -> nn.Module:
+def _mnist_cnn(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
   return MnistCNN(num_classes=num_classes)
 
 
-def _lenet5(input_shape, num_classes) -> nn.Module:
+def _lenet5(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
   padding = 'SAME' if input_shape[0] < 32 else 'VALID'
   return LeNet5(num_classes=num_classes, first_conv_padding=padding)
 
 
-def _fedavg_cnn(input_shape, num_classes) -> nn.Module:
+def _fedavg_cnn(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
   return FedAvgCNN(num_classes=num_classes)
 
 
-def _fedasmu_cnn(input_shape, num_classes) -> nn.Module:
+def _fedasmu_cnn(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
   return FedASMUCNN(num_classes=num_classes)
 
 
-def _emnist_cnn(input_shape, num_classes, train_dropout: bool = False) -> nn.Module:
+def _emnist_cnn(
+  input_shape: tuple[int, ...], num_classes: int, train_dropout: bool = False
+) -> nn.Module:
   return EmnistCNN(num_classes=num_classes, train_dropout=train_dropout)
 
 
@@ -346,7 +354,11 @@ def _check_norm(norm: str, allowed: Sequence[str]) -> None:
 
 
 def _resnet18(
-  input_shape, num_classes, norm: str = 'batch', groups: int = 2, width: int = 64
+  input_shape: tuple[int, ...],
+  num_classes: int,
+  norm: str = 'batch',
+  groups: int = 2,
+  width: int = 64,
 ) -> nn.Module:
   """ResNet-18 (He et al. 2016) with a CIFAR stem; FedCompass Tables 10-11 (BatchNorm, 11,173,962
   parameters with 10 classes, matching its per-layer counts) and CC-FedAvg / Reddi et al. 2021
@@ -364,7 +376,9 @@ def _resnet18(
   )
 
 
-def _resnet20(input_shape, num_classes, norm: str = 'batch', groups: int = 2) -> nn.Module:
+def _resnet20(
+  input_shape: tuple[int, ...], num_classes: int, norm: str = 'batch', groups: int = 2
+) -> nn.Module:
   """ResNet-20 of He et al. 2016 (Sec. 4.2, CIFAR: 3 stages of 3 blocks, widths 16-32-64,
   option-A zero-padding shortcuts; paper: 0.27M parameters, exactly 269,722 with 10 classes),
   FedASMU's "ResNet"."""
@@ -379,26 +393,28 @@ def _resnet20(input_shape, num_classes, norm: str = 'batch', groups: int = 2) ->
   )
 
 
-def _alexnet(input_shape, num_classes) -> nn.Module:
+def _alexnet(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
   return AlexNet(num_classes=num_classes)
 
 
-def _vgg11(input_shape, num_classes, norm: str = 'none', groups: int = 2) -> nn.Module:
+def _vgg11(
+  input_shape: tuple[int, ...], num_classes: int, norm: str = 'none', groups: int = 2
+) -> nn.Module:
   _check_norm(norm, ('none',) + NORMS)
   return VGG11(num_classes=num_classes, norm=norm, groups=groups)
 
 
-def _char_lstm(input_shape, num_classes) -> nn.Module:
+def _char_lstm(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
   return CharLSTM(vocab_size=num_classes)
 
 
-def _word_lstm(input_shape, num_classes) -> nn.Module:
+def _word_lstm(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
   return WordLSTM(vocab_size=num_classes)
 
 
 def _text_cnn(
-  input_shape,
-  num_classes,
+  input_shape: tuple[int, ...],
+  num_classes: int,
   vocab_size: int = 10_000,
   embed_dim: int = 300,
   train_dropout: bool = False,
@@ -432,7 +448,7 @@ TOKEN_MODELS = ('char_lstm', 'word_lstm', 'text_cnn')
 NEXT_TOKEN_MODELS = ('char_lstm', 'word_lstm')
 
 
-def get_model(name: str, input_shape: Sequence[int], num_classes: int, **kwargs) -> Model:
+def get_model(name: str, input_shape: Sequence[int], num_classes: int, **kwargs: Any) -> Model:
   """Builds a registered model bundle by name; `kwargs` go to the architecture (e.g. `norm`),
   except `pad_id` (next-token models only; default 0, None counts pad labels too).
 
@@ -446,7 +462,7 @@ def get_model(name: str, input_shape: Sequence[int], num_classes: int, **kwargs)
     raise ValueError(f'model.name={name!r} is not a known model; allowed: {sorted(MODELS)}')
   pad_id = kwargs.pop('pad_id', 0) if name in NEXT_TOKEN_MODELS else None
   module = MODELS[name](tuple(input_shape), num_classes, **kwargs)
-  extra = {}
+  extra: dict[str, Any] = {}
   if name in TOKEN_MODELS:
     extra = dict(preprocess=identity_tokens, input_dtype=jnp.int32, pad_id=pad_id)
   if getattr(module, 'norm', None) == 'batch':

@@ -23,7 +23,7 @@ class EventQueue:
   """Min-heap on (virtual time, insertion order): simultaneous events pop in the order pushed,
   so a run never depends on how Python compares payloads."""
 
-  def __init__(self):
+  def __init__(self) -> None:
     self._heap: list[tuple[float, int, Event]] = []
     self._counter = 0
 

@@ -46,7 +46,9 @@ def union_client_arrays(datasets: Sequence[FederatedDataset]) -> tuple[ClientDat
   """
   if not datasets:
     raise ValueError('union_client_arrays needs at least one federation')
-  xs, ys, row_offsets = [], [], []
+  xs: list[np.ndarray] = []
+  ys: list[np.ndarray] = []
+  row_offsets: list[int] = []
   for dataset in datasets:
     for i, x in enumerate(xs):
       if dataset.train_x is x and dataset.train_y is ys[i]:
@@ -76,7 +78,7 @@ def union_client_arrays(datasets: Sequence[FederatedDataset]) -> tuple[ClientDat
 class SharedExecution:
   """Collects the pending tasks of several simulations and runs them as one batch."""
 
-  def __init__(self, executor: Executor, num_simulations: int):
+  def __init__(self, executor: Executor, num_simulations: int) -> None:
     self.executor = executor
     self.batches = 0
     self._condition = threading.Condition()
@@ -132,7 +134,7 @@ class LockstepClientExecutor:
   """One simulation's executor in a lockstep sweep: renumbers its clients into the union and
   tags its tasks with its key stream, then waits for the shared batch."""
 
-  def __init__(self, shared: SharedExecution, simulation: int, client_offset: int):
+  def __init__(self, shared: SharedExecution, simulation: int, client_offset: int) -> None:
     self.shared = shared
     self.simulation = simulation
     self.client_offset = client_offset
@@ -168,7 +170,8 @@ def lockstep_executors(
     datasets: each simulation's federation.
     base_keys: each simulation's training key (what its own `Executor` would get).
   """
-  if not jax.config.jax_threefry_partitionable:
+  # jax.config's options are attributes it creates at run time, unknown to type checkers.
+  if not jax.config.jax_threefry_partitionable:  # type: ignore[attr-defined]
     raise ValueError(
       'lockstep sweeps need jax_threefry_partitionable=True (the default), so '
       'that union index tables sample the same examples'
@@ -224,7 +227,7 @@ def run_lockstep(simulations: Sequence[Any], stops: Sequence[Any], shared: Share
 class _FirstCallSignal:
   """Wraps an executor and sets `event` once its first batch has run."""
 
-  def __init__(self, executor: Any, event: threading.Event):
+  def __init__(self, executor: Any, event: threading.Event) -> None:
     self._executor = executor
     self._event = event
 

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 import numpy as np
 
 
-def choose_one(rng: np.random.Generator, pool: Sequence[int]) -> int:
+def choose_one(rng: np.random.Generator, pool: Sequence[int] | np.ndarray) -> int:
   """`rng.choice(pool, 1, replace=False)[0]`, drawing exactly what it draws (see below); `pool`
   may be any sequence, so callers need not build an array for one draw."""
-  return int(pool[rng.integers(len(pool))])
+  return int(pool[int(rng.integers(len(pool)))])
 
 
 def choose_without_replacement(rng: np.random.Generator, pool: np.ndarray, k: int) -> np.ndarray:

@@ -75,6 +75,13 @@ class TaskHandle:
     return self.result_ref is not None
 
 
+def _computed(handle: TaskHandle) -> tuple[ClientTask, ResultRef]:
+  """`(task, result_ref)` of a task whose result has been computed and not yet freed."""
+  if handle.task is None or handle.result_ref is None:
+    raise ValueError(f'task {handle.task_id} is {handle.status}; it has no computed result')
+  return handle.task, handle.result_ref
+
+
 class Scheduler(Protocol):
   """Host-side policy: who trains, how much, and when to aggregate.
 
@@ -176,7 +183,7 @@ class Simulation:
     on_version: VersionCallback | None = None,
     bucket_bits: int = 3,
     aggregate: bool = True,
-  ):
+  ) -> None:
     self.executor = executor
     self.scheduler = scheduler
     self.aggregator = aggregator
@@ -353,14 +360,14 @@ class Simulation:
   def task_params(self, handle: TaskHandle) -> Params:
     """The client's model at the end of `handle` (start params + delta) for an arrived task
     or an ended intermediate segment, computing pending tasks first if needed."""
-    ref = self._result(handle)
+    task, ref = self._result(handle)
     return jax.tree_util.tree_map(
-      lambda start, delta: start + delta[ref.row], handle.task.start_params, ref.batch.deltas
+      lambda start, delta: start + delta[ref.row], task.start_params, ref.batch.deltas
     )
 
   def task_aux(self, handle: TaskHandle) -> dict[str, np.ndarray]:
     """The `aux` results of `handle` (as `task_params`), one host value per key."""
-    ref = self._result(handle)
+    _, ref = self._result(handle)
     return {name: np.asarray(values[ref.row]) for name, values in ref.batch.aux.items()}
 
   def _check_results_exist(self) -> None:
@@ -370,7 +377,7 @@ class Simulation:
         'are never computed; allowed: aggregate=True'
       )
 
-  def _result(self, handle: TaskHandle) -> ResultRef:
+  def _result(self, handle: TaskHandle) -> tuple[ClientTask, ResultRef]:
     self._check_results_exist()
     if handle.status not in ('arrived', 'segment_done'):
       raise ValueError(
@@ -379,7 +386,7 @@ class Simulation:
       )
     if not handle.computed:
       self._compute_pending()
-    return handle.result_ref
+    return _computed(handle)
 
   def set_timer(self, time: float, payload: Any = None) -> None:
     """Calls `scheduler.on_timer(sim, payload)` at virtual time `time` (>= now). Timers set
@@ -403,13 +410,14 @@ class Simulation:
     self._check_results_exist()
     if any(not h.computed for h in handles):
       self._compute_pending()
+    results = [_computed(h) for h in handles]
     start = None
     if with_client_params:
-      start = [h.task.start_params for h in handles]
+      start = [task.start_params for task, _ in results]
     if staleness is None:
       staleness = [self.version - h.version for h in handles]
     return stack_results(
-      [h.result_ref for h in handles],
+      [ref for _, ref in results],
       weights,
       staleness,
       [h.num_steps for h in handles],
@@ -521,7 +529,8 @@ class Simulation:
 
   def _end_segment(self, handle: TaskHandle) -> None:
     handle.status = 'segment_done'
-    self.scheduler.on_segment_end(self, handle)
+    # An optional hook, not part of the `Scheduler` protocol (see its docstring).
+    self.scheduler.on_segment_end(self, handle)  # type: ignore[attr-defined]
     if handle.status != 'continued':
       raise RuntimeError(
         f'task {handle.task_id}: on_segment_end did not dispatch the next '
@@ -543,7 +552,7 @@ class Simulation:
       self.version >= max_versions or self.now >= max_time or accounting.arrived >= max_updates
     ):
       if queue.peek_time() > max_time:
-        self.now = stop.max_virtual_time
+        self.now = max_time  # stop.max_virtual_time (finite here)
         break
       event = queue.pop()
       self.now = event.time

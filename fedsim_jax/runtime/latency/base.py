@@ -13,6 +13,7 @@ import math
 from typing import NamedTuple, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 
 class TaskLatency(NamedTuple):
@@ -89,7 +90,9 @@ def available_clients(availability: Availability, num_clients: int, time: float)
   )
 
 
-def positive_normal(rng: np.random.Generator, mean, std, max_tries: int = 1000) -> np.ndarray:
+def positive_normal(
+  rng: np.random.Generator, mean: npt.ArrayLike, std: npt.ArrayLike, max_tries: int = 1000
+) -> np.ndarray:
   """Normal draws truncated to (0, inf) by redrawing non-positive values."""
   mean, std = np.asarray(mean, np.float64), np.asarray(std, np.float64)
   draw = rng.normal(mean, std)

@@ -55,7 +55,7 @@ class DeviceRatioLatency:
     bandwidth: np.ndarray | float | None = None,
     bandwidth_scale: float = 1.0,
     jitter: float = 0.0,
-  ):
+  ) -> None:
     if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
       raise ValueError(f'latency.num_clients={num_clients!r}; must be an int >= 1')
     if not isinstance(rng, np.random.Generator):

@@ -18,6 +18,7 @@ import math
 from typing import NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
 from fedsim_jax.runtime.latency.base import TaskLatency, jittered
 
@@ -32,7 +33,9 @@ class DeviceProfiles(NamedTuple):
   bandwidth: np.ndarray
 
 
-def _per_client(name: str, value, num_clients: int, *, allow_zero: bool = False) -> np.ndarray:
+def _per_client(
+  name: str, value: npt.ArrayLike, num_clients: int, *, allow_zero: bool = False
+) -> np.ndarray:
   """`value` as a float array of shape (num_clients,); a scalar applies to every client."""
   array = np.asarray(value, np.float64)
   if array.ndim == 0:
@@ -122,7 +125,7 @@ class FedScaleLatency:
     bandwidth_scale: float = 1.0,
     upload_bandwidth: np.ndarray | float | None = None,
     jitter: float = 0.0,
-  ):
+  ) -> None:
     if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
       raise ValueError(f'latency.num_clients={num_clients!r}; must be an int >= 1')
     if not isinstance(rng, np.random.Generator):

@@ -43,7 +43,7 @@ class PerStepLatency:
     jitter: float = 0.0,
     communication_time: float = 0.0,
     redraw_probability: float = 0.0,
-  ):
+  ) -> None:
     if distribution not in SPEED_DISTRIBUTIONS:
       raise ValueError(f'latency.distribution={distribution!r}; allowed: {SPEED_DISTRIBUTIONS}')
     for name, value in (

@@ -10,6 +10,8 @@ constructors' keyword arguments; the factories only fill in what the federation 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -24,7 +26,7 @@ LATENCY_MODELS = ('per_step', 'lognormal', 'fedscale', 'device_ratio', 'trace')
 AVAILABILITY_MODELS = ('always', 'periodic', 'trace')
 
 
-def _keyword_names(*functions) -> tuple[str, ...]:
+def _keyword_names(*functions: Callable[..., Any]) -> tuple[str, ...]:
   return tuple(
     name
     for f in functions
@@ -33,7 +35,9 @@ def _keyword_names(*functions) -> tuple[str, ...]:
   )
 
 
-def _check_settings(prefix: str, name: str, settings: dict, allowed: tuple[str, ...]) -> None:
+def _check_settings(
+  prefix: str, name: str, settings: dict[str, Any], allowed: tuple[str, ...]
+) -> None:
   unknown = sorted(set(settings) - set(allowed))
   if unknown:
     raise ValueError(
@@ -51,7 +55,7 @@ def make_latency(
   batch_size: int,
   model_bytes: int,
   straggler_mask: np.ndarray | None = None,
-  **settings,
+  **settings: Any,
 ) -> LatencyModel:
   """Builds latency model `name` (one of `LATENCY_MODELS`) from keyword `settings`.
 
@@ -111,7 +115,7 @@ def make_latency(
 
 
 def make_availability(
-  name: str, *, num_clients: int, rng: np.random.Generator, **settings
+  name: str, *, num_clients: int, rng: np.random.Generator, **settings: Any
 ) -> Availability:
   """Builds availability model `name` (one of `AVAILABILITY_MODELS`) from keyword `settings`."""
   if name == 'always':

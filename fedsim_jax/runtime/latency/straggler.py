@@ -120,7 +120,7 @@ class LogNormalLatency:
     straggler_mask: np.ndarray | None = None,
     model: str = 'per_example',
     params: ParamsOverride | None = None,
-  ):
+  ) -> None:
     if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
       raise ValueError(f'latency.num_clients={num_clients!r}; must be an int >= 1')
     if not isinstance(rng, np.random.Generator):

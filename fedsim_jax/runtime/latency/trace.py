@@ -81,7 +81,7 @@ class Trace:
       )
 
 
-def _number(value, where: str, name: str) -> float:
+def _number(value: object, where: str, name: str) -> float:
   if isinstance(value, bool) or not isinstance(value, (int, float, str)):
     raise ValueError(f'{where}: {name}={value!r}; must be a number')
   try:
@@ -100,7 +100,7 @@ def _check_speeds(step_time: float, communication_time: float, overhead: float, 
 
 def check_windows(windows: Sequence[Sequence[float]], where: str) -> tuple[Window, ...]:
   """Validated [start, end) windows: 0 <= start < end, each end < the next start."""
-  result = []
+  result: list[Window] = []
   for k, window in enumerate(windows):
     if not isinstance(window, (list, tuple)) or len(window) != 2:
       raise ValueError(f'{where}: window {k}={window!r}; must be a [start, end] pair')
@@ -161,7 +161,9 @@ def _load_json(path: pathlib.Path) -> Trace:
   return Trace(tuple(by_id[i] for i in range(len(by_id))), str(path))
 
 
-def _csv_rows(path: pathlib.Path, headers: Sequence[Sequence[str]]):
+def _csv_rows(
+  path: pathlib.Path, headers: Sequence[Sequence[str]]
+) -> tuple[list[str], list[tuple[int, list[str]]]]:
   """(header, [(line number, row)]) of a CSV whose header is one of `headers`."""
   with path.open(newline='') as f:
     rows = [
@@ -210,8 +212,9 @@ def _load_csv(path: pathlib.Path, windows_path: pathlib.Path | None) -> Trace:
       for cell, name in zip(row[1:], ('step_time', 'communication_time', 'overhead'))
     ]
     values += [0.0] * (3 - len(values))
-    _check_speeds(*values, where)
-    speeds[client_id] = tuple(values)
+    step_time, communication_time, overhead = values
+    _check_speeds(step_time, communication_time, overhead, where)
+    speeds[client_id] = (step_time, communication_time, overhead)
   _check_ids(list(speeds), str(path))
   windows: dict[int, list[Window]] = {}
   if windows_path is not None:
@@ -289,7 +292,7 @@ class TraceLatency:
     *,
     trace: Trace | str | pathlib.Path,
     jitter: float = 0.0,
-  ):
+  ) -> None:
     if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
       raise ValueError(f'latency.num_clients={num_clients!r}; must be an int >= 1')
     if not isinstance(rng, np.random.Generator):
@@ -326,7 +329,7 @@ class WindowAvailability:
     windows: per client, a sequence of sorted, separated (start, end) pairs, or None.
   """
 
-  def __init__(self, windows: Sequence[Sequence[Sequence[float]] | None]):
+  def __init__(self, windows: Sequence[Sequence[Sequence[float]] | None]) -> None:
     self._starts: list[list[float] | None] = []
     self._ends: list[list[float] | None] = []
     for i, client_windows in enumerate(windows):
@@ -342,26 +345,27 @@ class WindowAvailability:
   def num_clients(self) -> int:
     return len(self._starts)
 
-  def _window(self, client_id: int, time: float) -> int:
+  @staticmethod
+  def _window(starts: list[float], time: float) -> int:
     """Index of the last window starting at or before `time` (-1 if none)."""
-    return bisect.bisect_right(self._starts[client_id], time) - 1
+    return bisect.bisect_right(starts, time) - 1
 
   def next_available(self, client_id: int, time: float) -> float:
-    starts = self._starts[client_id]
-    if starts is None:
+    starts, ends = self._starts[client_id], self._ends[client_id]
+    if starts is None or ends is None:
       return time
-    k = self._window(client_id, time)
-    if k >= 0 and time < self._ends[client_id][k]:
+    k = self._window(starts, time)
+    if k >= 0 and time < ends[k]:
       return time
     return starts[k + 1] if k + 1 < len(starts) else math.inf
 
   def online_until(self, client_id: int, time: float) -> float:
-    starts = self._starts[client_id]
-    if starts is None:
+    starts, ends = self._starts[client_id], self._ends[client_id]
+    if starts is None or ends is None:
       return math.inf
-    k = self._window(client_id, time)
-    if k >= 0 and time < self._ends[client_id][k]:
-      return self._ends[client_id][k]
+    k = self._window(starts, time)
+    if k >= 0 and time < ends[k]:
+      return ends[k]
     raise ValueError(f'availability: client {client_id} is offline at t={time}')
 
 
@@ -380,7 +384,7 @@ class TraceAvailability(WindowAvailability):
     rng: np.random.Generator | None = None,
     *,
     trace: Trace | str | pathlib.Path,
-  ):
+  ) -> None:
     del rng
     if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
       raise ValueError(f'availability.num_clients={num_clients!r}; must be an int >= 1')
@@ -404,7 +408,7 @@ class PeriodicAvailability:
 
   def __init__(
     self, num_clients: int, rng: np.random.Generator, *, online_fraction: float, period: float
-  ):
+  ) -> None:
     if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
       raise ValueError(f'availability.num_clients={num_clients!r}; must be an int >= 1')
     if not isinstance(rng, np.random.Generator):
