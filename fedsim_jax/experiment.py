@@ -23,10 +23,11 @@ from fedsim_jax import config as config_lib
 from fedsim_jax.client import client_optimizer
 from fedsim_jax.data import partition as partition_lib
 from fedsim_jax.data.federated import FederatedDataset
-from fedsim_jax.data.lazy import LazyExecutor, LazyFederation
+from fedsim_jax.data.lazy import LazyFederation
 from fedsim_jax.data.loading import load_dataset
 from fedsim_jax.executor import Executor
 from fedsim_jax.executor.choice import model_has_convolution, resolve_execution, resolve_threads
+from fedsim_jax.executor.lazy import LazyExecutor
 from fedsim_jax.metrics import MetricsWriter, make_evaluator, summarize, write_json
 from fedsim_jax.models import Model, get_model
 from fedsim_jax.runtime import Simulation, StopCondition
