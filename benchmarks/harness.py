@@ -30,7 +30,7 @@ import sys
 from absl import app, flags
 
 from fedsim_jax import cli
-from fedsim_jax.reproduce.sweep import FlagError, parse_list
+from fedsim_jax.cli import FlagError, parse_list
 
 # The case names, repeated here so that flag errors do not wait for JAX to import.
 _CASES = ('sync_mlp', 'sync_cnn', 'fedbuff_mlp', 'compass_mlp', 'scheduling')

@@ -38,10 +38,10 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   # Imported here so that `--help` and flag errors stay fast.
+  from fedsim_jax.cli import FlagError, parse_list
   from fedsim_jax.config import ConfigError
   from fedsim_jax.data.errors import CorruptDatasetError, DatasetNotFoundError
   from fedsim_jax.experiment import run_experiment, run_experiments_lockstep
-  from fedsim_jax.reproduce.sweep import FlagError, parse_list
 
   config = _CONFIG.value
   name = os.path.splitext(os.path.basename(flags.FLAGS['config'].config_filename))[0]
