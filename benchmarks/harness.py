@@ -5,7 +5,7 @@
   .venv/bin/python benchmarks/harness.py --quick              # tiny sizes: a smoke test
   .venv/bin/python benchmarks/harness.py --cases=sync_cnn --torch_threads=1 --measure_seconds=30
 
-Cases (`fedsim_jax/benchmarking.py` documents the strategies and figures):
+Cases (`benchmarks/harness_lib.py` documents the strategies and figures):
   sync_mlp     sync FedAvg, 100 clients/round x 10 steps x B=32, MLP 784-200-200-10:
                fedsim_vmap, fedsim_loop, jax_client_loop, torch_client_loop, roofline.
   sync_cnn     the same with the MNIST CNN (582k params), 4 of 8 clients/round (a vmap round
@@ -27,13 +27,10 @@ from __future__ import annotations
 import os
 import sys
 
-# As a script, Python puts this file's folder on sys.path, not the repo root with `experiments`.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 from absl import app, flags
 
-from experiments.sweep import FlagError, parse_list
 from fedsim_jax import cli
+from fedsim_jax.cli import FlagError, parse_list
 
 # The case names, repeated here so that flag errors do not wait for JAX to import.
 _CASES = ('sync_mlp', 'sync_cnn', 'fedbuff_mlp', 'compass_mlp', 'scheduling')
@@ -77,18 +74,19 @@ def main(argv: list[str]) -> None:
     except OSError as error:
       cli.fail(f'--output={_OUTPUT.value}: {error.strerror or error}')
   cli.quiet_logging()
-  from fedsim_jax import benchmarking  # Deferred: JAX start-up after the flag checks.
+  # Deferred: JAX start-up after the flag checks. Found next to this script (sys.path[0]).
+  import harness_lib
 
-  if benchmarking.CASES != _CASES:
-    cli.fail(f'harness case list {_CASES} differs from benchmarking.CASES {benchmarking.CASES}')
+  if harness_lib.CASES != _CASES:
+    cli.fail(f'harness case list {_CASES} differs from harness_lib.CASES {harness_lib.CASES}')
   records = []
   try:
     for case in cases:
-      for record in benchmarking.run_case(
+      for record in harness_lib.run_case(
         case, quick=_QUICK.value, measure_seconds=seconds, torch_threads=threads
       ):
         records.append(record)
-        line = benchmarking.json_line(record)
+        line = harness_lib.json_line(record)
         print(line, flush=True)
         if output is not None:
           output.write(line + '\n')
@@ -97,7 +95,7 @@ def main(argv: list[str]) -> None:
     if output is not None:
       output.close()
   print()
-  print(benchmarking.markdown_report(records, quick=_QUICK.value))
+  print(harness_lib.markdown_report(records, quick=_QUICK.value))
   sys.stdout.flush()
 
 

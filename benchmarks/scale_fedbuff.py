@@ -29,9 +29,10 @@ from absl import app, flags
 from fedsim_jax import cli
 from fedsim_jax.client.local_update import sgd_client_update
 from fedsim_jax.data.federated import FederatedDataset
-from fedsim_jax.data.lazy import LazyExecutor, LazyFederation
+from fedsim_jax.data.lazy import LazyFederation
 from fedsim_jax.executor import Executor
 from fedsim_jax.executor.choice import resolve_execution, resolve_threads
+from fedsim_jax.executor.lazy import LazyExecutor
 from fedsim_jax.metrics import make_evaluator
 from fedsim_jax.models import get_model
 from fedsim_jax.runtime import PerStepLatency, Simulation, StopCondition

@@ -15,8 +15,9 @@ from __future__ import annotations
 import os
 import sys
 
-# As a script, Python puts this file's folder on sys.path, not the repo root with `experiments`.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# As a script, Python puts this file's folder on sys.path; user modules named by
+# `--config.algorithm.module` are found from the working directory, as with `python -m`.
+sys.path.insert(0, os.getcwd())
 
 from absl import app, flags
 from ml_collections import config_flags
@@ -50,7 +51,7 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   # Imported here so that `--help` and flag errors stay fast.
-  from experiments.sweep import FlagError, parse_list
+  from fedsim_jax.cli import FlagError, parse_list
   from fedsim_jax.config import ConfigError
   from fedsim_jax.data.errors import CorruptDatasetError, DatasetNotFoundError
   from fedsim_jax.experiment import run_experiment, run_experiments_lockstep

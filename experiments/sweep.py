@@ -18,10 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fedsim_jax import cli
-
-
-class FlagError(ValueError):
-  """An invalid flag value; its message is one line."""
+from fedsim_jax.cli import FlagError, parse_list
 
 
 def check_choice(name: str, value: Any, allowed: Sequence[Any]) -> None:
@@ -75,30 +72,6 @@ def set_existing(config: Any, path: str, value: Any) -> None:
       'fedsim_jax.config.base_config'
     )
   set_by_path(config, path, value)
-
-
-def parse_list(
-  name: str, text: str, convert: Callable[[str], Any], check: Callable[[Any], bool], allowed: str
-) -> list:
-  """Parses the comma list `--name=text`: converted, checked, duplicates dropped, order kept.
-
-  Raises:
-    FlagError: an item does not convert or fails `check`; the message names the flag and
-      `allowed`.
-  """
-  values = []
-  for item in (item.strip() for item in text.split(',')):
-    if not item:
-      continue
-    try:
-      value = convert(item)
-    except ValueError:
-      value = None
-    if value is None or not check(value):
-      raise FlagError(f'--{name}={text!r}: {item!r} is invalid; allowed values: {allowed}')
-    if value not in values:
-      values.append(value)
-  return values
 
 
 Override = tuple[str | None, str, Any]  # (algorithm or None for every run, setting, value)

@@ -1,7 +1,17 @@
 """fedsim_jax: a JAX-vectorised simulator for federated learning on heterogeneous clients.
 
-Layers (each imports only those above it in this list):
-  data -> models -> client -> executor -> runtime -> strategy -> metrics -> experiment
+Layers, bottom to top; a layer imports only the rows below it (tests/test_import_graph.py):
+  settings                     (ConfigError and typed, self-validating settings)
+  data, models                 (side by side: neither imports the other)
+  client
+  executor
+  metrics
+  runtime
+  strategy                     (schedulers, aggregators, client objectives)
+  algorithms                   (one module per family: settings + registered factory)
+  config, compilation_cache    (side by side)
+  experiment
+  cli
 """
 
 __version__ = '0.1.0'

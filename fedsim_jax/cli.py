@@ -1,13 +1,19 @@
-"""Shared pieces of the absl binaries: one-line errors with exit code 2, quiet logging."""
+"""Shared pieces of the absl binaries: one-line errors with exit code 2, comma-list flags, quiet
+logging."""
 
 from __future__ import annotations
 
 import logging as pylogging
 import re
 import sys
-from typing import NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 from absl import flags, logging
+
+
+class FlagError(ValueError):
+  """An invalid flag value; its message is one line."""
 
 
 def fail(message: str) -> NoReturn:
@@ -43,3 +49,27 @@ def quiet_logging(verbose_by_default: bool = False) -> None:
     logging.set_verbosity(logging.INFO)
   elif not flags.FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)
+
+
+def parse_list(
+  name: str, text: str, convert: Callable[[str], Any], check: Callable[[Any], bool], allowed: str
+) -> list:
+  """Parses the comma list `--name=text`: converted, checked, duplicates dropped, order kept.
+
+  Raises:
+    FlagError: an item does not convert or fails `check`; the message names the flag and
+      `allowed`.
+  """
+  values = []
+  for item in (item.strip() for item in text.split(',')):
+    if not item:
+      continue
+    try:
+      value = convert(item)
+    except ValueError:
+      value = None
+    if value is None or not check(value):
+      raise FlagError(f'--{name}={text!r}: {item!r} is invalid; allowed values: {allowed}')
+    if value not in values:
+      values.append(value)
+  return values

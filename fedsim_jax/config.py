@@ -19,23 +19,11 @@ from ml_collections import config_dict
 
 from fedsim_jax.client.local_update import CLIENT_OPTIMIZERS
 from fedsim_jax.data.federated import SAMPLING_MODES
+from fedsim_jax.data.partition import BUDGET_SKEWS, PARTITIONS
 from fedsim_jax.executor.choice import BACKEND_SETTINGS, STEP_LOOP_SETTINGS
 from fedsim_jax.models import MODELS
 from fedsim_jax.runtime.latency.registry import AVAILABILITY_MODELS, LATENCY_MODELS
 from fedsim_jax.settings import ConfigError, closest
-
-PARTITIONS = (
-  'iid',
-  'dirichlet',
-  'shards',
-  'class',
-  'dual_dirichlet',
-  'gamma_mix',
-  'two_classes',
-  'budget_skewed',
-  'natural',
-)
-BUDGET_SKEWS = ('none', 'high', 'moderate')
 
 
 def base_config() -> ml_collections.ConfigDict:

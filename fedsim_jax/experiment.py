@@ -23,10 +23,11 @@ from fedsim_jax import config as config_lib
 from fedsim_jax.client import client_optimizer
 from fedsim_jax.data import partition as partition_lib
 from fedsim_jax.data.federated import FederatedDataset
-from fedsim_jax.data.lazy import LazyExecutor, LazyFederation
+from fedsim_jax.data.lazy import LazyFederation
 from fedsim_jax.data.loading import load_dataset
 from fedsim_jax.executor import Executor
 from fedsim_jax.executor.choice import model_has_convolution, resolve_execution, resolve_threads
+from fedsim_jax.executor.lazy import LazyExecutor
 from fedsim_jax.metrics import MetricsWriter, make_evaluator, summarize, write_json
 from fedsim_jax.models import Model, get_model
 from fedsim_jax.runtime import Simulation, StopCondition
@@ -194,51 +195,29 @@ def build_federated_dataset(config: ml_collections.ConfigDict) -> FederatedDatas
   central = load_dataset(data.name, data.data_dir)
   seed = config.seed if data.partition_seed is None else data.partition_seed
   try:
-    if data.partition == 'iid':
-      parts = partition_lib.iid(len(central.train_y), data.num_clients, seed)
-    elif data.partition == 'dirichlet':
-      parts = partition_lib.dirichlet(
-        central.train_y,
-        data.num_clients,
-        data.concentration,
-        seed,
-        min_client_size=data.min_client_size,
-        balance=data.balance,
-      )
-    elif data.partition == 'shards':
-      parts = partition_lib.shards(central.train_y, data.num_clients, data.shards_per_client, seed)
-    elif data.partition == 'class':  # None: the paper's settings for this client count
-      classes = None if data.classes_per_client is None else tuple(data.classes_per_client)
-      parts = partition_lib.class_partition(
-        central.train_y, data.num_clients, seed, classes_per_client=classes
-      )
-    elif data.partition == 'dual_dirichlet':
-      parts = partition_lib.dual_dirichlet(
-        central.train_y, data.num_clients, seed, alpha_1=data.alpha_1, alpha_2=data.alpha_2
-      )
-    elif data.partition == 'gamma_mix':
-      parts = partition_lib.gamma_mix(central.train_y, data.num_clients, data.gamma, seed)
-    elif data.partition == 'budget_skewed':  # the p_i the algorithm draws (same seed stream)
-      parts = partition_lib.budget_skewed(
-        central.train_y,
-        data.num_clients,
-        seed,
-        budgets=client_budgets(config, data.num_clients),
-        skew=data.budget_skew,
-        shards_per_client=data.shards_per_client,
-        skewed_fraction=data.skewed_fraction,
-      )
-    elif data.partition == 'natural':
-      if central.train_client_ids is None:
-        raise ValueError(
-          f'dataset {central.name!r} has no natural client ids; allowed '
-          'datasets: those with a client_id feature (e.g. shakespeare)'
-        )
-      parts, _ = partition_lib.natural(
-        central.train_client_ids, min_client_size=max(data.min_client_size, 1)
-      )
-    else:
-      parts = partition_lib.two_classes_per_client(central.train_y, data.num_clients, seed)
+    # budget_skewed's shards follow the p_i the algorithm draws (from the same seed stream).
+    budgets = (
+      client_budgets(config, data.num_clients) if data.partition == 'budget_skewed' else None
+    )
+    parts = partition_lib.partition_by_name(
+      data.partition,
+      central.train_y,
+      data.num_clients,
+      seed,
+      client_ids=central.train_client_ids,
+      dataset_name=central.name,
+      budgets=budgets,
+      concentration=data.concentration,
+      min_client_size=data.min_client_size,
+      balance=data.balance,
+      shards_per_client=data.shards_per_client,
+      classes_per_client=data.classes_per_client,
+      alpha_1=data.alpha_1,
+      alpha_2=data.alpha_2,
+      gamma=data.gamma,
+      budget_skew=data.budget_skew,
+      skewed_fraction=data.skewed_fraction,
+    )
     straggler_mask = None
     if data.straggler_classes is not None:
       parts, straggler_mask = partition_lib.straggler_domain_split(

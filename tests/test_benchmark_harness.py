@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from fedsim_jax import benchmarking
+from benchmarks import harness_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BINARY = os.path.join(ROOT, 'benchmarks', 'harness.py')
@@ -59,7 +59,7 @@ def test_quick_run_measures_every_case_and_strategy(tmp_path):
   assert [(r['case'], r['strategy']) for r in records] == EXPECTED
   assert output.read_text(encoding='utf-8').splitlines() == lines
   for r in records:
-    assert set(benchmarking.FIELDS) <= set(r), r
+    assert set(harness_lib.FIELDS) <= set(r), r
     assert _positive(r['peak_rss_mb']), r
     if r.get('skipped'):
       assert r['strategy'] == 'torch_client_loop'
@@ -83,7 +83,7 @@ def test_quick_run_measures_every_case_and_strategy(tmp_path):
       assert isinstance(r['programs'], int) and r['programs'] >= 1, r
     if r['strategy'].startswith('fedsim_loop'):  # one task per core unless told otherwise
       assert r['threads'] == (
-        1 if r['strategy'].endswith('_1thread') else benchmarking.cpu_cores()
+        1 if r['strategy'].endswith('_1thread') else harness_lib.cpu_cores()
       ), r
     if r['strategy'] == 'torch_client_loop':
       assert r['programs'] is None
@@ -130,9 +130,9 @@ def test_measure_separates_warm_up_from_steady_state():
   def unit():
     time.sleep(0.3 if not calls else 0.01)
     calls.append(1)
-    return benchmarking.Work(examples=100, updates=2)
+    return harness_lib.Work(examples=100, updates=2)
 
-  m = benchmarking.measure(unit, min_seconds=0.0, min_units=3, max_units=3)
+  m = harness_lib.measure(unit, min_seconds=0.0, min_units=3, max_units=3)
   assert m.units == 3 and len(calls) == 4
   assert m.work.examples == 300 and m.work.updates == 6
   assert m.compile_s > 0.1  # the first call's extra time, not its whole time
@@ -158,7 +158,7 @@ def test_report_prints_ratios_to_roofline_torch_and_sync():
     rec('fedbuff_mlp', 'fedsim_vmap', 750.0),
     {**rec('scheduling', 'fedsim_no_training', None), 'events_per_s': 200_000.0},
   ]
-  table = benchmarking.markdown_report(records)
+  table = harness_lib.markdown_report(records)
   rows = {
     tuple(cell.strip() for cell in line.split('|')[1:3]): line
     for line in table.splitlines()

@@ -12,9 +12,10 @@ import pytest
 from fedsim_jax.client import sgd_client_update
 from fedsim_jax.data import partition
 from fedsim_jax.data.federated import FederatedDataset, client_batch
-from fedsim_jax.data.lazy import LazyExecutor, LazyFederation
+from fedsim_jax.data.lazy import LazyFederation
 from fedsim_jax.data.synthetic import toy_federation
 from fedsim_jax.executor import ClientTask, Executor, round_up_to_bucket
+from fedsim_jax.executor.lazy import LazyExecutor
 from fedsim_jax.models import get_model
 
 NUM_CLIENTS = 300_000

@@ -12,10 +12,12 @@ from fedsim_jax.data.federated import (
 from fedsim_jax.data.loading import CentralizedDataset, default_data_dir, load_dataset
 from fedsim_jax.data.partition import (
   PARTITIONERS,
+  PARTITIONS,
   class_partition,
   dirichlet,
   dual_dirichlet,
   iid,
+  partition_by_name,
   shards,
 )
 from fedsim_jax.data.synthetic import toy_federation
@@ -34,10 +36,12 @@ __all__ = [
   'default_data_dir',
   'load_dataset',
   'PARTITIONERS',
+  'PARTITIONS',
   'class_partition',
   'dirichlet',
   'dual_dirichlet',
   'iid',
+  'partition_by_name',
   'shards',
   'toy_federation',
 ]

@@ -17,13 +17,11 @@ same width (the federation's largest client), so `client_batch`'s per-epoch orde
 from the same shapes. A task's result therefore never depends on which other clients share its
 block.
 
-Block shapes are rounded up with `executor.bucketing.round_up_to_bucket` (number of clients and
-number of examples), so a run compiles a few programs, not one per batch; device memory holds
-one block: at most `num_distinct_clients * max_client_size` examples, rounded up.
+Block shapes are rounded up with `round_up_to_bucket` (number of clients and number of
+examples), so a run compiles a few programs, not one per batch; device memory holds one block:
+at most `num_distinct_clients * max_client_size` examples, rounded up.
 
-`LazyExecutor` plugs a `LazyFederation` into an `Executor` without changing it: before each
-`run` it gathers the tasks' clients, swaps the executor's `data` for the block (jitted programs
-take `data` as an argument, never closed over) and renumbers the tasks' clients.
+`executor.lazy.LazyExecutor` plugs a `LazyFederation` into an `Executor` without changing it.
 """
 
 from __future__ import annotations
@@ -35,8 +33,8 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from fedsim_jax.data.bucketing import round_up_to_bucket
 from fedsim_jax.data.federated import ClientDataArrays, FederatedDataset
-from fedsim_jax.executor.bucketing import round_up_to_bucket
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +64,7 @@ class LazyFederation:
   stored grouped by client, e.g. a natural split written client by client). It has the host
   attributes of `FederatedDataset` that the simulator reads (`num_clients`, `client_sizes`,
   `straggler_mask`, `input_shape`, `num_classes`, `test_x`, `test_y`), but no
-  `device_arrays()`: use `gather` / `gather_tasks`, or `LazyExecutor`.
+  `device_arrays()`: use `gather` / `gather_tasks`, or `executor.lazy.LazyExecutor`.
 
   Attributes:
     train_x: `[num_examples, *input_shape]` host array-like (numpy array, `np.memmap`, or an
@@ -281,31 +279,3 @@ class LazyFederation:
       self.num_classes,
       self.straggler_mask,
     )
-
-
-class LazyExecutor:
-  """Runs an executor's batches on per-batch blocks of a `LazyFederation`.
-
-  `executor` is an `executor.Executor` built with any block of `federation` (e.g.
-  `federation.gather([0]).data`); its `data` is replaced before every `run`. Results are
-  those the same executor would give on the eager `FederatedDataset`: row i is `tasks[i]`.
-  Every other attribute (`tasks_run`, `steps_run`, `num_compiled_programs`, ...) is the
-  executor's; `num_compiled_programs` does not count the extra compilations that new block
-  shapes cause (`block_shapes` lists those shapes).
-  """
-
-  def __init__(self, executor: Any, federation: LazyFederation):
-    self.executor = executor
-    self.federation = federation
-    self.block_shapes: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
-
-  def run(self, tasks: Sequence[Any]) -> Any:
-    if not tasks:
-      raise ValueError('LazyExecutor.run needs at least one task')
-    data, local_tasks = self.federation.gather_tasks(tasks)
-    self.block_shapes.add((tuple(data.x.shape), tuple(data.indices.shape)))
-    self.executor.data = self.executor.replicate(data)  # onto the executor's devices
-    return self.executor.run(local_tasks)
-
-  def __getattr__(self, name: str) -> Any:
-    return getattr(self.executor, name)

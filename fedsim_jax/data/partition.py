@@ -25,7 +25,9 @@ per client, which together assign every example exactly once.
   "moderately skewed" across computation-budget levels (Sec. VI-B, Tables IV, V).
 
 `partition(method, labels, num_clients, seed=..., **settings)` dispatches by name
-through `PARTITIONERS`.
+through `PARTITIONERS`. `partition_by_name` dispatches every name in `PARTITIONS`
+(`natural` too) with one set of named settings, as an experiment's `data` config
+gives them.
 
 Two functions have other inputs or outputs and are not in `PARTITIONERS`:
 
@@ -42,7 +44,7 @@ Two functions have other inputs or outputs and are not in `PARTITIONERS`:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -969,3 +971,97 @@ def partition(
   if method == 'iid':
     return iid(len(_check_labels(labels)), num_clients, seed, **settings)
   return PARTITIONERS[method](labels, num_clients, seed=seed, **settings)
+
+
+PARTITIONS = (*PARTITIONERS, 'natural')
+"""Every partition a federation can be built with by name (`partition_by_name`)."""
+
+
+def _given(**settings: object) -> dict[str, object]:
+  """The settings that are not None, so the partitioner's own defaults apply to the rest."""
+  return {name: value for name, value in settings.items() if value is not None}
+
+
+def partition_by_name(
+  name: str,
+  labels: np.ndarray,
+  num_clients: int,
+  seed: int,
+  *,
+  client_ids: np.ndarray | None = None,
+  dataset_name: str | None = None,
+  budgets: np.ndarray | None = None,
+  concentration: float | None = None,
+  min_client_size: int | None = None,
+  balance: bool | None = None,
+  shards_per_client: int | None = None,
+  classes_per_client: int | Sequence[int] | None = None,
+  alpha_1: float | None = None,
+  alpha_2: float | None = None,
+  gamma: float | None = None,
+  budget_skew: str | None = None,
+  skewed_fraction: float | None = None,
+) -> list[np.ndarray]:
+  """Partitions a dataset's training examples by the partition named `name` (`PARTITIONS`).
+
+  Each partition reads only its own settings; a setting left None takes the partitioner's
+  default (and a required one, such as "dirichlet"'s `concentration`, is reported invalid):
+
+    iid             -
+    dirichlet       concentration, min_client_size, balance
+    shards          shards_per_client
+    class           classes_per_client
+    dual_dirichlet  alpha_1, alpha_2
+    gamma_mix       gamma
+    two_classes     -
+    budget_skewed   budgets (each client's p_i), budget_skew, shards_per_client,
+                    skewed_fraction
+    natural         client_ids (per example; `dataset_name` names the dataset when there are
+                    none), min_client_size (smaller clients are dropped; 0 keeps every one)
+
+  Raises:
+    ValueError: unknown `name`, or settings its partitioner rejects.
+  """
+  if name not in PARTITIONS:
+    raise ValueError(f'name={name!r} is invalid; allowed: {", ".join(PARTITIONS)}')
+  if name == 'natural':
+    if client_ids is None:
+      raise ValueError(
+        f'dataset {dataset_name!r} has no natural client ids; allowed '
+        'datasets: those with a client_id feature (e.g. shakespeare)'
+      )
+    # natural has no empty clients to keep, so a minimum of 0 means the same as 1.
+    minimum = 1 if min_client_size is None else max(min_client_size, 1)
+    parts, _ = natural(client_ids, min_client_size=minimum)
+    return parts
+  if name == 'iid':  # from the example count: labels may be sequences (next-token datasets)
+    return iid(len(labels), num_clients, seed)
+  if name == 'dirichlet':
+    return dirichlet(
+      labels,
+      num_clients,
+      concentration,
+      seed,
+      **_given(min_client_size=min_client_size, balance=balance),
+    )
+  if name == 'shards':
+    return shards(labels, num_clients, shards_per_client, seed)
+  if name == 'class':  # a config gives the (n_min, n_max) pair as any sequence
+    if isinstance(classes_per_client, Sequence):
+      classes_per_client = tuple(classes_per_client)
+    return class_partition(labels, num_clients, seed, classes_per_client=classes_per_client)
+  if name == 'dual_dirichlet':
+    return dual_dirichlet(labels, num_clients, seed, alpha_1=alpha_1, alpha_2=alpha_2)
+  if name == 'gamma_mix':
+    return gamma_mix(labels, num_clients, gamma, seed)
+  if name == 'budget_skewed':
+    return budget_skewed(
+      labels,
+      num_clients,
+      seed,
+      budgets=budgets,
+      **_given(
+        skew=budget_skew, shards_per_client=shards_per_client, skewed_fraction=skewed_fraction
+      ),
+    )
+  return two_classes_per_client(labels, num_clients, seed)

@@ -1,6 +1,6 @@
 """Executor layer: runs batches of client tasks (vmap / loop backends, bucketing)."""
 
-from fedsim_jax.executor.bucketing import round_up_to_bucket
+from fedsim_jax.data.bucketing import round_up_to_bucket
 from fedsim_jax.executor.executor import (
   BACKENDS,
   STEP_LOOPS,
@@ -9,6 +9,7 @@ from fedsim_jax.executor.executor import (
   NoTrainingExecutor,
   TaskBatchResult,
 )
+from fedsim_jax.executor.lazy import LazyExecutor
 
 __all__ = [
   'round_up_to_bucket',
@@ -18,4 +19,5 @@ __all__ = [
   'Executor',
   'NoTrainingExecutor',
   'TaskBatchResult',
+  'LazyExecutor',
 ]

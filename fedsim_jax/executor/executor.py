@@ -19,8 +19,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from fedsim_jax.client.local_update import ClientUpdate
 from fedsim_jax.client.runner import local_step, run_local_training
+from fedsim_jax.data.bucketing import round_up_to_bucket
 from fedsim_jax.data.federated import BatchCursor, ClientDataArrays
-from fedsim_jax.executor.bucketing import round_up_to_bucket
 from fedsim_jax.models import Params
 
 BACKENDS = ('vmap', 'loop')

@@ -56,6 +56,62 @@ def test_deterministic_by_seed(method: str) -> None:
   assert not all(np.array_equal(a, b) for a, b in zip(first, other, strict=True))
 
 
+# `partition_by_name` takes an experiment config's setting names (budget_skewed's `skew` is
+# `budget_skew` there).
+BY_NAME = {
+  method: {('budget_skew' if key == 'skew' else key): value for key, value in settings.items()}
+  for method, settings in CASES.items()
+}
+
+
+def test_partition_names_are_the_partitioners_and_natural() -> None:
+  assert partition.PARTITIONS == (*partition.PARTITIONERS, 'natural')
+
+
+@pytest.mark.parametrize('method', CASES)
+def test_partition_by_name_is_the_partitioner(method: str) -> None:
+  by_name = partition.partition_by_name(method, LABELS, 20, 5, **BY_NAME[method])
+  assert all(np.array_equal(a, b) for a, b in zip(by_name, _run(method, seed=5), strict=True))
+
+
+def test_partition_by_name_ignores_other_partitions_settings() -> None:
+  others = dict(concentration=0.1, shards_per_client=4, gamma=0.9, alpha_1=3.0, min_client_size=0)
+  parts = partition.partition_by_name('class', LABELS, 20, 5, classes_per_client=[2, 3], **others)
+  assert all(np.array_equal(a, b) for a, b in zip(parts, _run('class', seed=5), strict=True))
+
+
+def test_partition_by_name_natural_groups_by_client_id() -> None:
+  client_ids = np.array([3, 1, 3, 3, 1, 7])
+  assert [
+    p.tolist()
+    for p in partition.partition_by_name(
+      'natural', LABELS[:6], 0, 0, client_ids=client_ids, min_client_size=0
+    )
+  ] == [[1, 4], [0, 2, 3], [5]]
+  assert [
+    p.tolist()
+    for p in partition.partition_by_name(
+      'natural', LABELS[:6], 0, 0, client_ids=client_ids, min_client_size=2
+    )
+  ] == [[1, 4], [0, 2, 3]]
+
+
+@pytest.mark.parametrize(
+  ('call', 'message'),
+  [
+    (lambda: partition.partition_by_name('bogus', LABELS, 5, 0), "name='bogus' is invalid"),
+    (lambda: partition.partition_by_name('dirichlet', LABELS, 5, 0), 'concentration=None'),
+    (
+      lambda: partition.partition_by_name('natural', LABELS, 5, 0, dataset_name='digits'),
+      "dataset 'digits' has no natural client ids",
+    ),
+  ],
+)
+def test_partition_by_name_errors(call, message: str) -> None:
+  with pytest.raises(ValueError, match=message):
+    call()
+
+
 def test_iid_sizes_differ_by_at_most_one() -> None:
   sizes = [part.size for part in partition.iid(1003, 10, seed=0)]
   assert max(sizes) - min(sizes) <= 1 and sum(sizes) == 1003

@@ -1,4 +1,8 @@
-"""Shape bucketing: round sizes up so a whole experiment compiles few programs."""
+"""Shape bucketing: round sizes up so a whole experiment compiles few programs.
+
+The executor buckets task and step counts, the runtime aggregation batches, and a
+`LazyFederation` its gathered blocks; it lives in the bottom layer so all of them can use it.
+"""
 
 from __future__ import annotations
 
