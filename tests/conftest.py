@@ -5,11 +5,18 @@ import pytest
 from fedsim_jax import compilation_cache
 from fedsim_jax.data.federated import FederatedDataset
 from fedsim_jax.data.synthetic import toy_federation as make_toy_federation
+from tests.helpers import make_tiny_config
 
 # Every test shares compiled programs with the earlier tests of its worker, as runs of one
 # process do by default (`run.compilation_cache = 'process'`): many tests build the same
 # client, aggregation and evaluation programs afresh.
 compilation_cache.enable('process')
+
+
+@pytest.fixture
+def tiny_config():
+  """`make_tiny_config(algorithm, data_dir, clients=, slots=, **overrides)` (tests/helpers.py)."""
+  return make_tiny_config
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from fedsim_jax import compilation_cache
 from fedsim_jax.config import ConfigError, base_config, validate
 from fedsim_jax.data.synthetic import toy_federation
 from fedsim_jax.experiment import run_experiment
+from tests.helpers import make_tiny_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -113,17 +114,7 @@ def test_invalid_setting_names_the_setting(value):
 
 
 def _tiny_config(setting):
-  config = base_config()
-  config.algorithm.name = 'fedbuff'
-  config.data.num_clients = 6
-  config.model.hidden_sizes = (16,)
-  config.client.local_steps = 3
-  config.client.batch_size = 8
-  config.algorithm.kwargs.update(concurrency=3, buffer_size=2)
-  config.run.num_rounds = 4
-  config.run.eval_every = 2
-  config.run.compilation_cache = setting
-  return config
+  return make_tiny_config('fedbuff', **{'run.compilation_cache': setting})
 
 
 def test_runs_give_the_same_results_with_and_without_the_cache(tmp_path, cache_hits):

@@ -9,31 +9,32 @@ import time
 import pytest
 
 from fedsim_jax import algorithms, experiment
-from fedsim_jax.config import ConfigError, base_config, set_by_path, validate
+from fedsim_jax.config import ConfigError, base_config, validate
 from fedsim_jax.data.synthetic import toy_federation as make_toy_federation
 from fedsim_jax.experiment import run_experiment
+from tests.helpers import make_tiny_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _tiny_digits_config(data_dir, **overrides):
-  config = base_config()
-  config.data.name = 'digits'
-  config.data.data_dir = str(data_dir)
-  config.data.num_clients = 10
-  config.data.partition = 'iid'
-  config.model.hidden_sizes = (32,)
-  config.client.learning_rate = 0.1
-  config.client.local_steps = 5
-  config.algorithm.kwargs.cohort_size = 4
-  config.latency.per_step.distribution = 'exponential'
-  config.latency.per_step.jitter = 0.05
-  config.run.num_rounds = 6
-  config.run.eval_every = 2
-  config.run.target_accuracy = 0.5
-  for key, value in overrides.items():
-    set_by_path(config, key, value)
-  return config
+  return make_tiny_config(
+    'fedavg',
+    data_dir,
+    clients=10,
+    slots=4,
+    **{
+      'data.partition': 'iid',
+      'model.hidden_sizes': (32,),
+      'client.batch_size': 32,
+      'client.local_steps': 5,
+      'latency.per_step.distribution': 'exponential',
+      'latency.per_step.jitter': 0.05,
+      'run.num_rounds': 6,
+      'run.target_accuracy': 0.5,
+      **overrides,
+    },
+  )
 
 
 def _read_metrics(workdir):

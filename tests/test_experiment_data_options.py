@@ -9,24 +9,24 @@ import pytest
 from fedsim_jax.config import ConfigError, base_config, set_by_path, validate
 from fedsim_jax.data.lazy import LazyFederation
 from fedsim_jax.experiment import build_federated_dataset, run_experiment
+from tests.helpers import make_tiny_config
 
 
 def _digits_config(data_dir, **overrides):
-  config = base_config()
-  config.data.name = 'digits'
-  config.data.data_dir = str(data_dir)
-  config.data.num_clients = 10
-  config.data.partition = 'dirichlet'
-  config.data.min_client_size = 5
-  config.model.hidden_sizes = (16,)
-  config.client.learning_rate = 0.1
-  config.client.local_steps = 3
-  config.algorithm.kwargs.cohort_size = 4
-  config.run.num_rounds = 3
-  config.run.eval_every = 1
-  for key, value in overrides.items():
-    set_by_path(config, key, value)
-  return config
+  return make_tiny_config(
+    'fedavg',
+    data_dir,
+    clients=10,
+    slots=4,
+    **{
+      'data.partition': 'dirichlet',
+      'data.min_client_size': 5,
+      'client.batch_size': 32,
+      'run.num_rounds': 3,
+      'run.eval_every': 1,
+      **overrides,
+    },
+  )
 
 
 def _metrics(workdir):

@@ -5,36 +5,24 @@ import os
 
 import pytest
 
-from fedsim_jax.config import ConfigError, base_config, set_by_path
+from fedsim_jax.config import ConfigError, set_by_path
 from fedsim_jax.experiment import run_experiment, run_experiments_lockstep
+from tests.helpers import make_tiny_config
 
 
 def _config(data_dir, seed, algorithm='fedavg', backend='vmap'):
-  config = base_config()
-  config.seed = seed
-  config.algorithm.name = algorithm
-  config.data.name = 'digits'
-  config.data.data_dir = str(data_dir)
-  config.data.num_clients = 5
-  config.data.min_client_size = 5
-  config.model.hidden_sizes = (16,)
-  config.client.learning_rate = 0.1
-  config.client.batch_size = 8
-  if algorithm == 'fedavg':
-    config.algorithm.kwargs.cohort_size = 5
-  elif algorithm == 'fedbuff':
-    config.algorithm.kwargs.update(concurrency=3, buffer_size=2)
-  config.latency.per_step.distribution = 'exponential'
-  config.latency.per_step.jitter = 0.1
-  config.executor.backend = backend
-  config.run.num_rounds = 6
-  config.run.eval_every = 2
-  if algorithm == 'fedcompass':
-    config.client.local_steps = None
-    config.algorithm.kwargs.update(q_min=2, q_max=10)
-  else:
-    config.client.local_steps = 4
-  return config
+  overrides = {
+    'seed': seed,
+    'data.min_client_size': 5,
+    'latency.per_step.distribution': 'exponential',
+    'latency.per_step.jitter': 0.1,
+    'executor.backend': backend,
+    'run.num_rounds': 6,
+  }
+  if algorithm != 'fedcompass':
+    overrides['client.local_steps'] = 4
+  slots = 5 if algorithm == 'fedavg' else 3
+  return make_tiny_config(algorithm, data_dir, clients=5, slots=slots, **overrides)
 
 
 def _schedule(row):
