@@ -1,2 +1,2 @@
-# Packages, so that tests/experiments/test_fedcompass.py and tests/test_fedcompass.py (and the
-# other kit tests) import under distinct module names.
+# Test folders mirror the package (tests/<layer>/ for fedsim_jax/<layer>/) and are packages, so
+# that files of the same name in different folders import under distinct module names.

@@ -19,7 +19,7 @@ def choose_without_replacement(rng: np.random.Generator, pool: np.ndarray, k: in
   For k = 1, `Generator.choice` (Floyd's algorithm) makes one bounded integer draw over the
   pool, the same draw as `rng.integers(len(pool))`, at a sixth of the cost; asynchronous
   schedulers refill one freed slot per arrival, so this is on their hot path.
-  `tests/test_scheduling_properties.py` checks the two agree.
+  `tests/runtime/test_scheduling_properties.py` checks the two agree.
   """
   if k == 1:
     return pool[rng.integers(len(pool))][None]

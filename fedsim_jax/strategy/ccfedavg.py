@@ -19,7 +19,7 @@ zero delta (the paper's proof sets the "virtual" history to 0); with the schedul
 `storage='client'` keeps each client's history on the host, as Algorithm 1 (clients store and
 send their estimate); `storage='server'` keeps it in the jitted server state and skipping clients
 send one bit, as Algorithm 2 (use it with `ccfedavg_server_aggregator`). Both give the same
-models (tests/test_ccfedavg.py).
+models (tests/strategy/test_ccfedavg.py).
 """
 
 from __future__ import annotations

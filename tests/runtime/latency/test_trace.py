@@ -15,7 +15,7 @@ from fedsim_jax.runtime.latency.trace import (
   load_trace,
 )
 
-EXAMPLE = pathlib.Path(__file__).parents[2] / 'configs' / 'traces' / 'example_trace.json'
+EXAMPLE = pathlib.Path(__file__).parents[3] / 'configs' / 'traces' / 'example_trace.json'
 
 
 def _write(tmp_path, name, text):

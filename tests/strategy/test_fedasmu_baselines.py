@@ -631,7 +631,7 @@ def test_invalid_settings_name_the_setting(algorithm, field, value, match):
 
 @pytest.mark.parametrize('name', ['fedprox', 'moon', 'feddyn', 'port', 'asofed', 'fedsa'])
 def test_shipped_configs_are_valid_and_use_lenet5(name):
-  path = pathlib.Path(__file__).resolve().parents[1] / 'configs' / f'{name}_fashion_mnist.py'
+  path = pathlib.Path(__file__).resolve().parents[2] / 'configs' / f'{name}_fashion_mnist.py'
   spec = importlib.util.spec_from_file_location(name, path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)

@@ -13,7 +13,7 @@ import pytest
 
 from fedsim_jax.config import ConfigError, base_config, validate
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _SCRIPT = textwrap.dedent("""
     import json, os, sys, tempfile

@@ -47,7 +47,7 @@ from fedsim_jax.strategy.feast_msg import (
   feast_aggregator,
 )
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FED = toy_federation(num_clients=12, min_size=4, max_size=12)
 
 # ---- A scripted federation: one-hot deltas, fixed per-task latencies -----------------------

@@ -21,7 +21,7 @@ from fedsim_jax.runtime.latency import (
   make_latency,
 )
 
-EXAMPLE = pathlib.Path(__file__).parents[2] / 'configs' / 'traces' / 'example_trace.json'
+EXAMPLE = pathlib.Path(__file__).parents[3] / 'configs' / 'traces' / 'example_trace.json'
 SIZES = np.array([5, 100, 40])
 SETTINGS = {
   'per_step': ({'mean': 0.5}, PerStepLatency),
