@@ -19,9 +19,9 @@ import optax
 from fedsim_jax.algorithms.base import Algorithm, BuildContext, RunFacts, register
 from fedsim_jax.algorithms.groups import (
   ClientTermsSettings,
+  CohortSizeSettings,
   LocalWorkSettings,
   ServerEmaSettings,
-  _at_most_clients,
 )
 from fedsim_jax.settings import ConfigError, boolean, number, one_of, positive, setting
 from fedsim_jax.strategy import budgets
@@ -40,8 +40,7 @@ ESTIMATOR_OF = {
 
 
 @dataclasses.dataclass(frozen=True)
-class BudgetSettings(LocalWorkSettings, ClientTermsSettings, ServerEmaSettings):
-  cohort_size: int = setting(10, positive(integer=True), 'clients selected per round')
+class BudgetSettings(CohortSizeSettings, LocalWorkSettings, ClientTermsSettings, ServerEmaSettings):
   budget_rule: str = setting(
     'beta', one_of(BUDGET_RULES), "p_i = 2^-floor(beta i / N), 'two_group' or 'uniform'"
   )
@@ -59,7 +58,6 @@ class BudgetSettings(LocalWorkSettings, ClientTermsSettings, ServerEmaSettings):
 
   def check_run(self, name: str, run: RunFacts, prefix: str) -> None:
     super().check_run(name, run, prefix)
-    _at_most_clients(f'{prefix}cohort_size', self.cohort_size, run.num_clients, 'data.num_clients')
     if name == 'fedavg_dropout' and run.num_rounds is None:
       raise ConfigError(
         'run.num_rounds: fedavg_dropout needs it (a client trains for p_i x num_rounds rounds); '
@@ -70,10 +68,6 @@ class BudgetSettings(LocalWorkSettings, ClientTermsSettings, ServerEmaSettings):
         'client.local_steps=None is invalid with fednova_budget (K); allowed values: an '
         'integer >= 1'
       )
-
-  def check_federation(self, num_clients: int, prefix: str) -> None:
-    super().check_federation(num_clients, prefix)
-    _at_most_clients(f'{prefix}cohort_size', self.cohort_size, num_clients, 'the federation size')
 
   def client_budgets(self, num_clients: int, seed: int) -> np.ndarray:
     """p_i of every client (Sec. III-B and VI), from its own stream of the run seed."""

@@ -8,29 +8,20 @@ import dataclasses
 
 import numpy as np
 
-from fedsim_jax.algorithms.base import Algorithm, BuildContext, RunFacts, register
+from fedsim_jax.algorithms.base import Algorithm, BuildContext, register
 from fedsim_jax.algorithms.groups import (
   ClientTermsSettings,
+  CohortSizeSettings,
   LocalWorkSettings,
   ServerEmaSettings,
-  _at_most_clients,
 )
-from fedsim_jax.settings import number, positive, setting
+from fedsim_jax.settings import number, setting
 from fedsim_jax.strategy.fedat import TieredScheduler, fedat_aggregator, speed_tiers
 
 
 @dataclasses.dataclass(frozen=True)
-class FedATSettings(LocalWorkSettings, ClientTermsSettings, ServerEmaSettings):
-  cohort_size: int = setting(10, positive(integer=True), 'clients per tier round')
+class FedATSettings(CohortSizeSettings, LocalWorkSettings, ClientTermsSettings, ServerEmaSettings):
   tier_ratio: float = setting(2.0, number(minimum=1), 'v: slowest / fastest step time in a tier')
-
-  def check_run(self, name: str, run: RunFacts, prefix: str) -> None:
-    super().check_run(name, run, prefix)
-    _at_most_clients(f'{prefix}cohort_size', self.cohort_size, run.num_clients, 'data.num_clients')
-
-  def check_federation(self, num_clients: int, prefix: str) -> None:
-    super().check_federation(num_clients, prefix)
-    _at_most_clients(f'{prefix}cohort_size', self.cohort_size, num_clients, 'the federation size')
 
 
 @register('fedat', FedATSettings)

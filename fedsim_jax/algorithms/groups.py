@@ -87,10 +87,24 @@ class LocalWorkSettings(Base):
 
 
 @dataclasses.dataclass(frozen=True)
-class CohortSettings(Base):
+class CohortSizeSettings(Base):
+  """B clients selected per round, at most the federation."""
+
+  cohort_size: int = setting(10, positive(integer=True), 'B: clients selected per round')
+
+  def check_run(self, name: str, run: RunFacts, prefix: str) -> None:
+    super().check_run(name, run, prefix)
+    self.check_federation(run.num_clients, prefix, 'data.num_clients')
+
+  def check_federation(self, num_clients: int, prefix: str, what: str = 'the federation size'):
+    super().check_federation(num_clients, prefix)
+    _at_most_clients(f'{prefix}cohort_size', self.cohort_size, num_clients, what)
+
+
+@dataclasses.dataclass(frozen=True)
+class CohortSettings(CohortSizeSettings):
   """Synchronous rounds of B clients, optionally over-selecting B_t >= B (Bonawitz et al.)."""
 
-  cohort_size: int = setting(10, positive(integer=True), 'B: clients aggregated per round')
   weighting: str = setting('num_examples', one_of(WEIGHTINGS), 'update weights')
   num_selected: int | None = setting(
     None, positive(integer=True, optional=True), 'B_t >= B selected per round (over-selection)'
@@ -104,13 +118,8 @@ class CohortSettings(Base):
         f'cohort_size ({self.cohort_size})..data.num_clients'
       )
 
-  def check_run(self, name: str, run: RunFacts, prefix: str) -> None:
-    super().check_run(name, run, prefix)
-    self.check_federation(run.num_clients, prefix, 'data.num_clients')
-
   def check_federation(self, num_clients: int, prefix: str, what: str = 'the federation size'):
-    super().check_federation(num_clients, prefix)
-    _at_most_clients(f'{prefix}cohort_size', self.cohort_size, num_clients, what)
+    super().check_federation(num_clients, prefix, what)
     _at_most_clients(f'{prefix}num_selected', self.num_selected, num_clients, what)
 
 
