@@ -5,22 +5,9 @@ config's `algorithm.kwargs`; `build(settings, context)` returns the `Algorithm` 
 aggregator, client update). See `base.py` for writing one.
 """
 
-from fedsim_jax.algorithms import (  # noqa: F401  (each registers its algorithms)
-  asofed,
-  ccfedavg,
-  fare_dust,
-  feast_msg,
-  fedasmu,
-  fedasync,
-  fedat,
-  fedbuff,
-  fedcompass,
-  feddyn,
-  fedopt,
-  fedsa,
-  moon,
-  port,
-)
+import importlib
+import pkgutil
+
 from fedsim_jax.algorithms.base import (
   Algorithm,
   AlgorithmSpec,
@@ -33,6 +20,12 @@ from fedsim_jax.algorithms.base import (
   register,
   resolve_settings,
 )
+
+# Every family module of this package registers its algorithms when imported: a new family is
+# one new file here, with no list to extend.
+for _module in pkgutil.iter_modules(__path__):
+  if _module.name not in ('base', 'groups'):
+    importlib.import_module(f'{__name__}.{_module.name}')
 
 __all__ = [
   'Algorithm',
