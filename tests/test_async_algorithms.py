@@ -18,12 +18,14 @@ from fedsim_jax.strategy import (
   LocalWork,
   SynchronousScheduler,
   TieredScheduler,
+  count_mean,
   cross_tier_weights,
   fedasync,
   fedat_aggregator,
-  fedopt,
   make_staleness,
+  server_update,
   speed_tiers,
+  staleness_scaled,
   with_ema,
 )
 
@@ -97,8 +99,8 @@ class TestFedAsyncRule:
 
 class TestFedBuffRule:
   def test_buffer_average_over_k_scaled_by_staleness(self):
-    aggregator = fedopt(
-      optax.sgd(2.0), normalization='count', staleness=make_staleness('polynomial', a=1.0)
+    aggregator = server_update(
+      optax.sgd(2.0), staleness_scaled(count_mean(), make_staleness('polynomial', a=1.0))
     )
     state = aggregator.init({'w': jnp.array([0.0])})
     # (1 * 1/1 + 3 * 1/2) / 2 = 1.25; server lr 2 -> 2.5
@@ -106,7 +108,7 @@ class TestFedBuffRule:
     np.testing.assert_allclose(state.params['w'], [2.5])
 
   def test_ema_tracks_server_weights(self):
-    aggregator = with_ema(fedopt(optax.sgd(1.0)), decay=0.5)
+    aggregator = with_ema(server_update(optax.sgd(1.0)), decay=0.5)
     state = aggregator.init({'w': jnp.array([0.0])})
     state = aggregator.apply(state, _batch([[4.0]], [[0]], [0]))
     state = aggregator.apply(state, _batch([[4.0]], [[0]], [0]))
@@ -156,10 +158,14 @@ class TestEquivalences:
   @pytest.mark.parametrize('k', [3, 8])
   def test_fedbuff_with_k_equal_concurrency_equal_cohort_is_fedavg(self, k):
     local_work = LocalWork(steps=3, batch_size=4)
-    fedavg = _simulation(SynchronousScheduler(k, local_work, 'uniform'), fedopt(optax.sgd(0.7)))
+    fedavg = _simulation(
+      SynchronousScheduler(k, local_work, 'uniform'), server_update(optax.sgd(0.7))
+    )
     fedbuff = _simulation(
       AsynchronousScheduler(k, k, local_work, 'uniform'),
-      fedopt(optax.sgd(0.7), normalization='count', staleness=make_staleness('polynomial', a=0.5)),
+      server_update(
+        optax.sgd(0.7), staleness_scaled(count_mean(), make_staleness('polynomial', a=0.5))
+      ),
     )
     fedavg.run(StopCondition(max_versions=4))
     fedbuff.run(StopCondition(max_versions=4))
@@ -210,7 +216,7 @@ class TestEquivalences:
     for name, latency in models.items():
       sim = _simulation(
         SynchronousScheduler(3, LocalWork(steps=2, batch_size=4)),
-        fedopt(optax.sgd(1.0)),
+        server_update(optax.sgd(1.0)),
         latency=latency,
       )
       sim.run(StopCondition(max_versions=3))
@@ -231,7 +237,7 @@ class TestSynchronousVariants:
     )
     sim = _simulation(
       SynchronousScheduler(2, LocalWork(steps=2), num_selected=4),
-      fedopt(optax.sgd(1.0)),
+      server_update(optax.sgd(1.0)),
       latency=latency,
     )
     aggregated = []
@@ -254,7 +260,7 @@ class TestSynchronousVariants:
     )
     sim = _simulation(
       SynchronousScheduler(4, LocalWork(steps=2), deadline=1.5),
-      fedopt(optax.sgd(1.0)),
+      server_update(optax.sgd(1.0)),
       latency=latency,
     )
     sim.run(StopCondition(max_virtual_time=30.0))
@@ -274,7 +280,7 @@ class TestSynchronousVariants:
     )
     sim = _simulation(
       SynchronousScheduler(3, LocalWork(time_limit=4.0, steps=50)),
-      fedopt(optax.sgd(1.0)),
+      server_update(optax.sgd(1.0)),
       latency=latency,
     )
     handles = []

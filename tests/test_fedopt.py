@@ -12,7 +12,7 @@ from fedsim_jax.data.synthetic import toy_federation as make_toy_federation
 from fedsim_jax.executor import Executor
 from fedsim_jax.models import get_model
 from fedsim_jax.runtime import PerStepLatency, Simulation, StopCondition, UpdateBatch
-from fedsim_jax.strategy import LocalWork, SynchronousScheduler, fedopt, server_optimizer
+from fedsim_jax.strategy import LocalWork, SynchronousScheduler, server_optimizer, server_update
 
 
 def _updates(deltas, weights):
@@ -27,7 +27,7 @@ def _updates(deltas, weights):
 
 
 def _apply_rounds(optimizer, rounds, x0=(1.0, 2.0)):
-  aggregator = fedopt(optimizer)
+  aggregator = server_update(optimizer)
   state = aggregator.init({'w': jnp.asarray(x0, jnp.float32)})
   for deltas, weights in rounds:
     state = jax.jit(aggregator.apply)(state, _updates(deltas, weights))
@@ -125,7 +125,7 @@ def test_fedavg_matches_a_hand_written_reference(backend):
   sim = Simulation(
     executor=Executor(update, fed.device_arrays(), jax.random.PRNGKey(1), backend=backend),
     scheduler=SynchronousScheduler(fed.num_clients, LocalWork(steps=steps, batch_size=16)),
-    aggregator=fedopt(optax.sgd(1.0)),
+    aggregator=server_update(optax.sgd(1.0)),
     latency=PerStepLatency(fed.num_clients, np.random.default_rng(0)),
     init_params=params,
     client_sizes=fed.client_sizes,
@@ -146,7 +146,7 @@ def test_uniform_weighting_and_cohort_sampling():
   fed = make_toy_federation(num_clients=8)
   scheduler = SynchronousScheduler(3, LocalWork(steps=1), weighting='uniform')
   seen = []
-  aggregator = fedopt(optax.sgd(1.0))
+  aggregator = server_update(optax.sgd(1.0))
   model = get_model('mlp', fed.input_shape, fed.num_classes, hidden_sizes=())
   update = sgd_client_update(model, optax.sgd(0.1), 4)
   sim = Simulation(

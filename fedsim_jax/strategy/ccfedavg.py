@@ -221,8 +221,8 @@ class BudgetedScheduler:
         )
     deltas = stack(rows + estimates)
     count = len(rows) + len(estimates)
-    # Weights 1/|S_t|: the mean over the selected clients; a FedNova-style normalization
-    # ('steps') reads them as the p_i of its sum.
+    # Weights 1/|S_t|: the mean over the selected clients; FedNova's reducer (`fednova_mean`)
+    # reads them as the p_i of its sum.
     batch = UpdateBatch(
       deltas=deltas,
       weights=np.full(count, 1.0 / count, np.float32),
