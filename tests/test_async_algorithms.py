@@ -7,6 +7,9 @@ import numpy as np
 import optax
 import pytest
 
+from fedsim_jax import algorithms
+from fedsim_jax.algorithms.base import RunFacts
+from fedsim_jax.algorithms.fedbuff import REDUCERS
 from fedsim_jax.client import sgd_client_update
 from fedsim_jax.data import toy_federation
 from fedsim_jax.executor import ClientTask, Executor
@@ -21,6 +24,7 @@ from fedsim_jax.strategy import (
   count_mean,
   cross_tier_weights,
   fedasync,
+  fedasync_delta,
   fedat_aggregator,
   make_staleness,
   server_update,
@@ -88,6 +92,15 @@ class TestFedAsyncRule:
     state = jax.jit(aggregator.apply)(state, _batch([[2.0]], [[3.0]], [3]))
     np.testing.assert_allclose(state.params['w'], [1.9], rtol=1e-6)
 
+  def test_delta_form(self):
+    # w + alpha s(u) p delta = 1 + 0.9 (3 + 1)^-0.5 0.5 2 = 1.45; the padding row counts nowhere.
+    aggregator = fedasync_delta(0.9, make_staleness('polynomial', a=0.5))
+    state = aggregator.init({'w': jnp.array([1.0])})
+    batch = _batch([[2.0], [1e6]], [[0.0], [0.0]], [3, 0], weights=[0.5, 0.0])
+    state = jax.jit(aggregator.apply)(state, batch)
+    np.testing.assert_allclose(state.params['w'], [1.45], rtol=1e-6)
+    assert not aggregator.needs_client_params
+
   def test_updates_of_one_batch_mix_in_order_and_padding_is_ignored(self):
     aggregator = fedasync(0.5, make_staleness('constant'))
     state = aggregator.init({'w': jnp.array([0.0])})
@@ -106,6 +119,33 @@ class TestFedBuffRule:
     # (1 * 1/1 + 3 * 1/2) / 2 = 1.25; server lr 2 -> 2.5
     state = aggregator.apply(state, _batch([[1.0], [3.0]], [[0], [0]], [0, 1]))
     np.testing.assert_allclose(state.params['w'], [2.5])
+
+  @pytest.mark.parametrize(
+    ('normalization', 'step'),
+    # c = s(u) = [1, 1/2] (uniform weights, u = [0, 1], a = 1), deltas [1, 3]: c . d = 2.5 over
+    # sum w = 2 ('weights'), over K = 2 ('count'), as it is ('sum'), or FedNova's
+    # tau_eff sum_k c_k d_k / Q_k with Q = [2, 4], tau_eff = 3: 3 (1 / 2 + 1.5 / 4) ('steps').
+    [('weights', 1.25), ('count', 1.25), ('sum', 2.5), ('steps', 2.625)],
+  )
+  def test_fedbuff_algorithm_composes_its_normalization_with_staleness(self, normalization, step):
+    facts = RunFacts(num_clients=4, local_steps=2)
+    kwargs = {
+      'normalization': normalization,
+      'weighting': 'uniform',
+      'staleness': 'polynomial',
+      'staleness_a': 1.0,
+      'server_learning_rate': 2.0,
+      'concurrency': 2,
+      'buffer_size': 2,
+    }
+    settings = algorithms.resolve_settings('fedbuff', kwargs, facts)
+    context = algorithms.BuildContext('fedbuff', facts, np.array([4, 6, 8, 10]))
+    aggregator = algorithms.build(settings, context).aggregator
+    batch = _batch([[1.0], [3.0], [1e6]], [[0], [0], [0]], [0, 1, 0], weights=[1.0, 1.0, 0.0])
+    batch = batch.replace(num_steps=jnp.array([2, 4, 0], jnp.int32))  # the last row: padding
+    state = aggregator.apply(aggregator.init({'w': jnp.array([0.0])}), batch)
+    np.testing.assert_allclose(state.params['w'], [2.0 * step], rtol=1e-6)  # server lr 2
+    assert set(REDUCERS) == {'weights', 'count', 'sum', 'steps'}
 
   def test_ema_tracks_server_weights(self):
     aggregator = with_ema(server_update(optax.sgd(1.0)), decay=0.5)

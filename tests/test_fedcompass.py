@@ -243,6 +243,7 @@ def test_compass_aggregator_variants():
   st = np.array([0.9 * 1.0, 0.9 * 4**-0.5])
   plain = compass_aggregator().apply(compass_aggregator().init(PARAMS), batch)
   np.testing.assert_allclose(plain.params['w'], [st[0] * 0.25, st[1] * 0.75 * 2], rtol=1e-6)
+  assert set(VARIANTS) == {'fedcompass', 'fedcompass_m', 'fedcompass_n'}
   named = _variant('fedcompass')
   np.testing.assert_array_equal(
     named.apply(named.init(PARAMS), batch).params['w'], plain.params['w']
