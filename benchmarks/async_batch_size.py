@@ -14,7 +14,7 @@ import optax
 from fedsim_jax.executor import NoTrainingExecutor
 from fedsim_jax.runtime import Simulation, StopCondition
 from fedsim_jax.runtime.latency.registry import make_latency
-from fedsim_jax.strategy import AsynchronousScheduler, LocalWork, fedopt
+from fedsim_jax.strategy import AsynchronousScheduler, LocalWork, count_mean, server_update
 
 NUM_CLIENTS, CONCURRENCY, UPDATES = 1000, 100, 20_000
 CASES = [
@@ -47,7 +47,7 @@ def main():
       sim = Simulation(
         executor=NoTrainingExecutor(params),
         scheduler=AsynchronousScheduler(CONCURRENCY, buffer_size, LocalWork(steps=10)),
-        aggregator=fedopt(optax.sgd(1.0), normalization='count'),
+        aggregator=server_update(optax.sgd(1.0), count_mean()),
         latency=latency,
         init_params=params,
         client_sizes=sizes,

@@ -73,7 +73,8 @@ from fedsim_jax.strategy import (
   LocalWork,
   SynchronousScheduler,
   compass_aggregator,
-  fedopt,
+  count_mean,
+  server_update,
 )
 
 CASES = ('sync_mlp', 'sync_cnn', 'fedbuff_mlp', 'compass_mlp', 'scheduling')
@@ -487,7 +488,7 @@ def _fedsim_sync(
   sim = Simulation(
     executor=executor,
     scheduler=scheduler,
-    aggregator=fedopt(optax.sgd(1.0)),
+    aggregator=server_update(optax.sgd(1.0)),
     latency=PerStepLatency(fed.num_clients, np.random.default_rng(2)),
     init_params=model.init(jax.random.PRNGKey(0)),
     client_sizes=fed.client_sizes,
@@ -667,7 +668,7 @@ def _roofline(case: str, fed: FederatedDataset, model: Model, sizes: SyncSizes) 
 def sync_case(
   case: str, sizes: SyncSizes, strategies: tuple[str, ...], torch_threads: int | None = None
 ) -> Iterator[dict]:
-  """Synchronous FedAvg (`SynchronousScheduler` + `fedopt(sgd(1))`, example weights).
+  """Synchronous FedAvg (`SynchronousScheduler` + `server_update(sgd(1))`, example weights).
   `torch_threads` defaults to the CPU cores."""
   fed = federation(sizes.num_clients, sizes.min_size, sizes.max_size)
   model = get_model(sizes.model, IMAGE_SHAPE, NUM_CLASSES)
@@ -816,7 +817,7 @@ def fedbuff_case(
       sizes.buffer_size,
       LocalWork(steps=sizes.local_steps, batch_size=sizes.batch_size),
     ),
-    lambda: fedopt(optax.sgd(1.0), normalization='count'),
+    lambda: server_update(optax.sgd(1.0), count_mean()),
     1.0,
     f'mlp, {sizes.num_clients} clients, concurrency {sizes.concurrency}, '
     f'K={sizes.buffer_size}, {sizes.local_steps} steps x B={sizes.batch_size}, per-step '
@@ -861,7 +862,7 @@ def scheduling_case(case: str, sizes: AsyncSizes) -> Iterator[dict]:
         sizes.buffer_size,
         LocalWork(steps=sizes.local_steps, batch_size=sizes.batch_size),
       ),
-      aggregator=fedopt(optax.sgd(1.0), normalization='count'),
+      aggregator=server_update(optax.sgd(1.0), count_mean()),
       latency=PerStepLatency(
         sizes.num_clients, np.random.default_rng(2), distribution='normal', jitter=0.05
       ),

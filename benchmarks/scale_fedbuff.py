@@ -36,7 +36,14 @@ from fedsim_jax.executor.lazy import LazyExecutor
 from fedsim_jax.metrics import make_evaluator
 from fedsim_jax.models import get_model
 from fedsim_jax.runtime import PerStepLatency, Simulation, StopCondition
-from fedsim_jax.strategy import AsynchronousScheduler, LocalWork, fedopt, make_staleness
+from fedsim_jax.strategy import (
+  AsynchronousScheduler,
+  LocalWork,
+  count_mean,
+  make_staleness,
+  server_update,
+  staleness_scaled,
+)
 
 _UPDATES = flags.DEFINE_integer('updates', 100_000, 'Client updates to simulate.')
 _CLIENTS = flags.DEFINE_integer('clients', 3400, 'Clients in the federation.')
@@ -107,10 +114,9 @@ def main(argv):
     scheduler=AsynchronousScheduler(
       _CONCURRENCY.value, _BUFFER.value, LocalWork(steps=LOCAL_STEPS, batch_size=BATCH_SIZE)
     ),
-    aggregator=fedopt(
+    aggregator=server_update(
       optax.sgd(_SERVER_LR.value),
-      normalization='count',
-      staleness=make_staleness('polynomial', a=0.5),
+      staleness_scaled(count_mean(), make_staleness('polynomial', a=0.5)),
     ),
     latency=PerStepLatency(
       fed.num_clients, np.random.default_rng(_SEED.value), distribution='normal', jitter=0.05

@@ -1,7 +1,7 @@
 """fedsim_jax: a JAX-vectorised simulator for federated learning on heterogeneous clients.
 
 Layers, bottom to top; a layer imports only the rows below it (tests/test_import_graph.py):
-  settings                     (ConfigError and typed, self-validating settings)
+  settings, tree               (ConfigError and typed settings; pytree helpers)
   data, models                 (side by side: neither imports the other)
   client
   executor

@@ -26,7 +26,8 @@ from fedsim_jax.algorithms.groups import (
 from fedsim_jax.settings import ConfigError, boolean, number, one_of, positive, setting
 from fedsim_jax.strategy import budgets
 from fedsim_jax.strategy.ccfedavg import BudgetedScheduler, ccfedavg_server_aggregator
-from fedsim_jax.strategy.fedopt import fedopt
+from fedsim_jax.strategy.fedopt import server_update
+from fedsim_jax.strategy.reducers import fednova_mean
 
 BUDGET_RULES = ('beta', 'two_group', 'uniform')
 BUDGET_SCHEDULES = ('ad_hoc', 'round_robin', 'synchronised')
@@ -108,7 +109,7 @@ def budgeted_algorithm(settings: BudgetSettings, context: BuildContext) -> Algor
   aggregator = (
     ccfedavg_server_aggregator(context.num_clients)
     if settings.storage == 'server'
-    else fedopt(optax.sgd(1.0))
+    else server_update(optax.sgd(1.0))
   )
   return Algorithm(
     scheduler=scheduler,
@@ -144,6 +145,6 @@ def fednova_budget_algorithm(settings: BudgetSettings, context: BuildContext) ->
   )
   return Algorithm(
     scheduler=scheduler,
-    aggregator=settings.with_ema(fedopt(optax.sgd(1.0), normalization='steps')),
+    aggregator=settings.with_ema(server_update(optax.sgd(1.0), fednova_mean())),
     make_client_update=settings.make_client_update(),
   )

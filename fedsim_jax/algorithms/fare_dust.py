@@ -27,7 +27,7 @@ from fedsim_jax.strategy.fare_dust import (
   FareDustScheduler,
   fare_dust_client_update,
 )
-from fedsim_jax.strategy.fedopt import fedopt
+from fedsim_jax.strategy.fedopt import server_update
 from fedsim_jax.strategy.server_optimizers import SERVER_OPTIMIZERS
 
 
@@ -69,7 +69,7 @@ def fare_dust_algorithm(settings: FareDustSettings, context: BuildContext) -> Al
     empty_history=settings.empty_history,
     rng=np.random.default_rng([context.seed, 0xFA2ED5]),  # its own stream, from the run seed
   )
-  aggregator = fedopt(settings.make_server_optimizer(settings.server_optimizer))
+  aggregator = server_update(settings.make_server_optimizer(settings.server_optimizer))
   if settings.ema_decay > 0:
     aggregator = with_ema(aggregator, settings.ema_decay)
   return Algorithm(

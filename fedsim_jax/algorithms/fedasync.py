@@ -5,6 +5,7 @@ applied with its weight (`form='delta'`, the form of FedCompass's FedAsync basel
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from fedsim_jax.algorithms.base import Algorithm, BuildContext, register
 from fedsim_jax.algorithms.groups import (
@@ -14,8 +15,16 @@ from fedsim_jax.algorithms.groups import (
   ServerEmaSettings,
   StalenessSettings,
 )
+from fedsim_jax.runtime.updates import Aggregator
 from fedsim_jax.settings import number, one_of, setting
-from fedsim_jax.strategy.fedasync import FEDASYNC_FORMS, fedasync
+from fedsim_jax.strategy.fedasync import fedasync, fedasync_delta
+from fedsim_jax.strategy.staleness import StalenessFn
+
+# The `form` setting: Xie et al.'s mixing rule, or the delta form of FedCompass's baseline.
+FORMS: dict[str, Callable[[float, StalenessFn], Aggregator]] = {
+  'mixing': fedasync,
+  'delta': fedasync_delta,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,7 +36,7 @@ class FedAsyncSettings(
   ServerEmaSettings,
 ):
   alpha: float = setting(0.9, number(above=0, maximum=1), 'alpha of a = alpha s(staleness)')
-  form: str = setting('mixing', one_of(FEDASYNC_FORMS), "or 'delta' (FedCompass's baseline)")
+  form: str = setting('mixing', one_of(FORMS), "or 'delta' (FedCompass's baseline)")
 
 
 @register('fedasync', FedAsyncSettings)
@@ -35,7 +44,7 @@ def fedasync_algorithm(settings: FedAsyncSettings, context: BuildContext) -> Alg
   return Algorithm(
     scheduler=settings.asynchronous_scheduler(context, 1),
     aggregator=settings.with_ema(
-      fedasync(settings.alpha, settings.staleness_function(), settings.form)
+      FORMS[settings.form](settings.alpha, settings.staleness_function())
     ),
     make_client_update=settings.make_client_update(),
   )

@@ -4,6 +4,7 @@ s(staleness), normalised and applied by a server optimizer."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from fedsim_jax.algorithms.base import Algorithm, BuildContext, register
 from fedsim_jax.algorithms.groups import (
@@ -15,8 +16,27 @@ from fedsim_jax.algorithms.groups import (
   StalenessSettings,
 )
 from fedsim_jax.settings import ConfigError, one_of, positive, setting
-from fedsim_jax.strategy.fedopt import NORMALIZATIONS, fedopt
+from fedsim_jax.strategy.fedopt import server_update
+from fedsim_jax.strategy.reducers import (
+  Reducer,
+  count_mean,
+  fednova_mean,
+  staleness_scaled,
+  weighted_mean,
+  weighted_sum,
+)
 from fedsim_jax.strategy.server_optimizers import SERVER_OPTIMIZERS
+
+# The `normalization` setting: what the buffer's sum_k p_k s_k delta_k is divided by. sum_k p_k
+# ('weights': the weighted mean; K under uniform weighting), K ('count': needs uniform
+# weighting), 1 ('sum', FedCompass's FedBuff with example shares p_k = n_k / n); 'steps' is
+# FedNova-style.
+REDUCERS: dict[str, Callable[[], Reducer]] = {
+  'weights': weighted_mean,
+  'count': count_mean,
+  'sum': weighted_sum,
+  'steps': fednova_mean,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,12 +50,7 @@ class FedBuffSettings(
 ):
   buffer_size: int = setting(10, positive(integer=True), 'K: arrivals per server update')
   server_optimizer: str = setting('sgd', one_of(SERVER_OPTIMIZERS), 'the server optimizer')
-  # Divide the buffer's sum_k p_k s_k delta_k by sum_k p_k ('weights': the weighted mean; K
-  # under uniform weighting), by K ('count': needs uniform weighting) or by 1 ('sum',
-  # FedCompass's FedBuff with example shares p_k = n_k / n); 'steps' is FedNova-style.
-  normalization: str = setting(
-    'weights', one_of(NORMALIZATIONS), 'what the buffer sum is divided by'
-  )
+  normalization: str = setting('weights', one_of(REDUCERS), 'what the buffer sum is divided by')
 
   def check(self, prefix: str) -> None:
     super().check(prefix)
@@ -51,12 +66,10 @@ class FedBuffSettings(
 
 @register('fedbuff', FedBuffSettings)
 def fedbuff_algorithm(settings: FedBuffSettings, context: BuildContext) -> Algorithm:
-  staleness = None if settings.staleness == 'constant' else settings.staleness_function()
-  aggregator = fedopt(
-    settings.make_server_optimizer(settings.server_optimizer),
-    normalization=settings.normalization,
-    staleness=staleness,
-  )
+  reducer = REDUCERS[settings.normalization]()
+  if settings.staleness != 'constant':  # s(u) = 1 scales nothing
+    reducer = staleness_scaled(reducer, settings.staleness_function())
+  aggregator = server_update(settings.make_server_optimizer(settings.server_optimizer), reducer)
   return Algorithm(
     scheduler=settings.asynchronous_scheduler(context, settings.buffer_size),
     aggregator=settings.with_ema(aggregator),

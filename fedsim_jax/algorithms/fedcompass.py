@@ -6,6 +6,9 @@ server momentum, +N averages each group's deltas normalised."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+
+import optax
 
 from fedsim_jax.algorithms.base import Algorithm, BuildContext, RunFacts, register
 from fedsim_jax.algorithms.groups import ClientTermsSettings, ServerEmaSettings
@@ -16,9 +19,8 @@ from fedsim_jax.strategy.fedcompass import (
   CompassScheduler,
   compass_aggregator,
 )
+from fedsim_jax.strategy.reducers import Reducer, fednova_mean, weighted_sum
 from fedsim_jax.strategy.synchronous import WEIGHTINGS
-
-VARIANT_OF = {'fedcompass': 'plain', 'fedcompass_m': 'momentum', 'fedcompass_n': 'normalized'}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +52,20 @@ class CompassSettings(ClientTermsSettings, ServerEmaSettings):
       )
 
 
+# Each variant's server optimizer and reducer of the staleness-scaled buffers (by algorithm name).
+VARIANTS: dict[str, Callable[[CompassSettings], tuple[optax.GradientTransformation, Reducer]]] = {
+  # Algorithm 3 line 4: the buffers' sum st(u_k) p_k Delta_k, applied as it is.
+  'fedcompass': lambda settings: (optax.sgd(1.0), weighted_sum()),
+  # +M: server momentum on that sum (m <- beta m + buffers; w <- w - m).
+  'fedcompass_m': lambda settings: (
+    optax.sgd(1.0, momentum=settings.server_momentum),
+    weighted_sum(),
+  ),
+  # +N: FedNova-style normalized averaging (each term over its Q_k, times sum p Q / sum p).
+  'fedcompass_n': lambda settings: (optax.sgd(1.0), fednova_mean()),
+}
+
+
 def fedcompass_algorithm(settings: CompassSettings, context: BuildContext) -> Algorithm:
   scheduler = CompassScheduler(
     settings.q_min,
@@ -60,9 +76,8 @@ def fedcompass_algorithm(settings: CompassSettings, context: BuildContext) -> Al
     settings.speed_momentum,
     settings.create_rule,
   )
-  aggregator = compass_aggregator(
-    settings.alpha, settings.staleness_a, VARIANT_OF[context.name], settings.server_momentum
-  )
+  optimizer, reducer = VARIANTS[context.name](settings)
+  aggregator = compass_aggregator(settings.alpha, settings.staleness_a, optimizer, reducer)
   return Algorithm(
     scheduler=scheduler,
     aggregator=settings.with_ema(aggregator),
@@ -70,5 +85,5 @@ def fedcompass_algorithm(settings: CompassSettings, context: BuildContext) -> Al
   )
 
 
-for _name in VARIANT_OF:
+for _name in VARIANTS:
   register(_name, CompassSettings)(fedcompass_algorithm)

@@ -20,7 +20,7 @@ from fedsim_jax.algorithms.groups import (
   ServerEmaSettings,
   ServerOptimizerSettings,
 )
-from fedsim_jax.strategy.fedopt import fedopt
+from fedsim_jax.strategy.fedopt import server_update
 from fedsim_jax.strategy.synchronous import SynchronousScheduler
 
 SERVER_OPTIMIZER_OF = {
@@ -61,7 +61,7 @@ def fedopt_algorithm(settings: FedOptSettings, context: BuildContext) -> Algorit
   optimizer = settings.make_server_optimizer(SERVER_OPTIMIZER_OF[context.name])
   return Algorithm(
     scheduler=synchronous_scheduler(settings, context),
-    aggregator=settings.with_ema(fedopt(optimizer)),
+    aggregator=settings.with_ema(server_update(optimizer)),
     make_client_update=settings.make_client_update(),
   )
 

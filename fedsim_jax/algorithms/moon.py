@@ -16,7 +16,7 @@ from fedsim_jax.algorithms.groups import (
   ServerOptimizerSettings,
 )
 from fedsim_jax.settings import one_of, positive, setting
-from fedsim_jax.strategy.fedopt import fedopt
+from fedsim_jax.strategy.fedopt import server_update
 from fedsim_jax.strategy.moon import REPRESENTATIONS, MoonScheduler, moon_client_update
 
 
@@ -42,7 +42,7 @@ def moon_algorithm(settings: MoonSettings, context: BuildContext) -> Algorithm:
   )
   return Algorithm(
     scheduler=scheduler,
-    aggregator=settings.with_ema(fedopt(settings.make_server_optimizer('sgd'))),
+    aggregator=settings.with_ema(server_update(settings.make_server_optimizer('sgd'))),
     make_client_update=functools.partial(
       moon_client_update, mu=settings.mu, temperature=settings.temperature, **PLAIN_CLIENT_TERMS
     ),

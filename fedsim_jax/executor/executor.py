@@ -22,6 +22,7 @@ from fedsim_jax.client.runner import local_step, run_local_training
 from fedsim_jax.data.bucketing import round_up_to_bucket
 from fedsim_jax.data.federated import BatchCursor, ClientDataArrays
 from fedsim_jax.models import Params
+from fedsim_jax.tree import stack
 
 BACKENDS = ('vmap', 'loop')
 STEP_LOOPS = ('scan', 'host')
@@ -74,10 +75,6 @@ class TaskBatchResult:
 def _stream_key(base_key: jax.Array, stream: jax.Array) -> jax.Array:
   """The base key of `stream`: `base_key` itself, or its row when it stacks several."""
   return base_key[stream] if base_key.ndim == 2 else base_key
-
-
-def _stack(trees: Sequence[Any]) -> Any:
-  return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *trees)
 
 
 @functools.cache
@@ -283,10 +280,10 @@ class Executor:
       params = models[0]
     else:
       num_models = round_up_to_bucket(len(models), self.bucket_bits)
-      params = _stack(models + [models[0]] * (num_models - len(models)))
+      params = stack(models + [models[0]] * (num_models - len(models)))
     task_inputs = None
     if tasks[0].task_inputs is not None:
-      task_inputs = _stack([t.task_inputs for t in tasks] + [tasks[0].task_inputs] * padding)
+      task_inputs = stack([t.task_inputs for t in tasks] + [tasks[0].task_inputs] * padding)
     self._signatures.add(
       (
         'vmap',
@@ -360,7 +357,7 @@ class Executor:
     else:
       results = [run_task(task) for task in tasks]
     deltas, auxes = zip(*results)
-    return TaskBatchResult(deltas=_stack(deltas), aux=_stack(auxes), num_tasks=len(tasks))
+    return TaskBatchResult(deltas=stack(deltas), aux=stack(auxes), num_tasks=len(tasks))
 
 
 class NoTrainingExecutor:

@@ -13,6 +13,7 @@ import numpy as np
 
 from fedsim_jax.executor import TaskBatchResult, round_up_to_bucket
 from fedsim_jax.models import Params
+from fedsim_jax.tree import stack
 
 
 @flax.struct.dataclass
@@ -72,10 +73,6 @@ class ResultRef:
 
   batch: TaskBatchResult
   row: int
-
-
-def _stack(trees: Sequence[Any]) -> Any:
-  return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *trees)
 
 
 @jax.jit
@@ -146,7 +143,7 @@ def stack_results(
     if all(p is starts[0] for p in starts):
       client_params = jax.tree_util.tree_map(lambda s, d: s[None] + d, starts[0], deltas)
     else:
-      client_params = jax.tree_util.tree_map(jnp.add, _stack(starts), deltas)
+      client_params = jax.tree_util.tree_map(jnp.add, stack(starts), deltas)
   return UpdateBatch(
     deltas=deltas,
     weights=padded(weights, np.float32),

@@ -15,7 +15,7 @@ from fedsim_jax.strategy.fedasmu import (
   fedasmu_aggregator,
   fedasmu_client_update,
 )
-from fedsim_jax.strategy.fedasync import FEDASYNC_FORMS, MixingState, fedasync
+from fedsim_jax.strategy.fedasync import MixingState, fedasync, fedasync_delta
 from fedsim_jax.strategy.fedat import (
   TieredScheduler,
   TierState,
@@ -29,9 +29,17 @@ from fedsim_jax.strategy.fedcompass import (
   CompassScheduler,
   compass_aggregator,
 )
-from fedsim_jax.strategy.fedopt import NORMALIZATIONS, ServerOptState, average_delta, fedopt
+from fedsim_jax.strategy.fedopt import ServerOptState, server_update
 from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.strategy.periodic_trigger import TRIGGER_TIMINGS, PeriodicTriggerScheduler
+from fedsim_jax.strategy.reducers import (
+  Reducer,
+  count_mean,
+  fednova_mean,
+  staleness_scaled,
+  weighted_mean,
+  weighted_sum,
+)
 from fedsim_jax.strategy.server_optimizers import (
   ADAPTIVE_FORMS,
   SERVER_OPTIMIZERS,
@@ -52,9 +60,9 @@ __all__ = [
   'FeastState',
   'auxiliary_update',
   'feast_aggregator',
-  'FEDASYNC_FORMS',
   'MixingState',
   'fedasync',
+  'fedasync_delta',
   'ArrivalGroup',
   'ClientRecord',
   'CompassScheduler',
@@ -64,10 +72,14 @@ __all__ = [
   'cross_tier_weights',
   'fedat_aggregator',
   'speed_tiers',
-  'NORMALIZATIONS',
   'ServerOptState',
-  'average_delta',
-  'fedopt',
+  'server_update',
+  'Reducer',
+  'count_mean',
+  'fednova_mean',
+  'staleness_scaled',
+  'weighted_mean',
+  'weighted_sum',
   'LocalWork',
   'ADAPTIVE_FORMS',
   'SERVER_OPTIMIZERS',

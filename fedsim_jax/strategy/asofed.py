@@ -66,6 +66,7 @@ from fedsim_jax.models import Model, Params
 from fedsim_jax.runtime.simulation import Simulation, TaskHandle
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
 from fedsim_jax.strategy.client_state import WithClientState
+from fedsim_jax.tree import row
 
 DECAY_GRADIENTS = ('current', 'previous')
 DELAY_MEASURES = ('training_time', 'staleness')
@@ -234,11 +235,6 @@ def asofed_aggregator(client_sizes: np.ndarray) -> Aggregator:
   return Aggregator(init=AsoFedServerState, apply=apply)
 
 
-@jax.jit
-def _row(tree: Params, row: jax.Array) -> Params:
-  return jax.tree_util.tree_map(lambda leaf: leaf[row], tree)
-
-
 class AsoFedClients:
   """Host-side state of ASO-Fed's clients: (h, g_prev) after each task and the delays that set
   r_k. `scheduler()` wraps the shared asynchronous scheduler with it.
@@ -295,6 +291,6 @@ class AsoFedClients:
       sim.updates([handle], [1.0])  # computes the pending tasks
     ref = handle.result_ref
     self.states[client] = (
-      _row(ref.batch.aux['h'], ref.row),
-      _row(ref.batch.aux['previous_gradient'], ref.row),
+      row(ref.batch.aux['h'], ref.row),
+      row(ref.batch.aux['previous_gradient'], ref.row),
     )

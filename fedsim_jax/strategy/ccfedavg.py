@@ -35,6 +35,7 @@ from fedsim_jax.models import Params
 from fedsim_jax.runtime.simulation import Simulation, TaskHandle
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
 from fedsim_jax.strategy.local_work import LocalWork
+from fedsim_jax.tree import row, stack
 
 ESTIMATORS = ('last_delta', 'last_model', 'ignore', 'switch')
 STORAGES = ('client', 'server')
@@ -189,9 +190,7 @@ class BudgetedScheduler:
     skipping = [] if kind == 'ignore' else self._skipping
     if trained:
       batch = sim.updates(trained, [1.0] * len(trained))
-      rows = [
-        jax.tree_util.tree_map(lambda d, i=i: d[i], batch.deltas) for i in range(len(trained))
-      ]
+      rows = [row(batch.deltas, i) for i in range(len(trained))]
       for handle, delta in zip(trained, rows):
         self._last_delta[handle.client_id] = delta
         self._last_model[handle.client_id] = jax.tree_util.tree_map(
@@ -220,10 +219,10 @@ class BudgetedScheduler:
         estimates.append(
           zeros if model is None else jax.tree_util.tree_map(jnp.subtract, model, sim.params)
         )
-    deltas = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *(rows + estimates))
+    deltas = stack(rows + estimates)
     count = len(rows) + len(estimates)
-    # Weights 1/|S_t|: the mean over the selected clients; a FedNova-style normalization
-    # ('steps') reads them as the p_i of its sum.
+    # Weights 1/|S_t|: the mean over the selected clients; FedNova's reducer (`fednova_mean`)
+    # reads them as the p_i of its sum.
     batch = UpdateBatch(
       deltas=deltas,
       weights=np.full(count, 1.0 / count, np.float32),

@@ -61,7 +61,7 @@ from fedsim_jax.models import Params
 from fedsim_jax.runtime.simulation import Simulation, TaskHandle
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
 from fedsim_jax.strategy.fare_dust import weighted_delta_sum
-from fedsim_jax.strategy.fedopt import fedopt
+from fedsim_jax.strategy.fedopt import server_update
 from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.strategy.synchronous import ClosingRound, SynchronousScheduler, update_weights
 
@@ -89,7 +89,7 @@ class FeastState:
 def feast_aggregator(server_learning_rate: float) -> Aggregator:
   """The global model's update (Algorithm 2 line 10: FedAvg with eta_g); `a_0 = w_0` and the
   auxiliary model is left to `auxiliary_update`."""
-  inner = fedopt(optax.sgd(server_learning_rate))
+  inner = server_update(optax.sgd(server_learning_rate))
 
   def init(params: Params) -> FeastState:
     return FeastState(inner=inner.init(params), auxiliary=params)

@@ -219,10 +219,9 @@ def weight_polynomial(lam, sigma, iota, version, staleness, settings: ServerSett
 
 
 def tree_vdot(a: Params, b: Params) -> jax.Array:
-  """sum over leaves of <a, b> (float32)."""
-  return sum(
-    jnp.vdot(x.astype(jnp.float32), y.astype(jnp.float32))
-    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b))
+  """sum over leaves of <a, b>, computed in float32 whatever the parameters' dtype."""
+  return optax.tree_utils.tree_vdot(
+    optax.tree_utils.tree_cast(a, jnp.float32), optax.tree_utils.tree_cast(b, jnp.float32)
   )
 
 

@@ -1,8 +1,9 @@
 """FedAsync (Xie et al. 2019, "Asynchronous Federated Optimization", Algorithm 1).
 
 On each arrival: w <- (1 - a_t) w + a_t w_client with a_t = alpha * s(t - tau), where tau is the
-version the client downloaded and s a staleness function. Several updates in one batch are
-mixed in one at a time, in order.
+version the client downloaded and s a staleness function (`fedasync`). Several updates in one
+batch are mixed in one at a time, in order. `fedasync_delta` is the delta form of FedCompass's
+FedAsync baseline.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import optax
 
 from fedsim_jax.models import Params
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
-from fedsim_jax.strategy.fedopt import fedopt
+from fedsim_jax.strategy.fedopt import server_update
+from fedsim_jax.strategy.reducers import staleness_scaled, weighted_sum
 from fedsim_jax.strategy.staleness import StalenessFn, scaled
 
 
@@ -22,23 +24,15 @@ class MixingState:
   params: Params
 
 
-FEDASYNC_FORMS = ('mixing', 'delta')
-
-
-def fedasync(alpha: float, staleness: StalenessFn, form: str = 'mixing') -> Aggregator:
-  """The FedAsync rule as an aggregator.
-
-  `form='mixing'` is Xie et al.'s w <- (1 - a) w + a w_client (reads `updates.client_params`).
-  `form='delta'` is the form FedCompass's FedAsync baseline uses (APPFL): w <- w + a p_i
-  delta_i, the client's delta applied to the current model with its weight p_i; it equals
-  FedCompass with Q_min = Q_max when every client forms its own arrival group.
-  """
+def _check_alpha(alpha: float) -> None:
   if not 0 < alpha <= 1:
     raise ValueError(f'algorithm.kwargs.alpha={alpha}; allowed: 0 < alpha <= 1')
-  if form not in FEDASYNC_FORMS:
-    raise ValueError(f'algorithm.kwargs.form={form!r}; allowed: {FEDASYNC_FORMS}')
-  if form == 'delta':
-    return fedopt(optax.sgd(1.0), normalization='sum', staleness=scaled(alpha, staleness))
+
+
+def fedasync(alpha: float, staleness: StalenessFn) -> Aggregator:
+  """Xie et al.'s rule w <- (1 - a) w + a w_client as an aggregator (reads
+  `updates.client_params`)."""
+  _check_alpha(alpha)
 
   def apply(state: MixingState, updates: UpdateBatch) -> MixingState:
     rates = alpha * staleness(updates.staleness) * (updates.weights > 0)
@@ -51,3 +45,11 @@ def fedasync(alpha: float, staleness: StalenessFn, form: str = 'mixing') -> Aggr
     return MixingState(params=params)
 
   return Aggregator(init=MixingState, apply=apply, needs_client_params=True)
+
+
+def fedasync_delta(alpha: float, staleness: StalenessFn) -> Aggregator:
+  """The form FedCompass's FedAsync baseline uses (APPFL): w <- w + a p_i delta_i, the client's
+  delta applied to the current model with its weight p_i. It equals FedCompass with Q_min =
+  Q_max when every client forms its own arrival group."""
+  _check_alpha(alpha)
+  return server_update(optax.sgd(1.0), staleness_scaled(weighted_sum(), scaled(alpha, staleness)))

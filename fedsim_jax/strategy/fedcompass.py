@@ -11,8 +11,9 @@ immediately (FedAsync-style). Every buffered update is scaled when it is buffere
 st(tau_g - tau_i) p_i with st(u) = alpha (u + 1)^-a.
 
 The scheduler is host-side Python; the server update is a jitted aggregator (`compass_aggregator`)
-that applies w <- w - (group buffer + general buffer), so FedCompass+M (server momentum) and
-FedCompass+N (FedNova-style normalized averaging) are aggregator swaps.
+that applies w <- w - (group buffer + general buffer). FedCompass+M (server momentum) and
+FedCompass+N (FedNova-style normalized averaging) swap its server optimizer and reducer
+(fedsim_jax/algorithms/fedcompass.py chooses them by algorithm name).
 
 Where the paper is silent (each choice is a constructor argument):
 - speed estimate S: `speed_estimator='last'` records the newest measured time per step (the
@@ -36,31 +37,29 @@ import optax
 
 from fedsim_jax.runtime.simulation import Simulation, TaskHandle
 from fedsim_jax.runtime.updates import Aggregator
-from fedsim_jax.strategy.fedopt import fedopt
+from fedsim_jax.strategy.fedopt import server_update
+from fedsim_jax.strategy.reducers import Reducer, staleness_scaled, weighted_sum
 from fedsim_jax.strategy.staleness import polynomial, scaled
 from fedsim_jax.strategy.synchronous import check_weighting
 
 SPEED_ESTIMATORS = ('last', 'ema')
 CREATE_RULES = ('paper', 'code')
-COMPASS_VARIANTS = ('plain', 'momentum', 'normalized')
 
 
 def compass_aggregator(
-  alpha: float = 0.9, a: float = 0.5, variant: str = 'plain', momentum: float = 0.9
+  alpha: float = 0.9,
+  a: float = 0.5,
+  optimizer: optax.GradientTransformation = optax.sgd(1.0),  # noqa: B008 (pure functions)
+  reducer: Reducer = weighted_sum(),  # noqa: B008 (a pure function: calls share no state)
 ) -> Aggregator:
-  """w <- w - sum_k st(u_k) p_k Delta_k over the aggregated buffers (Algorithm 3, line 4).
+  """w <- w - sum_k st(u_k) p_k Delta_k over the aggregated buffers (Algorithm 3, line 4), with
+  st(u) = alpha (u + 1)^-a.
 
-  `variant` 'momentum' is FedCompass+M (m <- beta m + buffers; w <- w - m) and 'normalized' is
-  FedCompass+N (each term divided by its Q_k, the sum multiplied by sum p Q / sum p).
+  FedCompass+M is `optimizer=optax.sgd(1.0, momentum=beta)` (m <- beta m + buffers; w <- w - m);
+  FedCompass+N is `reducer=fednova_mean()` (each term divided by its Q_k, the sum multiplied by
+  sum p Q / sum p).
   """
-  staleness = scaled(alpha, polynomial(a))
-  if variant == 'plain':
-    return fedopt(optax.sgd(1.0), normalization='sum', staleness=staleness)
-  if variant == 'momentum':
-    return fedopt(optax.sgd(1.0, momentum=momentum), normalization='sum', staleness=staleness)
-  if variant == 'normalized':
-    return fedopt(optax.sgd(1.0), normalization='steps', staleness=staleness)
-  raise ValueError(f'compass variant {variant!r}; allowed: {COMPASS_VARIANTS}')
+  return server_update(optimizer, staleness_scaled(reducer, scaled(alpha, polynomial(a))))
 
 
 @dataclasses.dataclass

@@ -61,6 +61,7 @@ from fedsim_jax.runtime.simulation import Simulation
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch, weighted_mean_delta
 from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.strategy.synchronous import AroundRounds, ClosingRound, SynchronousScheduler
+from fedsim_jax.tree import row
 
 
 class FedDynInputs(NamedTuple):
@@ -189,11 +190,6 @@ def feddyn_aggregator(alpha: float, num_clients: int) -> Aggregator:
   return Aggregator(init=init, apply=apply)
 
 
-@jax.jit
-def _row(tree: Params, row: jax.Array) -> Params:
-  return jax.tree_util.tree_map(lambda leaf: leaf[row], tree)
-
-
 class FedDynScheduler(AroundRounds):
   """Synchronous rounds (Algorithm 1's sampling of P_t) plus the clients' gradient states.
 
@@ -244,8 +240,8 @@ class FedDynScheduler(AroundRounds):
     # The client-state update for the round's aggregated clients (the server's h and model
     # updates follow in the aggregator).
     batch = sim.updates(closing.aggregated, closing.weights)
-    for row, handle in enumerate(closing.aggregated):
+    for index, handle in enumerate(closing.aggregated):
       gradient = self._task_inputs(sim, handle.client_id).gradient
       self.client_gradients[handle.client_id] = self._update_gradient(
-        gradient, _row(batch.deltas, row), alpha=self.alpha
+        gradient, row(batch.deltas, index), alpha=self.alpha
       )

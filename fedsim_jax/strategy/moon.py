@@ -55,6 +55,7 @@ from fedsim_jax.models import Model, Params
 from fedsim_jax.runtime.simulation import Simulation, TaskHandle
 from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.strategy.synchronous import AroundRounds, ClosingRound, SynchronousScheduler
+from fedsim_jax.tree import row
 
 REPRESENTATIONS = ('penultimate',)
 
@@ -183,11 +184,6 @@ def moon_client_update(
   return ClientUpdate(init=init, step=step, final=final, batch_size=batch_size)
 
 
-@jax.jit
-def _row(tree: Params, row: jax.Array) -> Params:
-  return jax.tree_util.tree_map(lambda leaf: leaf[row], tree)
-
-
 class MoonScheduler(AroundRounds):
   """FedAvg's synchronous rounds plus each client's previous local model (host side).
 
@@ -231,8 +227,8 @@ class MoonScheduler(AroundRounds):
   def _record(self, sim: Simulation, handles: list[TaskHandle]) -> None:
     """w_i^{t-1} <- w_i^t for the clients of `handles` (arrived tasks)."""
     batch = sim.updates(handles, [1.0] * len(handles), with_client_params=True)
-    for row, handle in enumerate(handles):
-      self.previous_models[handle.client_id] = _row(batch.client_params, row)
+    for index, handle in enumerate(handles):
+      self.previous_models[handle.client_id] = row(batch.client_params, index)
 
   def _round_closing(self, sim: Simulation, closing: ClosingRound) -> None:
     self._record(sim, closing.aggregated)

@@ -42,6 +42,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
+from optax.tree_utils import tree_vdot
 
 from fedsim_jax.models import Params
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
@@ -57,17 +58,11 @@ class PortState:
   last_update: Params
 
 
-def _dot(a: Params, b: Params) -> jax.Array:
-  return sum(
-    jnp.vdot(x, y) for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b))
-  )
-
-
 def update_similarity(delta: Params, reference: Params, eps: float = 1e-8) -> jax.Array:
   """cos(delta, reference) over all parameters; 1 when the reference is zero (no progress yet
   to compare with)."""
-  ref_norm = jnp.sqrt(_dot(reference, reference))
-  cos = _dot(delta, reference) / jnp.maximum(jnp.sqrt(_dot(delta, delta)) * ref_norm, eps)
+  ref_norm = jnp.sqrt(tree_vdot(reference, reference))
+  cos = tree_vdot(delta, reference) / jnp.maximum(jnp.sqrt(tree_vdot(delta, delta)) * ref_norm, eps)
   return jnp.where(ref_norm > 0, cos, 1.0)
 
 

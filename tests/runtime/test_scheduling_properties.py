@@ -18,10 +18,15 @@ from fedsim_jax.runtime import PerStepLatency, Simulation, StopCondition
 from fedsim_jax.runtime.latency.base import jittered, positive_normal
 from fedsim_jax.runtime.latency.trace import PeriodicAvailability
 from fedsim_jax.runtime.sampling import choose_without_replacement
-from fedsim_jax.strategy import AsynchronousScheduler, LocalWork, SynchronousScheduler, fedopt
+from fedsim_jax.strategy import (
+  AsynchronousScheduler,
+  LocalWork,
+  SynchronousScheduler,
+  server_update,
+)
 
 PARAMS = {'w': jnp.zeros((3,))}
-AGGREGATOR = fedopt(optax.sgd(1.0))  # one aggregator: its jitted apply compiles once
+AGGREGATOR = server_update(optax.sgd(1.0))  # one aggregator: its jitted apply compiles once
 
 
 @st.composite

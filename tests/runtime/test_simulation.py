@@ -9,7 +9,7 @@ from fedsim_jax.client import sgd_client_update
 from fedsim_jax.executor import Executor
 from fedsim_jax.models import get_model
 from fedsim_jax.runtime import EventKind, EventQueue, PerStepLatency, Simulation, StopCondition
-from fedsim_jax.strategy import LocalWork, SynchronousScheduler, fedopt
+from fedsim_jax.strategy import LocalWork, SynchronousScheduler, server_update
 
 
 class TestEventQueue:
@@ -70,7 +70,7 @@ def _simulation(fed, *, deferred, backend='vmap', cohort=3, distribution='normal
   return Simulation(
     executor=executor,
     scheduler=scheduler,
-    aggregator=fedopt(optax.sgd(1.0)),
+    aggregator=server_update(optax.sgd(1.0)),
     latency=latency,
     init_params=model.init(jax.random.PRNGKey(0)),
     client_sizes=fed.client_sizes,
@@ -136,7 +136,7 @@ def test_draw_idle_client_draws_as_choice_over_idle_clients(toy_federation, wind
     sim = Simulation(
       executor=sim.executor,
       scheduler=sim.scheduler,
-      aggregator=fedopt(optax.sgd(1.0)),
+      aggregator=server_update(optax.sgd(1.0)),
       latency=sim.latency,
       init_params=sim.params,
       client_sizes=sim.client_sizes,

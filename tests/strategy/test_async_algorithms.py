@@ -7,6 +7,9 @@ import numpy as np
 import optax
 import pytest
 
+from fedsim_jax import algorithms
+from fedsim_jax.algorithms.base import RunFacts
+from fedsim_jax.algorithms.fedbuff import REDUCERS
 from fedsim_jax.client import sgd_client_update
 from fedsim_jax.data import toy_federation
 from fedsim_jax.executor import ClientTask, Executor
@@ -18,12 +21,15 @@ from fedsim_jax.strategy import (
   LocalWork,
   SynchronousScheduler,
   TieredScheduler,
+  count_mean,
   cross_tier_weights,
   fedasync,
+  fedasync_delta,
   fedat_aggregator,
-  fedopt,
   make_staleness,
+  server_update,
   speed_tiers,
+  staleness_scaled,
   with_ema,
 )
 
@@ -86,6 +92,15 @@ class TestFedAsyncRule:
     state = jax.jit(aggregator.apply)(state, _batch([[2.0]], [[3.0]], [3]))
     np.testing.assert_allclose(state.params['w'], [1.9], rtol=1e-6)
 
+  def test_delta_form(self):
+    # w + alpha s(u) p delta = 1 + 0.9 (3 + 1)^-0.5 0.5 2 = 1.45; the padding row counts nowhere.
+    aggregator = fedasync_delta(0.9, make_staleness('polynomial', a=0.5))
+    state = aggregator.init({'w': jnp.array([1.0])})
+    batch = _batch([[2.0], [1e6]], [[0.0], [0.0]], [3, 0], weights=[0.5, 0.0])
+    state = jax.jit(aggregator.apply)(state, batch)
+    np.testing.assert_allclose(state.params['w'], [1.45], rtol=1e-6)
+    assert not aggregator.needs_client_params
+
   def test_updates_of_one_batch_mix_in_order_and_padding_is_ignored(self):
     aggregator = fedasync(0.5, make_staleness('constant'))
     state = aggregator.init({'w': jnp.array([0.0])})
@@ -97,16 +112,43 @@ class TestFedAsyncRule:
 
 class TestFedBuffRule:
   def test_buffer_average_over_k_scaled_by_staleness(self):
-    aggregator = fedopt(
-      optax.sgd(2.0), normalization='count', staleness=make_staleness('polynomial', a=1.0)
+    aggregator = server_update(
+      optax.sgd(2.0), staleness_scaled(count_mean(), make_staleness('polynomial', a=1.0))
     )
     state = aggregator.init({'w': jnp.array([0.0])})
     # (1 * 1/1 + 3 * 1/2) / 2 = 1.25; server lr 2 -> 2.5
     state = aggregator.apply(state, _batch([[1.0], [3.0]], [[0], [0]], [0, 1]))
     np.testing.assert_allclose(state.params['w'], [2.5])
 
+  @pytest.mark.parametrize(
+    ('normalization', 'step'),
+    # c = s(u) = [1, 1/2] (uniform weights, u = [0, 1], a = 1), deltas [1, 3]: c . d = 2.5 over
+    # sum w = 2 ('weights'), over K = 2 ('count'), as it is ('sum'), or FedNova's
+    # tau_eff sum_k c_k d_k / Q_k with Q = [2, 4], tau_eff = 3: 3 (1 / 2 + 1.5 / 4) ('steps').
+    [('weights', 1.25), ('count', 1.25), ('sum', 2.5), ('steps', 2.625)],
+  )
+  def test_fedbuff_algorithm_composes_its_normalization_with_staleness(self, normalization, step):
+    facts = RunFacts(num_clients=4, local_steps=2)
+    kwargs = {
+      'normalization': normalization,
+      'weighting': 'uniform',
+      'staleness': 'polynomial',
+      'staleness_a': 1.0,
+      'server_learning_rate': 2.0,
+      'concurrency': 2,
+      'buffer_size': 2,
+    }
+    settings = algorithms.resolve_settings('fedbuff', kwargs, facts)
+    context = algorithms.BuildContext('fedbuff', facts, np.array([4, 6, 8, 10]))
+    aggregator = algorithms.build(settings, context).aggregator
+    batch = _batch([[1.0], [3.0], [1e6]], [[0], [0], [0]], [0, 1, 0], weights=[1.0, 1.0, 0.0])
+    batch = batch.replace(num_steps=jnp.array([2, 4, 0], jnp.int32))  # the last row: padding
+    state = aggregator.apply(aggregator.init({'w': jnp.array([0.0])}), batch)
+    np.testing.assert_allclose(state.params['w'], [2.0 * step], rtol=1e-6)  # server lr 2
+    assert set(REDUCERS) == {'weights', 'count', 'sum', 'steps'}
+
   def test_ema_tracks_server_weights(self):
-    aggregator = with_ema(fedopt(optax.sgd(1.0)), decay=0.5)
+    aggregator = with_ema(server_update(optax.sgd(1.0)), decay=0.5)
     state = aggregator.init({'w': jnp.array([0.0])})
     state = aggregator.apply(state, _batch([[4.0]], [[0]], [0]))
     state = aggregator.apply(state, _batch([[4.0]], [[0]], [0]))
@@ -156,10 +198,14 @@ class TestEquivalences:
   @pytest.mark.parametrize('k', [3, 8])
   def test_fedbuff_with_k_equal_concurrency_equal_cohort_is_fedavg(self, k):
     local_work = LocalWork(steps=3, batch_size=4)
-    fedavg = _simulation(SynchronousScheduler(k, local_work, 'uniform'), fedopt(optax.sgd(0.7)))
+    fedavg = _simulation(
+      SynchronousScheduler(k, local_work, 'uniform'), server_update(optax.sgd(0.7))
+    )
     fedbuff = _simulation(
       AsynchronousScheduler(k, k, local_work, 'uniform'),
-      fedopt(optax.sgd(0.7), normalization='count', staleness=make_staleness('polynomial', a=0.5)),
+      server_update(
+        optax.sgd(0.7), staleness_scaled(count_mean(), make_staleness('polynomial', a=0.5))
+      ),
     )
     fedavg.run(StopCondition(max_versions=4))
     fedbuff.run(StopCondition(max_versions=4))
@@ -210,7 +256,7 @@ class TestEquivalences:
     for name, latency in models.items():
       sim = _simulation(
         SynchronousScheduler(3, LocalWork(steps=2, batch_size=4)),
-        fedopt(optax.sgd(1.0)),
+        server_update(optax.sgd(1.0)),
         latency=latency,
       )
       sim.run(StopCondition(max_versions=3))
@@ -231,7 +277,7 @@ class TestSynchronousVariants:
     )
     sim = _simulation(
       SynchronousScheduler(2, LocalWork(steps=2), num_selected=4),
-      fedopt(optax.sgd(1.0)),
+      server_update(optax.sgd(1.0)),
       latency=latency,
     )
     aggregated = []
@@ -254,7 +300,7 @@ class TestSynchronousVariants:
     )
     sim = _simulation(
       SynchronousScheduler(4, LocalWork(steps=2), deadline=1.5),
-      fedopt(optax.sgd(1.0)),
+      server_update(optax.sgd(1.0)),
       latency=latency,
     )
     sim.run(StopCondition(max_virtual_time=30.0))
@@ -274,7 +320,7 @@ class TestSynchronousVariants:
     )
     sim = _simulation(
       SynchronousScheduler(3, LocalWork(time_limit=4.0, steps=50)),
-      fedopt(optax.sgd(1.0)),
+      server_update(optax.sgd(1.0)),
       latency=latency,
     )
     handles = []

@@ -12,7 +12,7 @@ from fedsim_jax.data import toy_federation
 from fedsim_jax.executor import Executor, TaskBatchResult, round_up_to_bucket
 from fedsim_jax.models import get_model
 from fedsim_jax.runtime import PerStepLatency, Simulation, StopCondition
-from fedsim_jax.strategy import fedopt
+from fedsim_jax.strategy import server_update
 from fedsim_jax.strategy.ccfedavg import BudgetedScheduler, ccfedavg_server_aggregator
 from fedsim_jax.strategy.local_work import LocalWork
 
@@ -47,7 +47,7 @@ def _run_scripted(estimator, table, rounds=3):
   sim = Simulation(
     executor=ConstantDeltaExecutor(),
     scheduler=scheduler,
-    aggregator=fedopt(optax.sgd(1.0)),
+    aggregator=server_update(optax.sgd(1.0)),
     latency=PerStepLatency(3, np.random.default_rng(0)),
     init_params={'w': jnp.zeros(1)},
     client_sizes=np.full(3, 5),
@@ -103,7 +103,7 @@ def test_switch_uses_strategy_3_then_strategy_2():
   sim = Simulation(
     executor=ConstantDeltaExecutor(),
     scheduler=scheduler,
-    aggregator=fedopt(optax.sgd(1.0)),
+    aggregator=server_update(optax.sgd(1.0)),
     latency=PerStepLatency(3, np.random.default_rng(0)),
     init_params={'w': jnp.zeros(1)},
     client_sizes=np.full(3, 5),
@@ -125,7 +125,9 @@ def test_client_and_server_storage_give_the_same_models():
   results = {}
   for storage in ('client', 'server'):
     aggregator = (
-      fedopt(optax.sgd(1.0)) if storage == 'client' else ccfedavg_server_aggregator(fed.num_clients)
+      server_update(optax.sgd(1.0))
+      if storage == 'client'
+      else ccfedavg_server_aggregator(fed.num_clients)
     )
     sim = Simulation(
       executor=Executor(update, fed.device_arrays(), jax.random.PRNGKey(1)),

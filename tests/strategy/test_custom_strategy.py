@@ -16,7 +16,7 @@ from fedsim_jax.runtime import (
   StopCondition,
   weighted_mean_delta,
 )
-from fedsim_jax.strategy import LocalWork, SynchronousScheduler, fedopt
+from fedsim_jax.strategy import LocalWork, SynchronousScheduler, server_update
 
 
 @flax.struct.dataclass
@@ -52,6 +52,6 @@ def _run(aggregator):
 
 def test_user_aggregator_equals_the_builtin_it_reimplements():
   custom = _run(damped_average(0.5))
-  builtin = _run(fedopt(optax.sgd(0.5)))
+  builtin = _run(server_update(optax.sgd(0.5)))
   for a, b in zip(jax.tree_util.tree_leaves(custom), jax.tree_util.tree_leaves(builtin)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)

@@ -27,7 +27,7 @@ from fedsim_jax.executor import ClientTask, Executor, NoTrainingExecutor
 from fedsim_jax.models import Model, get_model
 from fedsim_jax.runtime import PerStepLatency, Simulation, StopCondition, UpdateBatch
 from fedsim_jax.runtime.latency import DeviceRatioLatency
-from fedsim_jax.strategy import AsynchronousScheduler, LocalWork, fedopt, make_staleness
+from fedsim_jax.strategy import AsynchronousScheduler, LocalWork, make_staleness, server_update
 from fedsim_jax.strategy.fedasmu import (
   FedasmuScheduler,
   ServerSettings,
@@ -558,7 +558,7 @@ class TestStalenessBound:
     sim = Simulation(
       executor=NoTrainingExecutor({'w': jnp.zeros(1)}),
       scheduler=Abandon(1.0, 1, 1, 1, LocalWork(steps=1)),
-      aggregator=fedopt(optax.sgd(1.0)),
+      aggregator=server_update(optax.sgd(1.0)),
       latency=PerStepLatency(2, np.random.default_rng(0)),
       init_params={'w': jnp.zeros(1)},
       client_sizes=fed.client_sizes,
@@ -658,7 +658,7 @@ def _trigger_run(timing, until):
   sim = Simulation(
     executor=NoTrainingExecutor({'w': jnp.zeros(1)}),
     scheduler=scheduler,
-    aggregator=fedopt(optax.sgd(1.0)),
+    aggregator=server_update(optax.sgd(1.0)),
     latency=PerStepLatency(6, np.random.default_rng(0), mean=1.0),
     init_params={'w': jnp.zeros(1)},
     client_sizes=fed.client_sizes,

@@ -23,9 +23,9 @@ from fedsim_jax.strategy import (
   AsynchronousScheduler,
   LocalWork,
   SynchronousScheduler,
-  fedasync,
-  fedopt,
+  fedasync_delta,
   make_staleness,
+  server_update,
 )
 from fedsim_jax.strategy.asofed import (
   AsoFedClients,
@@ -182,11 +182,11 @@ class TestMoon:
     np.testing.assert_allclose(state.loss_sum, expected_objective(start), rtol=1e-6)
 
   def test_mu_zero_is_fedavg(self):
-    fedavg = _run(_simulation(_synchronous(3), fedopt(optax.sgd(1.0)), _sgd_update()), 3)
+    fedavg = _run(_simulation(_synchronous(3), server_update(optax.sgd(1.0)), _sgd_update()), 3)
     moon = _run(
       _simulation(
         MoonScheduler(3, LocalWork(steps=3), 'num_examples', contrast=False),
-        fedopt(optax.sgd(1.0)),
+        server_update(optax.sgd(1.0)),
         moon_client_update(_model(), optax.sgd(LR), 4, mu=0.0, temperature=0.5),
       ),
       3,
@@ -197,13 +197,13 @@ class TestMoon:
     def moon_sim():
       return _simulation(
         MoonScheduler(8, LocalWork(steps=3), 'num_examples'),
-        fedopt(optax.sgd(1.0)),
+        server_update(optax.sgd(1.0)),
         moon_client_update(_model(), optax.sgd(LR), 4, mu=5.0, temperature=0.5),
       )
 
     # Round 1: every client contrasts against previous = global, so l_con has no gradient.
     sim = moon_sim()
-    fedavg = _simulation(_synchronous(), fedopt(optax.sgd(1.0)), _sgd_update())
+    fedavg = _simulation(_synchronous(), server_update(optax.sgd(1.0)), _sgd_update())
     _assert_trees_close(_run(sim, 1), _run(fedavg, 1), atol=1e-5)
     assert sorted(sim.scheduler.previous_models) == list(range(8))
     # Round 2: clients now have a previous model that differs from the global one.
@@ -213,7 +213,7 @@ class TestMoon:
     scheduler = MoonScheduler(8, LocalWork(steps=3), 'num_examples')
     sim = _simulation(
       scheduler,
-      fedopt(optax.sgd(1.0)),
+      server_update(optax.sgd(1.0)),
       moon_client_update(_model(), optax.sgd(LR), 4, mu=1.0, temperature=0.5),
     )
     start = sim.params
@@ -452,7 +452,7 @@ class TestPort:
         AsynchronousScheduler(3, 1, LocalWork(steps=3), 'uniform'), aggregator, _sgd_update()
       )
 
-    fedasync_params = _run(async_sim(fedasync(1.0, make_staleness('constant'), 'delta')), 10)
+    fedasync_params = _run(async_sim(fedasync_delta(1.0, make_staleness('constant'))), 10)
     _assert_trees_close(_run(async_sim(port_aggregator(FED.client_sizes)), 10), fedasync_params)
 
   def test_invalid_settings(self):
@@ -506,7 +506,7 @@ class TestAsoFed:
   def test_without_its_adaptive_parts_it_is_fedasync_with_example_shares(self):
     fedasync_sim = _simulation(
       AsynchronousScheduler(3, 1, LocalWork(steps=3), 'num_examples'),
-      fedasync(1.0, make_staleness('constant'), 'delta'),
+      fedasync_delta(1.0, make_staleness('constant')),
       _sgd_update(),
     )
     clients = AsoFedClients(dynamic_step_size=False)
@@ -583,7 +583,7 @@ class TestFedSA:
         AsynchronousScheduler(3, 1, LocalWork(steps=3), 'uniform'), aggregator, _sgd_update()
       )
 
-    fedasync_params = _run(async_sim(fedasync(1.0, staleness, 'delta')), 10)
+    fedasync_params = _run(async_sim(fedasync_delta(1.0, staleness)), 10)
     _assert_trees_close(
       _run(async_sim(fedsa_aggregator(FED.client_sizes, staleness)), 10), fedasync_params
     )

@@ -9,6 +9,7 @@ import numpy as np
 import optax
 import pytest
 
+from fedsim_jax.algorithms.fedcompass import VARIANTS, CompassSettings
 from fedsim_jax.client import sgd_client_update
 from fedsim_jax.data import toy_federation
 from fedsim_jax.executor import Executor, NoTrainingExecutor
@@ -19,7 +20,7 @@ from fedsim_jax.strategy import (
   CompassScheduler,
   LocalWork,
   compass_aggregator,
-  fedasync,
+  fedasync_delta,
   make_staleness,
 )
 
@@ -197,7 +198,7 @@ def test_q_min_equal_q_max_is_fedasync():
       aggregator = compass_aggregator(alpha=0.9, a=0.5)
     else:
       scheduler = AsynchronousScheduler(3, 1, LocalWork(steps=8), weighting='num_examples')
-      aggregator = fedasync(0.9, make_staleness('polynomial', a=0.5), form='delta')
+      aggregator = fedasync_delta(0.9, make_staleness('polynomial', a=0.5))
     sim = Simulation(
       executor=Executor(update, fed.device_arrays(), jax.random.PRNGKey(1)),
       scheduler=scheduler,
@@ -223,6 +224,12 @@ def test_q_min_equal_q_max_is_fedasync():
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
 
 
+def _variant(name, **settings):
+  """The algorithm `name`'s aggregator (its server optimizer and reducer), alpha 0.9, a 0.5."""
+  optimizer, reducer = VARIANTS[name](CompassSettings.from_kwargs(settings))
+  return compass_aggregator(0.9, 0.5, optimizer, reducer)
+
+
 def test_compass_aggregator_variants():
   from fedsim_jax.runtime import UpdateBatch
 
@@ -236,13 +243,18 @@ def test_compass_aggregator_variants():
   st = np.array([0.9 * 1.0, 0.9 * 4**-0.5])
   plain = compass_aggregator().apply(compass_aggregator().init(PARAMS), batch)
   np.testing.assert_allclose(plain.params['w'], [st[0] * 0.25, st[1] * 0.75 * 2], rtol=1e-6)
-  nova = compass_aggregator(variant='normalized')
+  assert set(VARIANTS) == {'fedcompass', 'fedcompass_m', 'fedcompass_n'}
+  named = _variant('fedcompass')
+  np.testing.assert_array_equal(
+    named.apply(named.init(PARAMS), batch).params['w'], plain.params['w']
+  )
+  nova = _variant('fedcompass_n')
   state = nova.apply(nova.init(PARAMS), batch)
   tau_eff = 0.25 * 10 + 0.75 * 40
   np.testing.assert_allclose(
     state.params['w'], [st[0] * 0.25 / 10 * tau_eff, st[1] * 0.75 * 2 / 40 * tau_eff], rtol=1e-6
   )
-  momentum = compass_aggregator(variant='momentum', momentum=0.5)
+  momentum = _variant('fedcompass_m', server_momentum=0.5)
   state = momentum.apply(momentum.init(PARAMS), batch)
   state = momentum.apply(state, batch)
   np.testing.assert_allclose(state.params['w'], 2.5 * np.asarray(plain.params['w']), rtol=1e-6)

@@ -1,5 +1,6 @@
-"""FedAvg / FedOpt: the aggregator on hand-computable numbers and FedAvg end to end against a
-hand-written numpy reference."""
+"""FedAvg / FedOpt: the reducers and the server update on hand-computable numbers, the
+compositions the algorithms build, and FedAvg end to end against a hand-written numpy
+reference."""
 
 import jax
 import jax.numpy as jnp
@@ -7,27 +8,109 @@ import numpy as np
 import optax
 import pytest
 
+from fedsim_jax import algorithms
+from fedsim_jax.algorithms.base import RunFacts
 from fedsim_jax.client import sgd_client_update
 from fedsim_jax.data.synthetic import toy_federation as make_toy_federation
 from fedsim_jax.executor import Executor
 from fedsim_jax.models import get_model
-from fedsim_jax.runtime import PerStepLatency, Simulation, StopCondition, UpdateBatch
-from fedsim_jax.strategy import LocalWork, SynchronousScheduler, fedopt, server_optimizer
+from fedsim_jax.runtime import (
+  PerStepLatency,
+  Simulation,
+  StopCondition,
+  UpdateBatch,
+  weighted_mean_delta,
+)
+from fedsim_jax.strategy import (
+  LocalWork,
+  SynchronousScheduler,
+  count_mean,
+  fednova_mean,
+  make_staleness,
+  server_optimizer,
+  server_update,
+  staleness_scaled,
+  weighted_mean,
+  weighted_sum,
+)
 
 
-def _updates(deltas, weights):
+def _updates(deltas, weights, staleness=None, num_steps=None):
   k = len(weights)
   return UpdateBatch(
     deltas={'w': jnp.asarray(deltas, jnp.float32)},
     weights=jnp.asarray(weights, jnp.float32),
-    staleness=jnp.zeros(k, jnp.int32),
-    num_steps=jnp.ones(k, jnp.int32),
+    staleness=jnp.asarray(staleness or [0] * k, jnp.int32),
+    num_steps=jnp.asarray(num_steps or [1] * k, jnp.int32),
     group=jnp.zeros(k, jnp.int32),
   )
 
 
+# d_1 = [1, 0] with w_1 = 1, d_2 = [3, 2] with w_2 = 3, and a padding row (weight 0, 0 steps)
+# whose huge delta must count nowhere. Staleness u = [0, 3, 5], local steps Q = [2, 4, 0].
+BATCH = _updates([[1, 0], [3, 2], [1e6, -1e6]], [1, 3, 0], staleness=[0, 3, 5], num_steps=[2, 4, 0])
+# s(u) = 1 / (u + 1): [1, 1/4, 1/6].
+INVERSE = make_staleness('polynomial', a=1.0)
+
+
+def _reduce(reducer, scale=None):
+  return np.asarray(reducer(BATCH, BATCH.weights if scale is None else scale)['w'])
+
+
+class TestReducers:
+  def test_weighted_mean(self):
+    # (1 [1, 0] + 3 [3, 2]) / (1 + 3)
+    np.testing.assert_array_equal(_reduce(weighted_mean()), [2.5, 1.5])
+
+  def test_weighted_mean_divides_by_the_unscaled_weights(self):
+    # Numerators c = [2, 1.5]; the denominator stays sum w = 4: (2 [1, 0] + 1.5 [3, 2]) / 4
+    got = _reduce(weighted_mean(), jnp.array([2.0, 1.5, 0.0]))
+    np.testing.assert_array_equal(got, [1.625, 0.75])
+
+  def test_count_mean(self):
+    # (1 [1, 0] + 3 [3, 2]) / 2 real rows
+    np.testing.assert_array_equal(_reduce(count_mean()), [5.0, 3.0])
+
+  def test_count_mean_of_padding_only_is_zero(self):
+    padding = _updates([[1e6, 1e6]], [0])
+    np.testing.assert_array_equal(count_mean()(padding, padding.weights)['w'], [0.0, 0.0])
+
+  def test_weighted_sum(self):
+    np.testing.assert_array_equal(_reduce(weighted_sum()), [10.0, 6.0])
+
+  def test_fednova_mean(self):
+    # tau_eff = (1 * 2 + 3 * 4) / 4 = 3.5 (the padding row's 0 steps count as 1, weight 0);
+    # 3.5 (1/2 [1, 0] + 3/4 [3, 2]) = [1.75 + 7.875, 5.25]
+    np.testing.assert_array_equal(_reduce(fednova_mean()), [9.625, 5.25])
+
+  def test_staleness_scaled_multiplies_the_numerators(self):
+    # c = w s(u) = [1, 3/4, 0]: c_1 d_1 + c_2 d_2 = [3.25, 1.5].
+    np.testing.assert_allclose(
+      _reduce(staleness_scaled(weighted_sum(), INVERSE)), [3.25, 1.5], rtol=1e-6
+    )
+    # weighted_mean still divides by sum w = 4, not by sum c.
+    np.testing.assert_allclose(
+      _reduce(staleness_scaled(weighted_mean(), INVERSE)), [0.8125, 0.375], rtol=1e-6
+    )
+    np.testing.assert_allclose(
+      _reduce(staleness_scaled(count_mean(), INVERSE)), [1.625, 0.75], rtol=1e-6
+    )
+    # FedNova: c / Q tau_eff = [1/2, 3/16] 3.5 = [1.75, 0.65625], tau_eff from w alone.
+    np.testing.assert_allclose(
+      _reduce(staleness_scaled(fednova_mean(), INVERSE)), [3.71875, 1.3125], rtol=1e-6
+    )
+
+  def test_staleness_scaled_scales_the_given_numerators_and_nests(self):
+    scale = jnp.array([2.0, 4.0, 0.0])  # c = [2, 4 / 4, 0]
+    np.testing.assert_allclose(
+      _reduce(staleness_scaled(weighted_sum(), INVERSE), scale), [5.0, 2.0], rtol=1e-6
+    )
+    double = staleness_scaled(staleness_scaled(weighted_sum(), INVERSE), lambda u: 2.0 + 0 * u)
+    np.testing.assert_allclose(_reduce(double), [6.5, 3.0], rtol=1e-6)
+
+
 def _apply_rounds(optimizer, rounds, x0=(1.0, 2.0)):
-  aggregator = fedopt(optimizer)
+  aggregator = server_update(optimizer)
   state = aggregator.init({'w': jnp.asarray(x0, jnp.float32)})
   for deltas, weights in rounds:
     state = jax.jit(aggregator.apply)(state, _updates(deltas, weights))
@@ -35,6 +118,32 @@ def _apply_rounds(optimizer, rounds, x0=(1.0, 2.0)):
 
 
 class TestFedOptAggregator:
+  def test_server_update_with_sgd_1_is_fedavg_exactly(self):
+    # FedAvg (McMahan et al. 2017): x <- x + sum_k n_k delta_k / sum_k n_k, bit for bit, with
+    # the weighted mean explicit or as the default reducer. Both sides are jitted, as the
+    # runtime jits aggregators: inside one program XLA may fuse the final add with the division
+    # and round differently from an eager x + mean.
+    rng = np.random.default_rng(0)
+    params = {'w': jnp.asarray(rng.normal(size=(3, 5)), jnp.float32)}
+    batch = UpdateBatch(
+      deltas={'w': jnp.asarray(rng.normal(size=(4, 3, 5)), jnp.float32)},
+      weights=jnp.array([3.0, 1.0, 7.0, 0.0]),
+      staleness=jnp.array([0, 2, 1, 0]),
+      num_steps=jnp.array([5, 1, 2, 0]),
+      group=jnp.zeros(4, jnp.int32),
+    )
+    fedavg = jax.jit(lambda x, b: jax.tree_util.tree_map(jnp.add, x, weighted_mean_delta(b)))
+    want = np.asarray(fedavg(params, batch)['w'])
+    for aggregator in (
+      server_update(optax.sgd(1.0), weighted_mean()),
+      server_update(optax.sgd(1.0)),
+    ):
+      state = jax.jit(aggregator.apply)(aggregator.init(params), batch)
+      np.testing.assert_array_equal(np.asarray(state.params['w']), want)
+    deltas = np.asarray(batch.deltas['w'], np.float64)
+    reference = params['w'] + np.tensordot([3.0, 1.0, 7.0, 0.0], deltas, axes=1) / 11.0
+    np.testing.assert_allclose(want, reference, rtol=1e-6, atol=1e-6)
+
   def test_fedavg_is_the_weighted_mean_of_deltas(self):
     # mean delta = (1*[1,0] + 3*[3,2]) / 4 = [2.5, 1.5]
     x = _apply_rounds(optax.sgd(1.0), [([[1, 0], [3, 2]], [1, 3])])
@@ -90,6 +199,25 @@ class TestFedOptAggregator:
       server_optimizer('lamb', 1.0)
 
 
+def _aggregator(name, kwargs, **run):
+  """The aggregator the registered algorithm `name` builds from `kwargs` for 4 clients."""
+  facts = RunFacts(num_clients=4, **run)
+  settings = algorithms.resolve_settings(name, kwargs, facts)
+  context = algorithms.BuildContext(name, facts, np.array([4, 6, 8, 10]))
+  return algorithms.build(settings, context).aggregator
+
+
+def test_fednova_budget_server_update_is_fednova():
+  # FedNova (Wang et al. 2020) with p = [1/2, 1/2] (CC-FedAvg's 1 / |S_t|), Q = [2, 4]:
+  # x + tau_eff sum_k p_k d_k / Q_k with tau_eff = sum_k p_k Q_k = 3.
+  batch = _updates([[1, 0], [3, 2]], [0.5, 0.5], num_steps=[2, 4])
+  aggregator = _aggregator('fednova_budget', {'cohort_size': 2}, local_steps=4)
+  state = aggregator.apply(aggregator.init({'w': jnp.array([1.0, 2.0])}), batch)
+  want = np.array([1.0, 2.0]) + 3 * (0.5 * np.array([1, 0]) / 2 + 0.5 * np.array([3, 2]) / 4)
+  np.testing.assert_allclose(state.params['w'], want, rtol=1e-6)
+  np.testing.assert_array_equal(state.params['w'], [2.875, 2.75])
+
+
 def _numpy_fedavg_reference(fed, w0, b0, lr, local_steps, rounds):
   """FedAvg (McMahan et al. 2017, Algorithm 1) for softmax regression, full-batch clients,
   full participation, weights n_k / n, in float64 numpy."""
@@ -125,7 +253,7 @@ def test_fedavg_matches_a_hand_written_reference(backend):
   sim = Simulation(
     executor=Executor(update, fed.device_arrays(), jax.random.PRNGKey(1), backend=backend),
     scheduler=SynchronousScheduler(fed.num_clients, LocalWork(steps=steps, batch_size=16)),
-    aggregator=fedopt(optax.sgd(1.0)),
+    aggregator=server_update(optax.sgd(1.0)),
     latency=PerStepLatency(fed.num_clients, np.random.default_rng(0)),
     init_params=params,
     client_sizes=fed.client_sizes,
@@ -146,7 +274,7 @@ def test_uniform_weighting_and_cohort_sampling():
   fed = make_toy_federation(num_clients=8)
   scheduler = SynchronousScheduler(3, LocalWork(steps=1), weighting='uniform')
   seen = []
-  aggregator = fedopt(optax.sgd(1.0))
+  aggregator = server_update(optax.sgd(1.0))
   model = get_model('mlp', fed.input_shape, fed.num_classes, hidden_sizes=())
   update = sgd_client_update(model, optax.sgd(0.1), 4)
   sim = Simulation(

@@ -28,8 +28,8 @@ from fedsim_jax.runtime.latency import TaskLatency
 from fedsim_jax.strategy import (
   LocalWork,
   SynchronousScheduler,
-  fedopt,
   server_optimizer,
+  server_update,
   with_ema,
 )
 from fedsim_jax.strategy.fare_dust import (
@@ -247,7 +247,7 @@ class TestFareDustSchedule:
       return slot
 
     scheduler.history.push = recording_push
-    sim, versions = _scripted_simulation(scheduler, fedopt(optax.sgd(1.0)))
+    sim, versions = _scripted_simulation(scheduler, server_update(optax.sgd(1.0)))
     sim.run(StopCondition(max_versions=ROUNDS))
     return sim, scheduler, versions, evicted
 
@@ -431,7 +431,7 @@ class TestFareDustEquivalences:
         distill=rho > 0,
         rng=np.random.default_rng(3),
       )
-      sim = _simulation(scheduler, fedopt(optax.sgd(1.0)), update=update)
+      sim = _simulation(scheduler, server_update(optax.sgd(1.0)), update=update)
       params = []
       sim.on_version = lambda s: params.append(s.params)
       sim.run(StopCondition(max_versions=3))
@@ -631,7 +631,9 @@ class TestFeastEquivalences:
       ),
       feast_aggregator(0.7),
     )
-    fedavg = _simulation(SynchronousScheduler(3, local_work, 'uniform'), fedopt(optax.sgd(0.7)))
+    fedavg = _simulation(
+      SynchronousScheduler(3, local_work, 'uniform'), server_update(optax.sgd(0.7))
+    )
     seen = []
     feast.on_version = lambda s: seen.append((s.params, s.eval_params))
     feast.run(StopCondition(max_versions=4))
@@ -657,7 +659,7 @@ class TestFeastEquivalences:
       feast_aggregator(0.7),
     )
     ema = _simulation(
-      SynchronousScheduler(3, local_work, 'uniform'), with_ema(fedopt(optax.sgd(0.7)), 0.5)
+      SynchronousScheduler(3, local_work, 'uniform'), with_ema(server_update(optax.sgd(0.7)), 0.5)
     )
     feast.run(StopCondition(max_versions=4))
     ema.run(StopCondition(max_versions=4))
@@ -679,7 +681,7 @@ class TestFeastEquivalences:
       feast_aggregator(0.7),
     )
     fedavg = _simulation(
-      SynchronousScheduler(3, local_work, 'uniform', num_selected=5), fedopt(optax.sgd(0.7))
+      SynchronousScheduler(3, local_work, 'uniform', num_selected=5), server_update(optax.sgd(0.7))
     )
     feast.run(StopCondition(max_versions=6))
     fedavg.run(StopCondition(max_versions=6))
@@ -707,7 +709,7 @@ def test_deferred_equals_eager(algorithm):
         distill=True,
         rng=np.random.default_rng(3),
       )
-      aggregator = fedopt(optax.sgd(1.0))
+      aggregator = server_update(optax.sgd(1.0))
     else:
       update = None
       scheduler = FeastScheduler(
@@ -802,7 +804,7 @@ def test_server_optimizer_of_fare_dust_is_fedadam():
     'fare_dust', experiment.run_facts(config), FED.client_sizes, None
   )
   algorithm = algorithms.build(experiment.validate(config), context)
-  reference = fedopt(server_optimizer('adam', 0.01, b1=0.9, b2=0.99, eps=1e-3))
+  reference = server_update(server_optimizer('adam', 0.01, b1=0.9, b2=0.99, eps=1e-3))
   params = {'w': jnp.array([1.0, -1.0])}
   batch_deltas = {'w': jnp.array([[0.5, 0.2], [0.1, -0.3]])}
   batch = UpdateBatch(
