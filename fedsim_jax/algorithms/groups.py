@@ -251,10 +251,3 @@ class ServerEmaSettings(Base):
 
   def with_ema(self, aggregator):
     return aggregator if self.ema_decay is None else with_ema(aggregator, self.ema_decay)
-
-
-PLAIN_CLIENT_TERMS = {
-  'proximal_strength': 0.0,
-  'distillation_strength': 0.0,
-  'distillation_temperature': 1.0,
-}
