@@ -9,18 +9,18 @@ import functools
 
 from fedsim_jax.algorithms.base import Algorithm, BuildContext, register
 from fedsim_jax.algorithms.groups import (
-  PLAIN_CLIENT_TERMS,
   AsynchronousSettings,
   LocalWorkSettings,
   ServerEmaSettings,
 )
+from fedsim_jax.client import cross_entropy, local_update, proximal
 from fedsim_jax.settings import boolean, decay, one_of, positive, setting
 from fedsim_jax.strategy.asofed import (
   DECAY_GRADIENTS,
   DELAY_MEASURES,
   AsoFedClients,
   asofed_aggregator,
-  asofed_client_update,
+  asofed_correction,
 )
 
 
@@ -44,10 +44,11 @@ def asofed_algorithm(settings: AsoFedSettings, context: BuildContext) -> Algorit
     scheduler=clients.scheduler(settings.asynchronous_scheduler(context, 1)),
     aggregator=settings.with_ema(asofed_aggregator(context.client_sizes)),
     make_client_update=functools.partial(
-      asofed_client_update,
-      proximal=settings.proximal,
-      decay=settings.decay,
-      decay_gradient=settings.decay_gradient,
-      **PLAIN_CLIENT_TERMS,
+      local_update,
+      objective=(
+        cross_entropy(),
+        proximal(settings.proximal),  # the local constraint lambda
+        asofed_correction(settings.decay, settings.decay_gradient),
+      ),
     ),
   )

@@ -20,12 +20,13 @@ from fedsim_jax.algorithms.groups import (
   LocalWorkSettings,
   ServerOptimizerSettings,
 )
+from fedsim_jax.client import local_update
 from fedsim_jax.settings import decay, one_of, positive, setting
 from fedsim_jax.strategy.ema import with_ema
 from fedsim_jax.strategy.fare_dust import (
   EMPTY_HISTORY_RULES,
   FareDustScheduler,
-  fare_dust_client_update,
+  fare_dust_objective,
 )
 from fedsim_jax.strategy.fedopt import server_update
 from fedsim_jax.strategy.server_optimizers import SERVER_OPTIMIZERS
@@ -76,9 +77,7 @@ def fare_dust_algorithm(settings: FareDustSettings, context: BuildContext) -> Al
     scheduler=scheduler,
     aggregator=aggregator,
     make_client_update=functools.partial(
-      fare_dust_client_update,
-      distillation_strength=settings.rho,
-      distillation_temperature=settings.temperature,
-      proximal_strength=settings.proximal_strength,
+      local_update,
+      objective=fare_dust_objective(settings.rho, settings.temperature, settings.proximal_strength),
     ),
   )

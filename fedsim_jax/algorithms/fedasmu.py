@@ -13,7 +13,6 @@ strategy/fedasmu_fetch.py, each a setting here.
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import numpy as np
 
@@ -25,7 +24,6 @@ from fedsim_jax.algorithms.groups import (
   SlotSettings,
   StalenessSettings,
 )
-from fedsim_jax.client import sgd_client_update
 from fedsim_jax.settings import (
   Check,
   ConfigError,
@@ -43,7 +41,7 @@ from fedsim_jax.strategy.fedasmu import (
   FedasmuScheduler,
   ServerSettings,
   fedasmu_aggregator,
-  fedasmu_client_update,
+  fresh_model_blend,
 )
 from fedsim_jax.strategy.fedasmu_fetch import (
   BASELINE_SCOPES,
@@ -269,19 +267,17 @@ def fedasmu_algorithm(settings: FedasmuSettings, context: BuildContext) -> Algor
     v_0=settings.v_0,
     timing=settings.trigger_timing,
   )
-  if policy is None:
-    client_update = sgd_client_update
-  else:
-    client_update = functools.partial(
-      fedasmu_client_update,
-      mu_beta=settings.mu_beta,
-      gamma_learning_rate=settings.gamma_learning_rate,
-      v_learning_rate=settings.v_learning_rate,
+  # With a fetch the objective is Formula 4's cross-entropy alone (check_run) and segments
+  # start with the blend of Formulas 7-9.
+  blend = None
+  if policy is not None:
+    blend = fresh_model_blend(
+      settings.mu_beta, settings.gamma_learning_rate, settings.v_learning_rate
     )
   return Algorithm(
     scheduler=scheduler,
     aggregator=settings.with_ema(fedasmu_aggregator(context.num_clients, server)),
-    make_client_update=settings.make_client_update(client_update),
+    make_client_update=settings.make_client_update(prelude=blend),
   )
 
 

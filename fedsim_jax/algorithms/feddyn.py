@@ -9,13 +9,13 @@ import functools
 
 from fedsim_jax.algorithms.base import Algorithm, BuildContext, RunFacts, register
 from fedsim_jax.algorithms.groups import (
-  PLAIN_CLIENT_TERMS,
   DeadlineSettings,
   LocalWorkSettings,
   ServerEmaSettings,
 )
+from fedsim_jax.client import cross_entropy, local_update
 from fedsim_jax.settings import ConfigError, positive, setting
-from fedsim_jax.strategy.feddyn import FedDynScheduler, feddyn_aggregator, feddyn_client_update
+from fedsim_jax.strategy.feddyn import FedDynScheduler, dynamic_regulariser, feddyn_aggregator
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +46,6 @@ def feddyn_algorithm(settings: FedDynSettings, context: BuildContext) -> Algorit
     scheduler=scheduler,
     aggregator=settings.with_ema(feddyn_aggregator(settings.alpha, context.num_clients)),
     make_client_update=functools.partial(
-      feddyn_client_update, alpha=settings.alpha, **PLAIN_CLIENT_TERMS
+      local_update, objective=(cross_entropy(), dynamic_regulariser(settings.alpha))
     ),
   )

@@ -12,7 +12,8 @@ import functools
 from typing import Any
 
 from fedsim_jax.algorithms.base import BuildContext, MakeClientUpdate, RunFacts
-from fedsim_jax.client import sgd_client_update
+from fedsim_jax.client import Prelude, local_update, regularised_objective
+from fedsim_jax.client.objective import Term
 from fedsim_jax.settings import (
   ConfigError,
   Settings,
@@ -232,19 +233,21 @@ class StalenessSettings(Base):
 @dataclasses.dataclass(frozen=True)
 class ClientTermsSettings(Base):
   """Regularisers of the client objective: FedProx's proximal term (`+ L2 reg.` nu) and
-  distillation from the downloaded model (`+ KD reg.` rho)."""
+  distillation from the downloaded model (`+ KD reg.` rho), added to the cross-entropy."""
 
   proximal_strength: float = setting(0.0, positive(allow_zero=True), 'mu / nu')
   distillation_strength: float = setting(0.0, positive(allow_zero=True), 'rho')
   distillation_temperature: float = setting(1.0, positive(), 'T of the distillation loss')
 
-  def make_client_update(self, factory: MakeClientUpdate = sgd_client_update) -> MakeClientUpdate:
-    return functools.partial(
-      factory,
-      proximal_strength=self.proximal_strength,
-      distillation_strength=self.distillation_strength,
-      distillation_temperature=self.distillation_temperature,
+  def client_objective(self) -> tuple[Term, ...]:
+    """CE + (nu / 2) ||w - w_0||^2 + rho * T^2 KL(p_{w_0}^T || p_w^T), zero terms left out."""
+    return regularised_objective(
+      self.proximal_strength, self.distillation_strength, self.distillation_temperature
     )
+
+  def make_client_update(self, prelude: Prelude | None = None) -> MakeClientUpdate:
+    """`local_update` on `client_objective()`, with an optional step prelude."""
+    return functools.partial(local_update, objective=self.client_objective(), prelude=prelude)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,10 +260,3 @@ class ServerEmaSettings(Base):
 
   def with_ema(self, aggregator):
     return aggregator if self.ema_decay is None else with_ema(aggregator, self.ema_decay)
-
-
-PLAIN_CLIENT_TERMS = {
-  'proximal_strength': 0.0,
-  'distillation_strength': 0.0,
-  'distillation_temperature': 1.0,
-}

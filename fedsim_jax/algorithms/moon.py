@@ -9,15 +9,15 @@ import functools
 
 from fedsim_jax.algorithms.base import Algorithm, BuildContext, register
 from fedsim_jax.algorithms.groups import (
-  PLAIN_CLIENT_TERMS,
   DeadlineSettings,
   LocalWorkSettings,
   ServerEmaSettings,
   ServerOptimizerSettings,
 )
+from fedsim_jax.client import cross_entropy, local_update
 from fedsim_jax.settings import one_of, positive, setting
 from fedsim_jax.strategy.fedopt import server_update
-from fedsim_jax.strategy.moon import REPRESENTATIONS, MoonScheduler, moon_client_update
+from fedsim_jax.strategy.moon import REPRESENTATIONS, MoonScheduler, contrastive
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +44,6 @@ def moon_algorithm(settings: MoonSettings, context: BuildContext) -> Algorithm:
     scheduler=scheduler,
     aggregator=settings.with_ema(server_update(settings.make_server_optimizer('sgd'))),
     make_client_update=functools.partial(
-      moon_client_update, mu=settings.mu, temperature=settings.temperature, **PLAIN_CLIENT_TERMS
+      local_update, objective=(cross_entropy(), contrastive(settings.mu, settings.temperature))
     ),
   )

@@ -52,6 +52,7 @@ FedAsync's delta form with alpha = 1, constant staleness and example-share weigh
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, NamedTuple
 
@@ -61,7 +62,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedsim_jax.client.local_update import ClientUpdate
+from fedsim_jax.client.local_update import ClientUpdate, local_update
+from fedsim_jax.client.objective import Proximal, Term, cross_entropy
 from fedsim_jax.models import Model, Params
 from fedsim_jax.runtime.simulation import Simulation, TaskHandle
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
@@ -87,19 +89,6 @@ class AsoFedInputs(NamedTuple):
   step_scale: jax.Array
 
 
-@flax.struct.dataclass
-class AsoFedClientState:
-  """Carry of ASO-Fed's local training (`ClientState` plus h and g_prev)."""
-
-  params: Params
-  opt_state: Any
-  loss_sum: jax.Array
-  steps_run: jax.Array
-  anchor: Params
-  h: Params
-  previous_gradient: Params
-
-
 def step_scale(mean_delay: float) -> float:
   """r_k = max(1, log(mean delay)) (dynamic learning step size); 1 without a positive delay."""
   return max(1.0, math.log(mean_delay)) if mean_delay > 0 else 1.0
@@ -120,6 +109,66 @@ def decayed_gradient(
   return zeta, new_h
 
 
+class AsoFedCarry(NamedTuple):
+  """What ASO-Fed's client carries from step to step: h and g_prev (trainable part)."""
+
+  h: Params
+  previous_gradient: Params
+
+
+@dataclasses.dataclass(frozen=True)
+class AsoFedCorrection(Term):
+  """ASO-Fed's decayed gradient and dynamic step size (see the module docstring), a term with
+  state across steps. grad zeta = g - g_prev + h_prev is the gradient of the rest of the
+  objective plus the linear term <h_prev - g_prev, w>; it is added to the gradient rather than
+  to the loss, because h is updated from g, the gradient without it (the reported loss is
+  then s_k's). The carry (h, g_prev) starts from the task's `AsoFedInputs` and its final value
+  is reported in the aux as `h` and `previous_gradient` (state parts 0); the optimizer's updates
+  are scaled by `AsoFedInputs.step_scale` (r_k)."""
+
+  decay: float
+  decay_gradient: str = 'current'
+
+  def __post_init__(self):
+    if not 0 <= self.decay < 1:
+      raise ValueError(f'algorithm.kwargs.decay={self.decay}; allowed: 0 <= decay < 1')
+    if self.decay_gradient not in DECAY_GRADIENTS:
+      raise ValueError(
+        f'algorithm.kwargs.decay_gradient={self.decay_gradient!r}; allowed: {DECAY_GRADIENTS}'
+      )
+
+  @property
+  def carries_state(self) -> bool:
+    return True
+
+  def init_carry(self, model: Model, start_params: Params, inputs: AsoFedInputs) -> AsoFedCarry:
+    return AsoFedCarry(
+      h=model.split(inputs.h)[0], previous_gradient=model.split(inputs.previous_gradient)[0]
+    )
+
+  def correct(
+    self, grads: Params, carry: AsoFedCarry, inputs: AsoFedInputs
+  ) -> tuple[Params, AsoFedCarry]:
+    zeta, h = decayed_gradient(
+      grads, carry.previous_gradient, carry.h, self.decay, self.decay_gradient
+    )
+    return zeta, AsoFedCarry(h=h, previous_gradient=grads)
+
+  def scale_updates(self, updates: Params, inputs: AsoFedInputs) -> Params:
+    return jax.tree_util.tree_map(lambda u: inputs.step_scale * u, updates)
+
+  def carry_aux(self, model: Model, carry: AsoFedCarry, start_params: Params) -> dict[str, Any]:
+    no_state = jax.tree_util.tree_map(jnp.zeros_like, model.split(start_params)[1])
+    return {
+      'h': model.merge(carry.h, no_state),
+      'previous_gradient': model.merge(carry.previous_gradient, no_state),
+    }
+
+
+def asofed_correction(decay: float, decay_gradient: str = 'current') -> AsoFedCorrection:
+  return AsoFedCorrection(decay, decay_gradient)
+
+
 def asofed_client_update(
   model: Model,
   optimizer: optax.GradientTransformation,
@@ -128,88 +177,13 @@ def asofed_client_update(
   proximal: float,
   decay: float,
   decay_gradient: str = 'current',
-  proximal_strength: float = 0.0,
-  distillation_strength: float = 0.0,
-  distillation_temperature: float = 1.0,
 ) -> ClientUpdate:
-  """ASO-Fed's local training (Algorithm 2; see the module docstring). `task_inputs` is the
-  client's `AsoFedInputs`; the returned aux adds the final `h` and `previous_gradient` (the
-  state the client keeps for its next task). The shared FedProx / distillation terms must be 0
-  (ASO-Fed's constraint is `proximal`, lambda)."""
-  del distillation_temperature
-  if proximal < 0 or not 0 <= decay < 1:
-    raise ValueError(
-      f'algorithm.kwargs.proximal={proximal}, algorithm.kwargs.decay={decay}; allowed: '
-      'proximal >= 0, 0 <= decay < 1'
-    )
-  if decay_gradient not in DECAY_GRADIENTS:
-    raise ValueError(
-      f'algorithm.kwargs.decay_gradient={decay_gradient!r}; allowed: {DECAY_GRADIENTS}'
-    )
-  if proximal_strength or distillation_strength:
-    raise ValueError(
-      f'algorithm.kwargs.proximal_strength={proximal_strength}, '
-      f'algorithm.kwargs.distillation_strength={distillation_strength}: asofed uses '
-      'algorithm.kwargs.proximal; allowed: 0'
-    )
-
-  def objective(trainable, model_state, anchor, x, y, weights):
-    params = model.merge(trainable, model_state)
-    if model.has_state:
-      loss, new_state = model.train_loss(params, x, y, weights)
-    else:
-      loss, new_state = model.loss(params, x, y, weights), model_state
-    if proximal:
-      sq = sum(
-        jnp.sum(jnp.square(p - a))
-        for p, a in zip(jax.tree_util.tree_leaves(trainable), jax.tree_util.tree_leaves(anchor))
-      )
-      loss = loss + 0.5 * proximal * sq
-    return loss, new_state
-
-  def init(start_params, task_inputs: AsoFedInputs):
-    trainable = model.split(start_params)[0]
-    return AsoFedClientState(
-      params=start_params,
-      opt_state=optimizer.init(trainable),
-      loss_sum=jnp.zeros((), jnp.float32),
-      steps_run=jnp.zeros((), jnp.int32),
-      anchor=trainable,
-      h=model.split(task_inputs.h)[0],
-      previous_gradient=model.split(task_inputs.previous_gradient)[0],
-    )
-
-  def step(state, batch, task_inputs: AsoFedInputs):
-    x, y, weights = batch
-    trainable, model_state = model.split(state.params)
-    (loss, new_state), grads = jax.value_and_grad(objective, has_aux=True)(
-      trainable, model_state, state.anchor, x, y, weights
-    )
-    zeta, h = decayed_gradient(grads, state.previous_gradient, state.h, decay, decay_gradient)
-    updates, opt_state = optimizer.update(zeta, state.opt_state, trainable)
-    updates = jax.tree_util.tree_map(lambda u: task_inputs.step_scale * u, updates)
-    params = model.merge(optax.apply_updates(trainable, updates), new_state)
-    return AsoFedClientState(
-      params=params,
-      opt_state=opt_state,
-      loss_sum=state.loss_sum + loss,
-      steps_run=state.steps_run + 1,
-      anchor=state.anchor,
-      h=h,
-      previous_gradient=grads,
-    )
-
-  def final(state, start_params):
-    delta = jax.tree_util.tree_map(jnp.subtract, state.params, start_params)
-    no_state = jax.tree_util.tree_map(jnp.zeros_like, model.split(start_params)[1])
-    return delta, {
-      'train_loss': state.loss_sum / jnp.maximum(state.steps_run, 1),
-      'steps_run': state.steps_run,
-      'h': model.merge(state.h, no_state),
-      'previous_gradient': model.merge(state.previous_gradient, no_state),
-    }
-
-  return ClientUpdate(init=init, step=step, final=final, batch_size=batch_size)
+  """ASO-Fed's local training (Algorithm 2; see the module docstring): `local_update` on
+  `cross_entropy()`, the local constraint `proximal(lambda)` and `asofed_correction`.
+  `task_inputs` is the client's `AsoFedInputs`; the returned aux adds the final `h` and
+  `previous_gradient` (the state the client keeps for its next task)."""
+  objective = (cross_entropy(), Proximal(proximal), asofed_correction(decay, decay_gradient))
+  return local_update(model, optimizer, batch_size, objective)
 
 
 @flax.struct.dataclass

@@ -19,7 +19,7 @@ a "mismatched gradient": a stale delta on the current model. The evaluated model
 the global weights (Output: EMA_beta(w_1, ..., w_T)).
 
 Client (Algorithm 3): local SGD on F_i + rho * psi_i(w, w_teacher) (Sec. 2.2), where psi is the
-distillation loss `client.local_update.distillation_loss` between the teacher's and the
+distillation loss `client.objective.distillation_loss` between the teacher's and the
 student's logits on the client's own batches.
 
 Choices where the paper is silent or inconsistent (settings in `algorithm.kwargs` in brackets
@@ -68,7 +68,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedsim_jax.client.local_update import ClientUpdate, TeacherInputs, sgd_client_update
+from fedsim_jax.client.local_update import ClientUpdate, local_update
+from fedsim_jax.client.objective import TeacherInputs, Term, regularised_objective
 from fedsim_jax.models import Model, Params
 from fedsim_jax.runtime.simulation import Simulation, TaskHandle
 from fedsim_jax.runtime.updates import UpdateBatch
@@ -298,13 +299,16 @@ def fare_dust_client_update(
   proximal_strength: float = 0.0,
 ) -> ClientUpdate:
   """Algorithm 3: local SGD on F_i + rho * psi_i(w, w_teacher), each task's teacher read from
-  its `TeacherInputs` task inputs (`sgd_client_update` with `teacher='task_inputs'`)."""
-  return sgd_client_update(
-    model,
-    optimizer,
-    batch_size,
-    proximal_strength=proximal_strength,
-    distillation_strength=distillation_strength,
-    distillation_temperature=distillation_temperature,
-    teacher='task_inputs',
+  its `TeacherInputs` task inputs (`local_update` on `fare_dust_objective`)."""
+  objective = fare_dust_objective(
+    distillation_strength, distillation_temperature, proximal_strength
   )
+  return local_update(model, optimizer, batch_size, objective)
+
+
+def fare_dust_objective(
+  rho: float, temperature: float = 1.0, proximal_strength: float = 0.0
+) -> tuple[Term, ...]:
+  """F_i (+ the `+ L2 reg.` proximal term) + rho * psi_i(w, w_teacher) with the task's own
+  teacher (`distillation(rho, temperature, teacher='task_inputs')`)."""
+  return regularised_objective(proximal_strength, rho, temperature, teacher='task_inputs')

@@ -39,8 +39,8 @@ In the simulator a task with a fetch is two segments (`Simulation.dispatch(inter
 then `continues=`). Segment 1 runs epochs 1..l* from the downloaded model and ends when the
 request reaches the server: download + l* epochs of compute. At that event the server's model is
 the one it sends (version g); segment 2 starts from the local model, carries (w_g, γ_i, v_i, g, o)
-as its `FetchInputs`, blends in its first step (`fedasmu_client_update`) and lasts the download of
-w_g + the remaining epochs + the upload. The task's staleness is counted from o (its first
+as its `FetchInputs`, blends in its first step (the client update's prelude `fresh_model_blend`)
+and lasts the download of w_g + the remaining epochs + the upload. The task's staleness is counted from o (its first
 segment's download). The blend's β, losses and new γ_i, v_i come back in the task's `aux`; the
 scheduler reads them when the upload arrives (also when the upload is then discarded as stale:
 the device did the work) and keeps γ_i, v_i on the host for the device's next blend.
@@ -106,7 +106,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedsim_jax.client.local_update import ClientState, ClientUpdate, sgd_client_update
+from fedsim_jax.client.local_update import ClientUpdate, local_update
+from fedsim_jax.client.objective import cross_entropy
 from fedsim_jax.models import Model, Params
 from fedsim_jax.runtime.latency import TaskLatency
 from fedsim_jax.runtime.simulation import Simulation, TaskHandle
@@ -416,10 +417,101 @@ class BlendRecord:
   v: jax.Array
 
 
-@flax.struct.dataclass
-class FedasmuClientState:
-  inner: ClientState
-  record: BlendRecord
+@dataclasses.dataclass(frozen=True)
+class FreshModelBlend:
+  """The device's blend of Formulas 7-9 as a `local_update` prelude.
+
+  At the first step of a segment whose `FetchInputs.blend` is 1 it runs on that step's
+  mini-batch ζ: loss on ζ before (at w_b) and after (at w_a), Formula 9's step for γ, v from
+  ∇F_i(w_a, ζ); the step then goes on from w_a (Formula 4). Its state is the segment's
+  `BlendRecord`, reported in the aux as `fetch_blended`, `fetch_beta`, `fetch_loss_before`,
+  `fetch_loss_after`, `fetch_gamma`, `fetch_v` (the updated γ, v). Under the vmap backend the
+  blend's branch is evaluated for every task and step (a select), which costs about one forward
+  and one backward pass per step; the loop backends branch.
+  """
+
+  mu_beta: float
+  gamma_learning_rate: float
+  v_learning_rate: float
+
+  def __post_init__(self):
+    if not self.mu_beta > 0 or self.gamma_learning_rate < 0 or self.v_learning_rate < 0:
+      raise ValueError(
+        f'algorithm.kwargs.mu_beta={self.mu_beta}, algorithm.kwargs.gamma_learning_rate='
+        f'{self.gamma_learning_rate}, algorithm.kwargs.v_learning_rate={self.v_learning_rate}; '
+        'allowed: mu_beta > 0, learning rates >= 0'
+      )
+
+  def init(self, model: Model, start_params: Params, inputs: FetchInputs) -> BlendRecord:
+    zero = jnp.zeros((), jnp.float32)
+    return BlendRecord(
+      blended=zero,
+      beta=zero,
+      loss_before=zero,
+      loss_after=zero,
+      gamma=jnp.asarray(inputs.gamma, jnp.float32),
+      v=jnp.asarray(inputs.v, jnp.float32),
+    )
+
+  def __call__(
+    self,
+    model: Model,
+    params: Params,
+    batch,
+    inputs: FetchInputs,
+    record: BlendRecord,
+    steps_run: jax.Array,
+  ) -> tuple[Params, BlendRecord]:
+    mu_beta = self.mu_beta
+
+    def blend(params: Params, batch, inputs: FetchInputs, record: BlendRecord):
+      x, y, weights = batch
+      phi, beta = fetch_beta(
+        inputs.gamma, inputs.v, inputs.fresh_version, inputs.download_version, mu_beta
+      )
+      blended = jax.tree_util.tree_map(
+        lambda b, g: (1 - beta) * b + beta * g, params, inputs.global_params
+      )  # Formula 7
+      loss_before = model.loss(params, x, y, weights)
+      loss_after, gradient = jax.value_and_grad(model.loss)(blended, x, y, weights)
+      slope = tree_vdot(
+        gradient, jax.tree_util.tree_map(jnp.subtract, inputs.global_params, params)
+      )
+      grad_gamma, grad_v = blend_gradients(
+        slope, phi, inputs.gamma, inputs.v, inputs.fresh_version, inputs.download_version, mu_beta
+      )
+      record = BlendRecord(
+        blended=jnp.ones((), jnp.float32),
+        beta=beta,
+        loss_before=loss_before,
+        loss_after=loss_after,
+        gamma=inputs.gamma - self.gamma_learning_rate * grad_gamma,  # Formula 9
+        v=inputs.v - self.v_learning_rate * grad_v,
+      )
+      return blended, record
+
+    def keep(params: Params, batch, inputs: FetchInputs, record: BlendRecord):
+      del batch, inputs
+      return params, record
+
+    first = (steps_run == 0) & (inputs.blend > 0)
+    return jax.lax.cond(first, blend, keep, params, batch, inputs, record)
+
+  def aux(self, record: BlendRecord) -> dict[str, jax.Array]:
+    return {
+      'fetch_blended': record.blended,
+      'fetch_beta': record.beta,
+      'fetch_loss_before': record.loss_before,
+      'fetch_loss_after': record.loss_after,
+      'fetch_gamma': record.gamma,
+      'fetch_v': record.v,
+    }
+
+
+def fresh_model_blend(
+  mu_beta: float, gamma_learning_rate: float, v_learning_rate: float
+) -> FreshModelBlend:
+  return FreshModelBlend(mu_beta, gamma_learning_rate, v_learning_rate)
 
 
 def fedasmu_client_update(
@@ -430,97 +522,11 @@ def fedasmu_client_update(
   mu_beta: float,
   gamma_learning_rate: float,
   v_learning_rate: float,
-  proximal_strength: float = 0.0,
-  distillation_strength: float = 0.0,
-  distillation_temperature: float = 1.0,
 ) -> ClientUpdate:
-  """Formula 4 local SGD whose segments may start with the blend of Formulas 7-9.
-
-  The blend runs inside the first `step` of a segment whose `FetchInputs.blend` is 1, on that
-  step's mini-batch ζ: loss on ζ before (at w_b) and after (at w_a), Formula 9's step for γ, v
-  from ∇F_i(w_a, ζ), then the ordinary step from w_a. `aux` adds `fetch_blended`, `fetch_beta`,
-  `fetch_loss_before`, `fetch_loss_after`, `fetch_gamma`, `fetch_v` (the updated γ, v). Under
-  the vmap backend the blend's branch is evaluated for every task and step (a select), which
-  costs about one forward and one backward pass per step; the loop backends branch.
-  """
-  del distillation_temperature
-  if proximal_strength or distillation_strength:
-    raise ValueError(
-      f'algorithm.kwargs.proximal_strength={proximal_strength}, '
-      f'algorithm.kwargs.distillation_strength={distillation_strength}: FedASMU devices '
-      'train Formula 4 plain SGD; '
-      'allowed: 0'
-    )
-  if not mu_beta > 0 or gamma_learning_rate < 0 or v_learning_rate < 0:
-    raise ValueError(
-      f'algorithm.kwargs.mu_beta={mu_beta}, algorithm.kwargs.gamma_learning_rate='
-      f'{gamma_learning_rate}, algorithm.kwargs.v_learning_rate={v_learning_rate}; '
-      'allowed: mu_beta > 0, learning rates >= 0'
-    )
-  inner = sgd_client_update(model, optimizer, batch_size)
-
-  def init(start_params: Params, inputs: FetchInputs) -> FedasmuClientState:
-    zero = jnp.zeros((), jnp.float32)
-    record = BlendRecord(
-      blended=zero,
-      beta=zero,
-      loss_before=zero,
-      loss_after=zero,
-      gamma=jnp.asarray(inputs.gamma, jnp.float32),
-      v=jnp.asarray(inputs.v, jnp.float32),
-    )
-    return FedasmuClientState(inner=inner.init(start_params, None), record=record)
-
-  def blend(params: Params, batch, inputs: FetchInputs, record: BlendRecord):
-    x, y, weights = batch
-    phi, beta = fetch_beta(
-      inputs.gamma, inputs.v, inputs.fresh_version, inputs.download_version, mu_beta
-    )
-    blended = jax.tree_util.tree_map(
-      lambda b, g: (1 - beta) * b + beta * g, params, inputs.global_params
-    )  # Formula 7
-    loss_before = model.loss(params, x, y, weights)
-    loss_after, gradient = jax.value_and_grad(model.loss)(blended, x, y, weights)
-    slope = tree_vdot(gradient, jax.tree_util.tree_map(jnp.subtract, inputs.global_params, params))
-    grad_gamma, grad_v = blend_gradients(
-      slope, phi, inputs.gamma, inputs.v, inputs.fresh_version, inputs.download_version, mu_beta
-    )
-    record = BlendRecord(
-      blended=jnp.ones((), jnp.float32),
-      beta=beta,
-      loss_before=loss_before,
-      loss_after=loss_after,
-      gamma=inputs.gamma - gamma_learning_rate * grad_gamma,  # Formula 9
-      v=inputs.v - v_learning_rate * grad_v,
-    )
-    return blended, record
-
-  def keep(params: Params, batch, inputs: FetchInputs, record: BlendRecord):
-    del batch, inputs
-    return params, record
-
-  def step(state: FedasmuClientState, batch, inputs: FetchInputs) -> FedasmuClientState:
-    first = (state.inner.steps_run == 0) & (inputs.blend > 0)
-    params, record = jax.lax.cond(
-      first, blend, keep, state.inner.params, batch, inputs, state.record
-    )
-    inner_state = inner.step(state.inner.replace(params=params), batch, None)  # Formula 4
-    return FedasmuClientState(inner=inner_state, record=record)
-
-  def final(state: FedasmuClientState, start_params: Params):
-    delta, aux = inner.final(state.inner, start_params)
-    r = state.record
-    aux.update(
-      fetch_blended=r.blended,
-      fetch_beta=r.beta,
-      fetch_loss_before=r.loss_before,
-      fetch_loss_after=r.loss_after,
-      fetch_gamma=r.gamma,
-      fetch_v=r.v,
-    )
-    return delta, aux
-
-  return ClientUpdate(init=init, step=step, final=final, batch_size=batch_size)
+  """Formula 4 local SGD (`cross_entropy()` alone) whose segments may start with the blend of
+  Formulas 7-9 (the prelude `fresh_model_blend`)."""
+  prelude = fresh_model_blend(mu_beta, gamma_learning_rate, v_learning_rate)
+  return local_update(model, optimizer, batch_size, (cross_entropy(),), prelude=prelude)
 
 
 # ---- Scheduler: Alg. 1 (trigger, staleness bound) + Alg. 2's fetch ----------------------------

@@ -48,6 +48,7 @@ O(alpha) too), but FedDyn does not tend to FedAvg: the server's correction -h^t 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import flax.struct
@@ -55,7 +56,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedsim_jax.client.local_update import ClientState, ClientUpdate
+from fedsim_jax.client.local_update import ClientUpdate, local_update
+from fedsim_jax.client.objective import Term, TermInputs, cross_entropy, squared_distance
 from fedsim_jax.models import Model, Params
 from fedsim_jax.runtime.simulation import Simulation
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch, weighted_mean_delta
@@ -84,79 +86,54 @@ def _check_alpha(alpha: float) -> None:
     raise ValueError(f'algorithm.kwargs.alpha={alpha}; allowed: a number > 0')
 
 
-def feddyn_client_update(
-  model: Model,
-  optimizer: optax.GradientTransformation,
-  batch_size: int,
-  *,
-  alpha: float,
-  proximal_strength: float = 0.0,
-  distillation_strength: float = 0.0,
-  distillation_temperature: float = 1.0,
-) -> ClientUpdate:
-  """FedDyn's local objective (Algorithm 1, client objective) minimised by `optimizer` steps:
+@dataclasses.dataclass(frozen=True)
+class DynamicRegulariser(Term):
+  """FedDyn's dynamic regulariser -<g_k, theta> + (alpha / 2) ||theta - theta^{t-1}||^2
+  (Algorithm 1, client objective), added to the task loss in that order: g_k is
+  `FedDynInputs.gradient` (the task's `task_inputs`), theta^{t-1} the downloaded model."""
 
-    L_k(theta) - <g_k, theta> + (alpha / 2) ||theta - theta^{t-1}||^2
+  alpha: float
 
-  with g_k = `FedDynInputs.gradient` (the task's `task_inputs`) and theta^{t-1} the downloaded
-  model. The FedProx / distillation terms of `sgd_client_update` must be 0."""
-  del distillation_temperature
-  _check_alpha(alpha)
-  if proximal_strength or distillation_strength:
-    raise ValueError(
-      f'algorithm.kwargs.proximal_strength={proximal_strength}, '
-      'algorithm.kwargs.distillation_strength='
-      f"{distillation_strength}: not part of FedDyn's objective; allowed: 0"
-    )
-  if model.has_state:
-    raise ValueError(
-      f'model {model.name!r} has state (BatchNorm); feddyn allows models '
-      "without state (e.g. model.norm='group')"
-    )
+  def __post_init__(self):
+    _check_alpha(self.alpha)
 
-  def objective(params, anchor, gradient, x, y, weights):
+  @property
+  def needs_anchor(self) -> bool:
+    return True
+
+  @property
+  def reads_task_inputs(self) -> bool:
+    return True
+
+  def check(self, model: Model) -> None:
+    if model.has_state:
+      raise ValueError(
+        f'model {model.name!r} has state (BatchNorm); feddyn allows models '
+        "without state (e.g. model.norm='group')"
+      )
+
+  def __call__(self, inputs: TermInputs) -> tuple[jax.Array, jax.Array]:
     linear = sum(
       jnp.vdot(g, p)
-      for g, p in zip(jax.tree_util.tree_leaves(gradient), jax.tree_util.tree_leaves(params))
+      for g, p in zip(
+        jax.tree_util.tree_leaves(inputs.task_inputs.gradient),
+        jax.tree_util.tree_leaves(inputs.params),
+      )
     )
-    quadratic = sum(
-      jnp.sum(jnp.square(p - a))
-      for p, a in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(anchor))
-    )
-    return model.loss(params, x, y, weights) - linear + 0.5 * alpha * quadratic
+    return -linear, 0.5 * self.alpha * squared_distance(inputs.params, inputs.anchor)
 
-  def init(start_params, task_inputs):
-    del task_inputs
-    return ClientState(
-      params=start_params,
-      opt_state=optimizer.init(start_params),
-      loss_sum=jnp.zeros((), jnp.float32),
-      steps_run=jnp.zeros((), jnp.int32),
-      anchor=start_params,
-    )
 
-  def step(state, batch, task_inputs: FedDynInputs):
-    x, y, weights = batch
-    loss, grads = jax.value_and_grad(objective)(
-      state.params, state.anchor, task_inputs.gradient, x, y, weights
-    )
-    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-    return ClientState(
-      params=optax.apply_updates(state.params, updates),
-      opt_state=opt_state,
-      loss_sum=state.loss_sum + loss,
-      steps_run=state.steps_run + 1,
-      anchor=state.anchor,
-    )
+def dynamic_regulariser(alpha: float) -> DynamicRegulariser:
+  return DynamicRegulariser(alpha)
 
-  def final(state, start_params):
-    delta = jax.tree_util.tree_map(jnp.subtract, state.params, start_params)
-    return delta, {
-      'train_loss': state.loss_sum / jnp.maximum(state.steps_run, 1),
-      'steps_run': state.steps_run,
-    }
 
-  return ClientUpdate(init=init, step=step, final=final, batch_size=batch_size)
+def feddyn_client_update(
+  model: Model, optimizer: optax.GradientTransformation, batch_size: int, *, alpha: float
+) -> ClientUpdate:
+  """FedDyn's local objective L_k(theta) - <g_k, theta> + (alpha / 2) ||theta - theta^{t-1}||^2
+  minimised by `optimizer` steps (`local_update` on `cross_entropy()` and
+  `dynamic_regulariser(alpha)`)."""
+  return local_update(model, optimizer, batch_size, (cross_entropy(), dynamic_regulariser(alpha)))
 
 
 def updated_client_gradient(gradient: Params, delta: Params, alpha: float) -> Params:

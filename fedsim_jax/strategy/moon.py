@@ -44,13 +44,15 @@ reporting values).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from fedsim_jax.client.local_update import ClientState, ClientUpdate
+from fedsim_jax.client.local_update import ClientUpdate, local_update
+from fedsim_jax.client.objective import Term, TermInputs, cross_entropy
 from fedsim_jax.models import Model, Params
 from fedsim_jax.runtime.simulation import Simulation, TaskHandle
 from fedsim_jax.strategy.local_work import LocalWork
@@ -100,6 +102,52 @@ def contrastive_loss(
   return (per_example * w).sum() / jnp.maximum(w.sum(), 1.0)
 
 
+@dataclasses.dataclass(frozen=True)
+class Contrastive(Term):
+  """MOON's mu * l_con(z, z_glob, z_prev) (see the module docstring): z is the trained model's
+  representation of the batch (train mode), z_glob that of the downloaded global model and
+  z_prev that of `MoonInputs.previous` (the task's `task_inputs`), both in eval mode without
+  gradient. Inactive at mu = 0 (FedAvg's objective: no representations are computed)."""
+
+  mu: float
+  temperature: float
+
+  def __post_init__(self):
+    if self.mu < 0 or self.temperature <= 0:
+      raise ValueError(
+        f'algorithm.kwargs.mu={self.mu}, algorithm.kwargs.temperature={self.temperature}; '
+        'allowed: mu >= 0, temperature > 0'
+      )
+
+  @property
+  def active(self) -> bool:
+    return self.mu > 0
+
+  @property
+  def needs_anchor(self) -> bool:
+    return True
+
+  @property
+  def needs_features(self) -> bool:
+    return True
+
+  @property
+  def reads_task_inputs(self) -> bool:
+    return True
+
+  def __call__(self, inputs: TermInputs) -> jax.Array:
+    model, x = inputs.model, inputs.x
+    z_global = jax.lax.stop_gradient(model.features(inputs.anchor, x))
+    z_previous = jax.lax.stop_gradient(model.features(inputs.task_inputs.previous, x))
+    return self.mu * contrastive_loss(
+      inputs.features, z_global, z_previous, self.temperature, inputs.weights
+    )
+
+
+def contrastive(mu: float, temperature: float) -> Contrastive:
+  return Contrastive(mu, temperature)
+
+
 def moon_client_update(
   model: Model,
   optimizer: optax.GradientTransformation,
@@ -107,81 +155,12 @@ def moon_client_update(
   *,
   mu: float,
   temperature: float,
-  proximal_strength: float = 0.0,
-  distillation_strength: float = 0.0,
-  distillation_temperature: float = 1.0,
 ) -> ClientUpdate:
   """MOON's local training (Algorithm 1, PartyLocalTraining): `optimizer` steps on
-  l_sup + mu * l_con, with the downloaded global model as the positive and `MoonInputs.previous`
-  (the task's `task_inputs`) as the negative. The FedProx / distillation terms of
-  `sgd_client_update` are not part of MOON's objective and must be 0."""
-  del distillation_temperature
-  if mu < 0 or temperature <= 0:
-    raise ValueError(
-      f'algorithm.kwargs.mu={mu}, algorithm.kwargs.temperature={temperature}; allowed: mu >= 0, '
-      'temperature > 0'
-    )
-  if proximal_strength or distillation_strength:
-    raise ValueError(
-      f'algorithm.kwargs.proximal_strength={proximal_strength}, '
-      'algorithm.kwargs.distillation_strength='
-      f"{distillation_strength}: not part of MOON's objective; allowed: 0"
-    )
-  contrast = mu > 0
-
-  def objective(trainable, model_state, anchor, previous, x, y, weights):
-    params = model.merge(trainable, model_state)
-    if model.has_state:
-      forward, args = model.apply_train, (params, x, weights)
-    else:
-      forward, args = (lambda p, inputs: (model.apply(p, inputs), {})), (params, x)
-    if not contrast:
-      logits, new_state = forward(*args)
-      return model.cross_entropy(logits, y, weights), new_state
-    (logits, new_state), z = model.capture_features(forward, *args)
-    z_global = jax.lax.stop_gradient(model.features(anchor, x))
-    z_previous = jax.lax.stop_gradient(model.features(previous, x))
-    loss = model.cross_entropy(logits, y, weights) + mu * contrastive_loss(
-      z, z_global, z_previous, temperature, weights
-    )
-    return loss, new_state
-
-  def init(start_params, task_inputs):
-    del task_inputs
-    return ClientState(
-      params=start_params,
-      opt_state=optimizer.init(model.split(start_params)[0]),
-      loss_sum=jnp.zeros((), jnp.float32),
-      steps_run=jnp.zeros((), jnp.int32),
-      anchor=start_params if contrast else None,
-    )
-
-  def step(state, batch, task_inputs: MoonInputs):
-    x, y, weights = batch
-    trainable, model_state = model.split(state.params)
-    previous = task_inputs.previous if contrast else None
-    (loss, new_state), grads = jax.value_and_grad(objective, has_aux=True)(
-      trainable, model_state, state.anchor, previous, x, y, weights
-    )
-    updates, opt_state = optimizer.update(grads, state.opt_state, trainable)
-    trainable = optax.apply_updates(trainable, updates)
-    params = model.merge(trainable, new_state if model.has_state else model_state)
-    return ClientState(
-      params=params,
-      opt_state=opt_state,
-      loss_sum=state.loss_sum + loss,
-      steps_run=state.steps_run + 1,
-      anchor=state.anchor,
-    )
-
-  def final(state, start_params):
-    delta = jax.tree_util.tree_map(jnp.subtract, state.params, start_params)
-    return delta, {
-      'train_loss': state.loss_sum / jnp.maximum(state.steps_run, 1),
-      'steps_run': state.steps_run,
-    }
-
-  return ClientUpdate(init=init, step=step, final=final, batch_size=batch_size)
+  l_sup + mu * l_con (`local_update` on `cross_entropy()` and `contrastive(mu, temperature)`),
+  with the downloaded global model as the positive and `MoonInputs.previous` (the task's
+  `task_inputs`) as the negative."""
+  return local_update(model, optimizer, batch_size, (cross_entropy(), contrastive(mu, temperature)))
 
 
 class MoonScheduler(AroundRounds):

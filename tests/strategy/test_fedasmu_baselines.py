@@ -496,12 +496,13 @@ class TestAsoFed:
     inputs = AsoFedInputs(h=h, previous_gradient=g_prev, step_scale=np.float32(2.0))
     update = asofed_client_update(model, optax.sgd(LR), 4, proximal=0.5, decay=0.5)
     state = update.step(update.init(start, inputs), batch, inputs)
+    _, aux = update.final(state, start)  # the carried (h, g_prev) after the step
     # At the start the proximal term has zero gradient: g = grad F.
     g = jax.grad(model.loss)(start, *batch)
     expected = jax.tree_util.tree_map(lambda p, g: p - 2.0 * LR * (g + 0.1 + 0.2), start, g)
     _assert_trees_close(state.params, expected)
-    _assert_trees_close(state.h, jax.tree_util.tree_map(lambda g: 0.1 + 0.5 * g, g))
-    _assert_trees_close(state.previous_gradient, g)
+    _assert_trees_close(aux['h'], jax.tree_util.tree_map(lambda g: 0.1 + 0.5 * g, g))
+    _assert_trees_close(aux['previous_gradient'], g)
 
   def test_without_its_adaptive_parts_it_is_fedasync_with_example_shares(self):
     fedasync_sim = _simulation(

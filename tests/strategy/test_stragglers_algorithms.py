@@ -15,8 +15,12 @@ from fedsim_jax import algorithms, experiment
 from fedsim_jax.algorithms.fare_dust import FareDustSettings
 from fedsim_jax.algorithms.feast_msg import FeastSettings
 from fedsim_jax.algorithms.groups import ServerEmaSettings
-from fedsim_jax.client import TeacherInputs, run_local_training, sgd_client_update
-from fedsim_jax.client.local_update import distillation_loss
+from fedsim_jax.client import (
+  TeacherInputs,
+  distillation_loss,
+  run_local_training,
+  sgd_client_update,
+)
 from fedsim_jax.config import ConfigError, base_config
 from fedsim_jax.data import client_batch, toy_federation
 from fedsim_jax.executor import ClientTask, Executor
