@@ -29,6 +29,8 @@ class UpdateBatch:
     client_params: pytree, leaves `[K, ...]`: each client's final model (start params +
       delta), present only for aggregators with `needs_client_params`.
     client_id: `[K]` int32 client of each row (for aggregators that keep per-client state).
+    estimated: `[K]` bool, rows whose delta the aggregator fills in from its own per-client
+      state (CC-FedAvg's Algorithm 2: a skipping client's stored delta); None: no such rows.
   """
 
   deltas: Params
@@ -38,6 +40,7 @@ class UpdateBatch:
   group: jax.Array
   client_params: Params | None = None
   client_id: jax.Array | None = None
+  estimated: jax.Array | None = None
 
   @property
   def mask(self) -> jax.Array:

@@ -39,7 +39,6 @@ from fedsim_jax.tree import row, stack
 
 ESTIMATORS = ('last_delta', 'last_model', 'ignore', 'switch')
 STORAGES = ('client', 'server')
-ESTIMATE_ROW = 1  # UpdateBatch.group of a row whose delta the server fills in (Algorithm 2)
 
 
 @flax.struct.dataclass
@@ -51,7 +50,7 @@ class HistoryState:
 
 
 def ccfedavg_server_aggregator(num_clients: int) -> Aggregator:
-  """Algorithm 2: rows with group ESTIMATE_ROW take the server's stored delta of their client;
+  """Algorithm 2: `estimated` rows take the server's stored delta of their client;
   trained rows replace it. x <- x + mean over the selected clients (weights mark real rows)."""
 
   def init(params: Params) -> HistoryState:
@@ -59,7 +58,7 @@ def ccfedavg_server_aggregator(num_clients: int) -> Aggregator:
     return HistoryState(params=params, last_delta=table)
 
   def apply(state: HistoryState, updates: UpdateBatch) -> HistoryState:
-    estimate = updates.group == ESTIMATE_ROW
+    estimate = updates.estimated
     trained = (updates.weights > 0) & ~estimate
     ids = updates.client_id
 
@@ -228,7 +227,8 @@ class BudgetedScheduler:
       weights=np.full(count, 1.0 / count, np.float32),
       staleness=np.zeros(count, np.int32),
       num_steps=np.array([h.num_steps for h in trained] + [0] * len(estimates), np.int32),
-      group=np.array([0] * len(rows) + [ESTIMATE_ROW] * len(estimates), np.int32),
+      group=np.zeros(count, np.int32),
+      estimated=np.array([False] * len(rows) + [True] * len(estimates)),
       client_id=np.array([h.client_id for h in trained] + skipping, np.int32),
     )
     sim.apply_update_batch(batch, trained)
