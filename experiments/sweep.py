@@ -127,6 +127,16 @@ def parse_one(
   return values[0]
 
 
+def validated(configs: list[Any]) -> list[Any]:
+  """`configs`, each checked whole (the algorithm's settings included), so that an invalid
+  value stops a sweep before its first run, not when its own run starts."""
+  from fedsim_jax.experiment import validate  # Deferred: JAX start-up after flag checks.
+
+  for config in configs:
+    validate(config)
+  return configs
+
+
 def load_or_run(
   run_dir: str, config: Any, dataset: Callable[[], Any], run_missing: bool = True
 ) -> tuple[dict[str, Any] | None, str]:

@@ -303,9 +303,9 @@ def run_sweep(
     for algorithm in settings['algorithms']
   ]
   # Every config first: an invalid setting stops the sweep before any run.
-  configs = [
-    make_config(settings, algorithm, latency, seed, data_dir) for seed, latency, algorithm in plan
-  ]
+  configs = sweep.validated(
+    [make_config(settings, algorithm, latency, seed, data_dir) for seed, latency, algorithm in plan]
+  )
   federation = sweep.LastFederation()  # one partition for all runs (PARTITION_SEED)
 
   def dataset(config):

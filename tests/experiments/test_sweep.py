@@ -6,6 +6,8 @@ import pytest
 
 from experiments import sweep
 from fedsim_jax import experiment
+from fedsim_jax.settings import ConfigError
+from tests.helpers import make_tiny_config
 
 
 def test_parse_list_converts_checks_and_drops_duplicates():
@@ -187,3 +189,11 @@ def test_algorithm_kwargs_overrides_must_be_fields_of_the_algorithm():
     sweep.set_existing(config, 'algorithm.kwargs.cohort_size', 3)
   assert 'bufer_size' not in config.algorithm.kwargs
   assert 'cohort_size' not in config.algorithm.kwargs
+
+
+def test_validated_checks_every_config_before_any_run():
+  good = make_tiny_config('fedbuff')
+  bad = make_tiny_config('fedbuff', **{'algorithm.kwargs.buffer_size': 0})
+  assert sweep.validated([good]) == [good]
+  with pytest.raises(ConfigError, match=r'^algorithm.kwargs.buffer_size=0 is invalid'):
+    sweep.validated([good, bad])
