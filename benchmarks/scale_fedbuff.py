@@ -32,7 +32,6 @@ from fedsim_jax.data.federated import FederatedDataset
 from fedsim_jax.data.lazy import LazyFederation
 from fedsim_jax.executor import Executor
 from fedsim_jax.executor.choice import resolve_execution, resolve_threads
-from fedsim_jax.executor.lazy import LazyExecutor
 from fedsim_jax.metrics import make_evaluator
 from fedsim_jax.models import get_model
 from fedsim_jax.runtime import PerStepLatency, Simulation, StopCondition
@@ -98,7 +97,7 @@ def main(argv):
   params = model.init(jax.random.PRNGKey(_SEED.value))
   backend, step_loop = resolve_execution(_BACKEND.value, 'auto')
   client_update = sgd_client_update(model, optax.sgd(LEARNING_RATE), BATCH_SIZE)
-  data = fed.gather([0]).data if _LAZY.value else fed.device_arrays()
+  data = fed if _LAZY.value else fed.device_arrays()  # a LazyFederation gathers per batch
   executor = Executor(
     client_update,
     data,
@@ -107,8 +106,6 @@ def main(argv):
     step_loop=step_loop,
     threads=resolve_threads(0, backend),
   )
-  if _LAZY.value:
-    executor = LazyExecutor(executor, fed)
   sim = Simulation(
     executor=executor,
     scheduler=AsynchronousScheduler(

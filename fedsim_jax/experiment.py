@@ -27,7 +27,6 @@ from fedsim_jax.data.lazy import LazyFederation
 from fedsim_jax.data.loading import load_dataset
 from fedsim_jax.executor import Executor
 from fedsim_jax.executor.choice import model_has_convolution, resolve_execution, resolve_threads
-from fedsim_jax.executor.lazy import LazyExecutor
 from fedsim_jax.metrics import MetricsWriter, make_evaluator, summarize, write_json
 from fedsim_jax.models import Model, get_model
 from fedsim_jax.runtime import Simulation, StopCondition
@@ -282,7 +281,7 @@ def build_simulation(
   try:
     executor = Executor(
       client_update,
-      dataset.gather([0]).data if lazy else dataset.device_arrays(),
+      dataset if lazy else dataset.device_arrays(),
       streams.train_key,
       backend=backend,
       sampling=client.sampling,
@@ -294,8 +293,6 @@ def build_simulation(
     )
   except ValueError as error:  # e.g. more devices than this host has
     raise config_lib.ConfigError(str(error)) from None
-  if lazy:  # gathers each batch's clients into a compact device block before running it
-    executor = LazyExecutor(executor, dataset)
   return Simulation(
     executor=executor,
     scheduler=algorithm.scheduler,
@@ -379,7 +376,6 @@ class PreparedRun:
     self.simulation = build_simulation(config, dataset, model, on_version)
     self.stop = stop_condition(config)
     executor = self.simulation.executor
-    executor = getattr(executor, 'executor', executor)  # a LazyExecutor wraps the executor
     self.host_extra.update(
       backend=executor.backend,
       step_loop=executor.step_loop,

@@ -21,7 +21,7 @@ Block shapes are rounded up with `round_up_to_bucket` (number of clients and num
 examples), so a run compiles a few programs, not one per batch; device memory holds one block:
 at most `num_distinct_clients * max_client_size` examples, rounded up.
 
-`executor.lazy.LazyExecutor` plugs a `LazyFederation` into an `Executor` without changing it.
+An `Executor` given a `LazyFederation` as its data gathers each batch's block this way.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class LazyFederation:
   stored grouped by client, e.g. a natural split written client by client). It has the host
   attributes of `FederatedDataset` that the simulator reads (`num_clients`, `client_sizes`,
   `straggler_mask`, `input_shape`, `num_classes`, `test_x`, `test_y`), but no
-  `device_arrays()`: use `gather` / `gather_tasks`, or `executor.lazy.LazyExecutor`.
+  `device_arrays()`: use `gather` / `gather_tasks`, or give the federation itself to an `Executor`.
 
   Attributes:
     train_x: `[num_examples, *input_shape]` host array-like (numpy array, `np.memmap`, or an

@@ -9,7 +9,6 @@ from fedsim_jax.executor.executor import (
   NoTrainingExecutor,
   TaskBatchResult,
 )
-from fedsim_jax.executor.lazy import LazyExecutor
 
 __all__ = [
   'round_up_to_bucket',
@@ -19,5 +18,4 @@ __all__ = [
   'Executor',
   'NoTrainingExecutor',
   'TaskBatchResult',
-  'LazyExecutor',
 ]

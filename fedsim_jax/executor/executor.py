@@ -21,6 +21,7 @@ from fedsim_jax.client.local_update import ClientUpdate
 from fedsim_jax.client.runner import local_step, run_local_training
 from fedsim_jax.data.bucketing import round_up_to_bucket
 from fedsim_jax.data.federated import BatchCursor, ClientDataArrays
+from fedsim_jax.data.lazy import LazyFederation
 from fedsim_jax.models import Params
 from fedsim_jax.tree import stack
 
@@ -91,7 +92,10 @@ class Executor:
 
   Args:
     client_update: the pure local objective/optimizer.
-    data: device arrays of the federation.
+    data: device arrays of the federation, or a `data.lazy.LazyFederation` whose examples stay
+      on the host: each batch then runs on a block holding only its own clients, with results
+      identical to the eager federation's (`block_shapes` lists the block shapes, each of which
+      compiles its programs once more).
     base_key: PRNG key all task keys derive from.
     backend: 'vmap' (one program over all tasks) or 'loop' (a Python loop over tasks, each a
       call of one jitted per-task program). On XLA:CPU the loop is often faster for
@@ -116,7 +120,7 @@ class Executor:
   def __init__(
     self,
     client_update: ClientUpdate,
-    data: ClientDataArrays,
+    data: ClientDataArrays | LazyFederation,
     base_key: jax.Array,
     *,
     backend: str = 'vmap',
@@ -145,9 +149,16 @@ class Executor:
     self.threads = threads
     self.devices = devices
     self._mesh = Mesh(np.array(jax.local_devices()[:devices]), ('tasks',)) if devices > 1 else None
+    if self._mesh is not None:
+      base_key = jax.device_put(base_key, NamedSharding(self._mesh, PartitionSpec()))
+    # A lazy federation keeps its examples on the host: each batch runs on a block of just its
+    # own clients (`LazyFederation.gather_tasks`), which replaces `data` before the batch.
+    self.federation = data if isinstance(data, LazyFederation) else None
+    self.block_shapes: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
+    if self.federation is not None:
+      data = self.federation.gather([0]).data
     if self._mesh is not None:  # replicate what every task reads
       data = jax.device_put(data, NamedSharding(self._mesh, PartitionSpec()))
-      base_key = jax.device_put(base_key, NamedSharding(self._mesh, PartitionSpec()))
     self.step_loop = step_loop
     self.client_update = client_update
     self.data = data
@@ -236,6 +247,10 @@ class Executor:
     """Runs `tasks` and returns their stacked results (row i = tasks[i])."""
     if not tasks:
       raise ValueError('Executor.run needs at least one task')
+    if self.federation is not None:
+      block, tasks = self.federation.gather_tasks(tasks)
+      self.block_shapes.add((tuple(block.x.shape), tuple(block.indices.shape)))
+      self.data = self.replicate(block)
     self.tasks_run += len(tasks)
     self.steps_run += sum(t.num_steps for t in tasks)
     if self.backend == 'vmap':

@@ -15,7 +15,6 @@ from fedsim_jax.data.federated import FederatedDataset, client_batch
 from fedsim_jax.data.lazy import LazyFederation
 from fedsim_jax.data.synthetic import toy_federation
 from fedsim_jax.executor import ClientTask, Executor, round_up_to_bucket
-from fedsim_jax.executor.lazy import LazyExecutor
 from fedsim_jax.models import get_model
 
 NUM_CLIENTS = 300_000
@@ -157,7 +156,7 @@ def test_memmap_blocks_match_the_full_eager_federation(tmp_path, sampling) -> No
     _assert_same_batches(lazy_batches, eager_batches)
 
 
-def test_lazy_executor_gives_the_eager_executors_results() -> None:
+def test_an_executor_on_a_lazy_federation_gives_the_eager_executors_results() -> None:
   fed = toy_federation(num_clients=9, seed=4)
   parts = [fed.client_indices[c, : fed.client_sizes[c]] for c in range(fed.num_clients)]
   lazy = LazyFederation.from_partition(
@@ -168,7 +167,7 @@ def test_lazy_executor_gives_the_eager_executors_results() -> None:
   update = sgd_client_update(model, optax.sgd(0.1), 4)
   key = jax.random.PRNGKey(5)
   eager = Executor(update, fed.device_arrays(), key)
-  lazy_executor = LazyExecutor(Executor(update, lazy.gather([0]).data, key), lazy)
+  lazy_executor = Executor(update, lazy, key)
   tasks = [
     ClientTask(client_id=c, num_steps=s, seed=i, start_params=params)
     for i, (c, s) in enumerate([(7, 3), (2, 5), (7, 1), (0, 4)])
