@@ -41,7 +41,7 @@ def asofed_algorithm(settings: AsoFedSettings, context: BuildContext) -> Algorit
     dynamic_step_size=settings.dynamic_step_size, delay_measure=settings.delay_measure
   )
   return Algorithm(
-    scheduler=clients.scheduler(settings.asynchronous_scheduler(context, 1)),
+    scheduler=settings.asynchronous_scheduler(context, 1, client_state=clients),
     aggregator=settings.with_ema(asofed_aggregator(context.client_sizes)),
     make_client_update=functools.partial(
       local_update,

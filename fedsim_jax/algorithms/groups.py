@@ -25,6 +25,7 @@ from fedsim_jax.settings import (
   setting,
 )
 from fedsim_jax.strategy.asynchronous import AsynchronousScheduler
+from fedsim_jax.strategy.client_state import ClientState
 from fedsim_jax.strategy.ema import with_ema
 from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.strategy.periodic_trigger import TRIGGER_TIMINGS, PeriodicTriggerScheduler
@@ -173,8 +174,11 @@ class AsynchronousSettings(SlotSettings):
 
   weighting: str = setting('num_examples', one_of(WEIGHTINGS), 'update weights')
 
-  def asynchronous_scheduler(self, context: BuildContext, buffer_size: int) -> Any:
-    """`buffer_size` arrivals per server update; slots refilled at once or periodically."""
+  def asynchronous_scheduler(
+    self, context: BuildContext, buffer_size: int, client_state: ClientState | None = None
+  ) -> Any:
+    """`buffer_size` arrivals per server update; slots refilled at once or periodically;
+    `client_state`: the algorithm's per-client task inputs (strategy/client_state.py)."""
     local_work = self.local_work(context)  # type: ignore[attr-defined]
     if self.trigger_period is not None:
       return PeriodicTriggerScheduler(
@@ -186,9 +190,15 @@ class AsynchronousSettings(SlotSettings):
         self.weighting,
         self.max_staleness,
         self.trigger_timing,
+        client_state=client_state,
       )
     return AsynchronousScheduler(
-      self.concurrency, buffer_size, local_work, self.weighting, self.max_staleness
+      self.concurrency,
+      buffer_size,
+      local_work,
+      self.weighting,
+      self.max_staleness,
+      client_state=client_state,
     )
 
 

@@ -67,7 +67,6 @@ from fedsim_jax.client.objective import Proximal, Term, cross_entropy
 from fedsim_jax.models import Model, Params
 from fedsim_jax.runtime.simulation import Simulation, TaskHandle
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
-from fedsim_jax.strategy.client_state import WithClientState
 from fedsim_jax.tree import row
 
 DECAY_GRADIENTS = ('current', 'previous')
@@ -211,7 +210,7 @@ def asofed_aggregator(client_sizes: np.ndarray) -> Aggregator:
 
 class AsoFedClients:
   """Host-side state of ASO-Fed's clients: (h, g_prev) after each task and the delays that set
-  r_k. `scheduler()` wraps the shared asynchronous scheduler with it.
+  r_k; the asynchronous scheduler's `client_state` (strategy/client_state.py).
 
   Args:
     dynamic_step_size: use r_k (else r_k = 1).
@@ -229,9 +228,6 @@ class AsoFedClients:
     self.delay_sums: dict[int, float] = {}
     self.delay_counts: dict[int, int] = {}
     self._zeros: Params | None = None
-
-  def scheduler(self, inner: Any) -> WithClientState:
-    return WithClientState(inner, self.task_inputs, self.observe_arrival)
 
   def step_scale(self, client: int) -> float:
     count = self.delay_counts.get(client, 0)

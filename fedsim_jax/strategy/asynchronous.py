@@ -17,6 +17,7 @@ from typing import Any
 
 from fedsim_jax.runtime.sampling import choose_without_replacement
 from fedsim_jax.runtime.simulation import Simulation, TaskHandle
+from fedsim_jax.strategy.client_state import ClientState
 from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.strategy.synchronous import check_weighting, update_weights
 
@@ -30,6 +31,8 @@ class AsynchronousScheduler:
     local_work: steps per task.
     weighting: 'uniform' (FedBuff, FedAsync) or 'num_examples'.
     max_staleness: largest accepted staleness (None: no limit).
+    client_state: per-client task inputs and arrival observer of the algorithm (ASO-Fed), or
+      None.
   """
 
   def __init__(
@@ -39,6 +42,7 @@ class AsynchronousScheduler:
     local_work: LocalWork,
     weighting: str = 'uniform',
     max_staleness: int | None = None,
+    client_state: ClientState | None = None,
   ):
     check_weighting(weighting)
     if concurrency < 1:
@@ -52,6 +56,7 @@ class AsynchronousScheduler:
     self.local_work = local_work
     self.weighting = weighting
     self.max_staleness = max_staleness
+    self.client_state = client_state
     self.buffer: list[TaskHandle] = []
     self._in_flight = 0
     self._refill_at = float('inf')  # time of the earliest pending refill timer
@@ -89,7 +94,8 @@ class AsynchronousScheduler:
     for client in chosen:
       latency = sim.sample_latency(client)
       steps = self.local_work.num_steps(int(sim.client_sizes[client]), latency)
-      sim.dispatch(client, steps, latency=latency)
+      inputs = None if self.client_state is None else self.client_state.task_inputs(sim, client)
+      sim.dispatch(client, steps, latency=latency, task_inputs=inputs)
       self._in_flight += 1
     if len(chosen) < free:  # some slots stay free until more clients come online
       retry = sim.next_availability_time()
@@ -97,6 +103,8 @@ class AsynchronousScheduler:
         self._schedule_refill(sim, retry)
 
   def on_arrival(self, sim: Simulation, handle: TaskHandle) -> None:
+    if self.client_state is not None:
+      self.client_state.observe_arrival(sim, handle)
     self._in_flight -= 1
     self._schedule_refill(sim)
     staleness = sim.version - handle.version

@@ -48,6 +48,7 @@ from typing import Any
 
 from fedsim_jax.runtime.sampling import choose_without_replacement
 from fedsim_jax.runtime.simulation import Simulation, TaskHandle
+from fedsim_jax.strategy.client_state import ClientState
 from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.strategy.synchronous import check_weighting, update_weights
 
@@ -66,6 +67,8 @@ class PeriodicTriggerScheduler:
     weighting: 'uniform' or 'num_examples' (the buffer's update weights).
     max_staleness: largest accepted u = t - o (None: no bound); FedASMU's τ is u + 1.
     timing: 'periodic' or 'after_trigger' (module docstring).
+    client_state: per-client task inputs and arrival observer of the algorithm (ASO-Fed), or
+      None.
   """
 
   def __init__(
@@ -78,6 +81,7 @@ class PeriodicTriggerScheduler:
     weighting: str = 'uniform',
     max_staleness: int | None = None,
     timing: str = 'periodic',
+    client_state: ClientState | None = None,
   ):
     check_weighting(weighting)
     if not (
@@ -108,6 +112,7 @@ class PeriodicTriggerScheduler:
     self.weighting = weighting
     self.max_staleness = max_staleness
     self.timing = timing
+    self.client_state = client_state
     self.buffer: list[TaskHandle] = []
     self.in_flight = 0  # tasks training (a segmented task once)
     self.triggers = 0  # checks that started at least one device
@@ -167,7 +172,8 @@ class PeriodicTriggerScheduler:
     """Line 3: the device downloads the current model and trains (subclasses split tasks)."""
     latency = sim.sample_latency(client)
     steps = self.local_work.num_steps(int(sim.client_sizes[client]), latency)
-    sim.dispatch(client, steps, latency=latency)
+    inputs = None if self.client_state is None else self.client_state.task_inputs(sim, client)
+    sim.dispatch(client, steps, latency=latency, task_inputs=inputs)
 
   def _device_freed(self, sim: Simulation) -> None:
     self.in_flight -= 1
@@ -178,6 +184,8 @@ class PeriodicTriggerScheduler:
   # ---- Aggregation (Alg. 1 lines 7-16) -----------------------------------------------------
 
   def on_arrival(self, sim: Simulation, handle: TaskHandle) -> None:
+    if self.client_state is not None:
+      self.client_state.observe_arrival(sim, handle)
     self._device_freed(sim)
     if self.max_staleness is not None and sim.version - handle.version > self.max_staleness:
       sim.discard(handle, 'stale')  # line 9-10: t - o + 1 > τ

@@ -512,7 +512,7 @@ class TestAsoFed:
     )
     clients = AsoFedClients(dynamic_step_size=False)
     asofed_sim = _simulation(
-      clients.scheduler(AsynchronousScheduler(3, 1, LocalWork(steps=3), 'uniform')),
+      AsynchronousScheduler(3, 1, LocalWork(steps=3), 'uniform', client_state=clients),
       asofed_aggregator(FED.client_sizes),
       asofed_client_update(_model(), optax.sgd(LR), 4, proximal=0.0, decay=0.0),
     )
@@ -520,7 +520,7 @@ class TestAsoFed:
 
   def test_clients_carry_state_and_delays_across_tasks(self):
     clients = AsoFedClients(delay_measure='training_time')
-    scheduler = clients.scheduler(AsynchronousScheduler(3, 1, LocalWork(steps=3), 'uniform'))
+    scheduler = AsynchronousScheduler(3, 1, LocalWork(steps=3), 'uniform', client_state=clients)
     sim = _simulation(
       scheduler,
       asofed_aggregator(FED.client_sizes),
@@ -532,11 +532,11 @@ class TestAsoFed:
       arrivals.append((h.client_id, h.arrival_time - h.dispatch_time)),
       observe(s, h),
     )
-    scheduler.observe_arrival = clients.observe_arrival
     carried = []
+    original_task_inputs = clients.task_inputs
 
     def task_inputs(sim_, client):
-      inputs = clients.task_inputs(sim_, client)
+      inputs = original_task_inputs(sim_, client)
       if client in clients.states:
         assert inputs.h is clients.states[client][0]
         assert inputs.previous_gradient is clients.states[client][1]
@@ -544,7 +544,7 @@ class TestAsoFed:
       np.testing.assert_allclose(inputs.step_scale, clients.step_scale(client), rtol=1e-6)
       return inputs
 
-    scheduler.task_inputs = task_inputs
+    clients.task_inputs = task_inputs
     _run(sim, 15)
     assert len(arrivals) >= 15 and len({c for c, _ in arrivals}) > 1
     for client in {c for c, _ in arrivals}:
