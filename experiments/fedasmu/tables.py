@@ -1,7 +1,7 @@
 """FedASMU (Liu et al., AAAI 2024): the paper's settings, numbers and result tables.
 
 Paper: "FedASMU: Efficient Asynchronous Federated Learning with Dynamic Staleness-aware Model
-Update"; digest: shared/specs/fedasmu.md (sections 4-6). Pieces:
+Update". Pieces:
 
 * `make_config` builds one run of the paper's comparison (Sec. 5, Tables 1-2) or its ablations
   (Fig. 2: FedASMU-DA, -FA, -0; appendix "Request Time Slot Selection": H1-H3) for one column

@@ -1,6 +1,6 @@
 """Learning from straggler clients (Hard et al.): the paper's settings, numbers and result tables.
 
-Digest: shared/specs/stragglers.md. Pieces:
+Pieces:
 
 * `make_config` builds one run of the paper's EMNIST experiments (Sec. 4, App. G, App. H
   Tables 20-21) for any of `ALGORITHMS` under either latency model of Sec. 3 (`per_example`,

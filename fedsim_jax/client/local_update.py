@@ -3,7 +3,7 @@
 A `ClientUpdate` describes *what* one client computes; the executor decides *how* many clients
 run together (vmap or loop) and how steps are driven (scan or unrolled). Its result depends only
 on (start params, client data, task settings, PRNG key), never on virtual time, which is what
-lets the runtime defer and batch tasks (DESIGN.md, "The one invariant").
+lets the runtime defer and batch tasks (docs/design-notes.md, "Deferred batched execution").
 
 Every client update is one engine, `local_update(model, optimizer, batch_size, objective,
 prelude=...)`: the optimizer steps on the sum of the objective's terms (client/objective.py);

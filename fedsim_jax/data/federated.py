@@ -2,7 +2,7 @@
 
 Client data is stored once, as a flat example array, with a padded per-client index table
 `client_indices [num_clients, max_client_size]` and `client_sizes [num_clients]`. This is the
-padded per-client layout of DESIGN.md with the padding on int32 indices rather than on the
+padded per-client layout (docs/design-notes.md, "Client data layout") with the padding on int32 indices rather than on the
 examples themselves, so a skewed partition (one client with 30x the median size) costs no
 copies of the images. Batches are sampled inside jit from these arrays (`client_batch`).
 """

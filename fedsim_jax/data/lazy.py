@@ -3,8 +3,8 @@ gets a compact device block holding only its own clients.
 
 A `FederatedDataset` puts every training example and a `[num_clients, max_client_size]` index
 table on the device. That does not fit for federations such as StackOverflow (342,477 clients,
-Hard et al. 2024, Sec. 4.1; Reddi et al. 2021). DESIGN.md ("Data"): "Federations too large for
-device memory gather only the active clients." A `LazyFederation` keeps the examples on the host
+Hard et al. 2024, Sec. 4.1; Reddi et al. 2021): federations too large for device memory
+gather only the active clients. A `LazyFederation` keeps the examples on the host
 (a numpy array, an `np.memmap`, or any array-like that supports `x[rows]` with an int64 index
 array) and the client layout as a CSR table (`client_offsets` into `client_rows`), with no
 padding. For a batch of tasks, `gather` copies just those clients' examples into a

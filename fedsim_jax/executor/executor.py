@@ -99,7 +99,7 @@ class Executor:
     base_key: PRNG key all task keys derive from.
     backend: 'vmap' (one program over all tasks) or 'loop' (a Python loop over tasks, each a
       call of one jitted per-task program). On XLA:CPU the loop is often faster for
-      convolutional models; on accelerators vmap is (see DESIGN.md).
+      convolutional models; on accelerators vmap is (docs/design-notes.md, "Backends").
     sampling: client batch sampling mode (`data.federated.SAMPLING_MODES`).
     unroll: `lax.scan` unroll factor over local steps. The loop backend runs each task's exact
       step count in one program (a `lax.while_loop`) when `unroll` is 1, and a `lax.scan` over

@@ -76,7 +76,7 @@ def make_evaluator(
 
   The split is padded to whole batches (padding weighted 0) and kept on device; one jitted
   program is compiled per model. Batches run from a Python loop, which on XLA:CPU is faster for
-  convolutions than a scan (DESIGN.md). `accuracy` and `loss` always come from
+  convolutions than a scan (docs/design-notes.md, "Backends"). `accuracy` and `loss` always come from
   `model.evaluate`, so they work for any model, sequence models included.
 
   Class metrics (classification models only: logits `[B, num_classes]`, labels `[N]`) are

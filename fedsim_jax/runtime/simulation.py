@@ -6,7 +6,7 @@ the server uses without a new version, `fold_in` and `update_server_state`). Dis
 the task's latency and queues its arrival (or, if the client goes offline first, its dropout);
 the training itself is deferred: a task is computed only when its result is first needed
 (typically at aggregation), together with every other pending task, in one executor batch
-(DESIGN.md, "deferred batched execution"). A task whose inputs change during training is split
+(docs/design-notes.md, "Deferred batched execution"). A task whose inputs change during training is split
 into segments at that event (`dispatch(..., intermediate=True)`, then `continues=`); schedulers
 read a result with `task_params` / `task_aux`.
 """

@@ -5,7 +5,7 @@ Sources: the paper's server and client algorithms as recalled (its text was not 
 here), checked against two public re-implementations, AFL-Lib's
 `alg/asofed.py` and the FedOpt project's `ASOFed`, which agree on the server rule, the local
 constraint and the decayed-gradient recursion but differ in the details listed below; a FedASMU
-baseline (shared/specs/fedasmu.md section 3: "attention mechanism and the average local training
+baseline (FedASMU, Sec. 5, baselines: "attention mechanism and the average local training
 time are exploited to adjust the weights of uploaded models without the consideration of
 staleness").
 

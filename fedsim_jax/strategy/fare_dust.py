@@ -2,7 +2,7 @@
 
 Hard et al., "Learning from straggler clients in federated learning", Section 2.2, Appendix A
 (Algorithm 1, server; Algorithm 3, client; Figure 4); tuned values in Tables 16-17, server
-optimizer in Appendix G.3. Digest: shared/specs/stragglers.md, section 2.4.
+optimizer in Appendix G.3.
 
 Server (Algorithm 1). Each round samples B_t clients (over-selection) and advances the global
 model w with the fastest B of them, by FedAdam ("FARe-DUST was used in conjunction with the

@@ -2,7 +2,7 @@
 
 Hard et al., "Learning from straggler clients in federated learning", Section 2.3, Equations (1)
 and (2), Appendix A (Algorithm 2, Figure 5); tuned values in Tables 18-19, tau_max and server
-optimizer in Appendix G.4. Digest: shared/specs/stragglers.md, section 2.5.
+optimizer in Appendix G.4.
 
 The global model w advances as in FedAvg on the fastest B of the B_t clients of each round
 (Algorithm 2 lines 6-10) and the next round starts at once. Each round t also keeps w_t and its

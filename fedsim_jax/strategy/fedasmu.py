@@ -1,7 +1,7 @@
 """FedASMU: dynamic staleness-aware aggregation on the server, fresh-model blending on devices.
 
 Liu, Jia, Che, Huo, Ren, Zhou, Dai, Dou, "FedASMU: Efficient Asynchronous Federated Learning with
-Dynamic Staleness-aware Model Update" (AAAI 2024). Digest: shared/specs/fedasmu.md. The system
+Dynamic Staleness-aware Model Update" (AAAI 2024). The system
 model (periodic trigger, cap, staleness bound) is `strategy/periodic_trigger.py`; the choice of
 the fetch epoch l* (Formulas 5-6) is `strategy/fedasmu_fetch.py`. The trigger settings are
 `algorithm.kwargs.trigger_period` (𝒯), `algorithm.kwargs.trigger_count` (m'),

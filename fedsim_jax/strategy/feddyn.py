@@ -1,7 +1,7 @@
 """FedDyn: federated learning based on dynamic regularization (Acar et al., ICLR 2021).
 
 Source: the paper's Algorithm 1, as recalled (its text was not available in this environment);
-a FedASMU baseline (shared/specs/fedasmu.md section 3: "dynamic regularization"; FedASMU states
+a FedASMU baseline (FedASMU, Sec. 5, baselines: "dynamic regularization"; FedASMU states
 no rule or value for it).
 
 Server state: the model theta^{t-1} and h^{t-1} (h^0 = 0). Each client k keeps the gradient

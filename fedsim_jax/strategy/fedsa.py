@@ -4,8 +4,8 @@ with non-IID data", Future Generation Computer Systems 120, 2021).
 Sources: the paper's semi-asynchronous protocol (the server aggregates once M local updates have
 arrived, M being FedSA's central parameter, and bounds staleness by a threshold tau_0) and the
 way FedASMU, whose baseline this is, characterises its aggregation: "a staleness-based
-polynomial formula ... to assign high weights to fresh models" (shared/specs/fedasmu.md,
-section 3; FedASMU states no formula or value). The paper's full text was not available here;
+polynomial formula ... to assign high weights to fresh models" (FedASMU, Sec. 5,
+baselines; FedASMU states no formula or value). The paper's full text was not available here;
 the rule below is that characterisation, stated precisely:
 
   w <- w + sum_{k in buffer} (n_k / sum_{j in buffer} n_j) s(tau_k) Delta_k,

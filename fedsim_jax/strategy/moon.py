@@ -2,7 +2,7 @@
 
 Source: the paper's method section (local objective and model-contrastive loss) and its
 Algorithm 1 (server loop and PartyLocalTraining), as recalled (the text was not available in
-this environment); a FedASMU baseline (shared/specs/fedasmu.md section 3: "contrastive
+this environment); a FedASMU baseline (FedASMU, Sec. 5, baselines: "contrastive
 learning"; FedASMU states no rule or value for it).
 
 Server: FedAvg (synchronous rounds, the weighted average of the local models with weights

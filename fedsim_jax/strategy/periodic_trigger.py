@@ -2,8 +2,7 @@
 
 Liu et al., "FedASMU: Efficient Asynchronous Federated Learning with Dynamic Staleness-aware Model
 Update" (AAAI 2024): Sec. 3 (the 7-step global round of Fig. 1, step 1), Algorithm 1 lines 1-6
-(the triggering thread) and 8-10 (the staleness bound), appendix "Experiment details". Digest:
-shared/specs/fedasmu.md, sections 1.2-1.3.
+(the triggering thread) and 8-10 (the staleness bound), appendix "Experiment details".
 
 Every trigger period 𝒯 (virtual seconds, starting at 0) the server triggers up to m' devices,
 drawn uniformly without replacement from the idle online devices, while fewer than the cap are

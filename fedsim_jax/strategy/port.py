@@ -5,7 +5,7 @@ server that aggregates once enough updates have arrived, weighting each by its s
 the divergence of its update from the global model's recent progress) and the authors'
 implementation in PLATO (TL-System/plato, `examples/async/port/port_server.py`; AFL-Lib's
 `alg/port.py` has the same form), whose weight rule is the one implemented here; a FedASMU
-baseline (shared/specs/fedasmu.md section 3; FedASMU states no rule or value for it).
+baseline (FedASMU, Sec. 5, baselines; FedASMU states no rule or value for it).
 
 The server buffers arrivals; every `buffer_size` arrivals (PLATO's minimum number of clients
 aggregated) it applies w <- w + sum_k p_k Delta_k, with

@@ -3,7 +3,7 @@
 A latency model turns a dispatched task into virtual seconds. It draws a `TaskLatency` per task
 (before the number of local steps is fixed, so that a scheduler can fit steps into a time
 limit); the task then lasts `TaskLatency.duration(num_steps)`. Durations never depend on
-trained weights (DESIGN.md). Every model owns a numpy generator derived from the run seed and
+trained weights. Every model owns a numpy generator derived from the run seed and
 draws from it once per task, in dispatch order, so runs are reproducible.
 """
 

@@ -1,6 +1,6 @@
 """Fastest-to-slowest device ratio latency of FedASMU (Liu et al., "FedASMU: Efficient
 Asynchronous Federated Learning with Dynamic Staleness-aware Model Update", Appendix
-"Experiment details"; digest: shared/specs/fedasmu.md, section 1.3).
+"Experiment details").
 
 PAPER: "the training time of the slowest device is five times longer than that of the fastest
 device, and the training time of each device is independently and randomly sampled within this

@@ -1,7 +1,7 @@
 """Log-normal client latency of "Learning from straggler clients in federated learning".
 
 Hard et al. (Google Research), Section 3 ("Monte Carlo client latency simulation"), Tables 1
-and 2; digest: shared/specs/stragglers.md, section 1. A client's round latency is
+and 2. A client's round latency is
 
   T = T_communication + C + T_per-example * N_examples,
 
