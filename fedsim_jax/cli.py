@@ -30,14 +30,12 @@ def parse_flags(argv: list[str]) -> list[str]:
     return flags.FLAGS(argv)
   except flags.Error as error:
     message = str(error) or type(error).__name__
-    section = re.search(r'flag --(config\.[\w.]+)=.*as a ConfigDict', message)
-    if section:  # e.g. --config.algorithm=fedbuff, before the algorithm became a section
+    section = re.search(r'flag --config\.([\w.]+)=.*as a ConfigDict', message)
+    if section:  # a section given a value, e.g. --config.algorithm=fedbuff
       name = section.group(1)
+      example = 'name' if name == 'algorithm' else '<field>'
       message = (
-        f'{name[len("config.") :]} is a section of settings; allowed: its fields, e.g. '
-        f'--{name}.name=... for the algorithm'
-        if name == 'config.algorithm'
-        else f'{name[len("config.") :]} is a section of settings; allowed: --{name}.<field>=...'
+        f'{name} is a section of settings; allowed: its fields, e.g. --config.{name}.{example}=...'
       )
     fail(message)
 

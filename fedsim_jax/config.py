@@ -11,7 +11,6 @@ clamped.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import ml_collections
@@ -23,7 +22,7 @@ from fedsim_jax.data.partition import BUDGET_SKEWS, PARTITIONS
 from fedsim_jax.executor.choice import BACKEND_SETTINGS, STEP_LOOP_SETTINGS
 from fedsim_jax.models import MODELS
 from fedsim_jax.runtime.latency.registry import AVAILABILITY_MODELS, LATENCY_MODELS
-from fedsim_jax.settings import ConfigError, closest
+from fedsim_jax.settings import ConfigError, closest, one_of, positive
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -209,25 +208,13 @@ def set_by_path(config: ml_collections.ConfigDict, path: str, value: Any) -> Non
 
 
 def _choice(name: str, value, allowed) -> None:
-  if value not in allowed:
-    raise ConfigError(f'{name}={value!r} is not allowed; allowed values: {sorted(allowed)}')
+  one_of(allowed)(name, value)
 
 
 def _positive(
   name: str, value, *, integer: bool = False, allow_zero: bool = False, optional: bool = False
 ) -> None:
-  if value is None and optional:
-    return
-  kind = 'an integer' if integer else 'a number'
-  bound = '>= 0' if allow_zero else '> 0'
-  if (
-    value is None
-    or isinstance(value, bool)
-    or not isinstance(value, int if integer else (int, float))
-    or not math.isfinite(value)
-    or (value < 0 if allow_zero else value <= 0)
-  ):
-    raise ConfigError(f'{name}={value!r} is invalid; allowed values: {kind} {bound}')
+  positive(integer=integer, allow_zero=allow_zero, optional=optional)(name, value)
 
 
 # Sections whose keys are free: the algorithm's settings (checked by the algorithm), named

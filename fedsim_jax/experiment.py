@@ -249,8 +249,10 @@ def build_simulation(
   dataset: FederatedDataset,
   model: Model,
   on_version: Callable[[Simulation], None] | None = None,
+  settings: Settings | None = None,
 ) -> Simulation:
-  """Wires model, algorithm, executor and latency model into a ready-to-run `Simulation`."""
+  """Wires model, algorithm, executor and latency model into a ready-to-run `Simulation`;
+  `settings`: the algorithm's, when already resolved from `config`."""
   streams = RandomStreams.from_seed(config.seed)
   init_params = model.init(streams.init_key)
   model_bytes = 4 * model.num_params(init_params)
@@ -260,7 +262,7 @@ def build_simulation(
     config.algorithm.name, run_facts(config), dataset.client_sizes, latency
   )
   try:
-    algorithm = algorithms.build(algorithm_settings(config), context)
+    algorithm = algorithms.build(settings or algorithm_settings(config), context)
   except ValueError as error:
     raise config_lib.ConfigError(str(error)) from None
   client = config.client
@@ -373,7 +375,9 @@ class PreparedRun:
       if sim.version % config.run.eval_every == 0:
         self.record(sim)
 
-    self.simulation = build_simulation(config, dataset, model, on_version)
+    self.simulation = build_simulation(
+      config, dataset, model, on_version, settings=self.algorithm_settings
+    )
     self.stop = stop_condition(config)
     executor = self.simulation.executor
     self.host_extra.update(
