@@ -91,47 +91,50 @@ def test_lockstep_configs_must_differ_only_in_seeds(digits_data_dir, tmp_path, p
     run_experiments_lockstep([_config(digits_data_dir, 0), other], [tmp_path / 'a', tmp_path / 'b'])
 
 
-class _FakeExecutor:
-  def __init__(self, log, name):
-    self.log, self.name = log, name
-
-  def run(self, tasks):
-    self.log.append(f'{self.name} batch')
-    return tasks
-
-
 class _FakeSimulation:
+  """Advances one server version per step up to the stop's `max_versions`, as a `Simulation`
+  run in pieces does."""
+
   def __init__(self, log, name, fail=False):
     self.log, self.name, self.fail = log, name, fail
-    self.executor = _FakeExecutor(log, name)
+    self.version = 0
 
   def run(self, stop):
-    self.log.append(f'{self.name} start')
-    self.executor.run([1])
-    if self.fail:
-      raise ValueError(f'{self.name} failed')
-    self.executor.run([2])
+    while self.version < stop.max_versions:
+      self.version += 1
+      self.log.append(f'{self.name} version {self.version}')
+      if self.fail and self.version == 2:
+        raise ValueError(f'{self.name} failed')
 
 
-def test_concurrent_sweeps_start_the_others_after_the_first_batch():
+def test_concurrent_sweeps_start_the_others_after_the_first_version():
   from fedsim_jax.runtime.lockstep import run_concurrently
+  from fedsim_jax.runtime.simulation import StopCondition
 
   log = []
   sims = [_FakeSimulation(log, f's{i}') for i in range(4)]
-  executor = sims[0].executor
-  run_concurrently(sims, [None] * 4)
-  assert log[:2] == ['s0 start', 's0 batch']  # the others wait for the first batch
-  assert sorted(log) == sorted(
-    f's{i} {what}' for i in range(4) for what in ('start', 'batch', 'batch')
-  )
-  assert sims[0].executor is executor  # the signalling wrapper is removed
+  run_concurrently(sims, [StopCondition(max_versions=3) for _ in sims])
+  assert log[0] == 's0 version 1'  # the others wait for the first version
+  assert sorted(log) == sorted(f's{i} version {v}' for i in range(4) for v in (1, 2, 3))
+  assert [sim.version for sim in sims] == [3] * 4
+
+
+def test_concurrent_sweeps_respect_a_zero_version_budget():
+  from fedsim_jax.runtime.lockstep import run_concurrently
+  from fedsim_jax.runtime.simulation import StopCondition
+
+  log = []
+  sims = [_FakeSimulation(log, f's{i}') for i in range(2)]
+  run_concurrently(sims, [StopCondition(max_versions=0) for _ in sims])
+  assert log == []
 
 
 @pytest.mark.parametrize('failing', [0, 2])
 def test_concurrent_sweeps_reraise_a_simulation_error(failing):
   from fedsim_jax.runtime.lockstep import run_concurrently
+  from fedsim_jax.runtime.simulation import StopCondition
 
   log = []
   sims = [_FakeSimulation(log, f's{i}', fail=i == failing) for i in range(3)]
   with pytest.raises(ValueError, match=f's{failing} failed'):
-    run_concurrently(sims, [None] * 3)
+    run_concurrently(sims, [StopCondition(max_versions=3) for _ in sims])

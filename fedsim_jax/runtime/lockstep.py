@@ -181,28 +181,21 @@ def lockstep_executors(
   return shared, [LockstepClientExecutor(shared, i, offset) for i, offset in enumerate(offsets)]
 
 
-def _drive_in_threads(
-  simulations: Sequence[Any], stops: Sequence[Any], on_end: Any = None, first_alone: Any = None
-) -> None:
+def _drive_in_threads(simulations: Sequence[Any], stops: Sequence[Any], on_end: Any = None) -> None:
   """Runs every `simulations[i].run(stops[i])` in its own thread; re-raises the first failure.
 
-  `on_end(i, error)` is called when simulation i ends (error None) or fails. `first_alone`, an
-  event, holds the other threads back until simulation 0 sets it (or ends).
+  `on_end(i, error)` is called when simulation i ends (error None) or fails.
   """
   errors: list[BaseException] = []
 
   def drive(index: int) -> None:
     error = None
     try:
-      if index and first_alone is not None:
-        first_alone.wait()
       simulations[index].run(stops[index])
     except BaseException as e:  # noqa: BLE001 - handed to the caller below
       errors.append(e)
       error = e
     finally:
-      if index == 0 and first_alone is not None:
-        first_alone.set()
       if on_end is not None:
         on_end(index, error)
 
@@ -224,23 +217,6 @@ def run_lockstep(simulations: Sequence[Any], stops: Sequence[Any], shared: Share
   _drive_in_threads(simulations, stops, on_end=shared.finish)
 
 
-class _FirstCallSignal:
-  """Wraps an executor and sets `event` once its first batch has run."""
-
-  def __init__(self, executor: Any, event: threading.Event) -> None:
-    self._executor = executor
-    self._event = event
-
-  def __getattr__(self, name: str) -> Any:
-    return getattr(self._executor, name)
-
-  def run(self, tasks: Sequence[ClientTask]) -> TaskBatchResult:
-    try:
-      return self._executor.run(tasks)
-    finally:
-      self._event.set()
-
-
 def run_concurrently(simulations: Sequence[Any], stops: Sequence[Any]) -> None:
   """Runs every `simulations[i].run(stops[i])` at the same time, each with its own executor.
 
@@ -248,15 +224,12 @@ def run_concurrently(simulations: Sequence[Any], stops: Sequence[Any]) -> None:
   the process-wide task threads (`Executor(threads=...)`) as they come, and one simulation's
   host work (scheduling, aggregation, evaluation) overlaps the others' training. Results are
   those of the sequential runs bit for bit: every simulation keeps its own executor, and a
-  task's result never depends on what runs beside it. Simulation 0 runs its first batch alone,
+  task's result never depends on what runs beside it. Simulation 0 runs its first server version alone,
   so the others find its programs compiled (`fedsim_jax.compilation_cache`) instead of all
   compiling them at once.
   """
-  first_batch = threading.Event()
-  first = simulations[0]
-  executor = first.executor
-  first.executor = _FirstCallSignal(executor, first_batch)
-  try:
-    _drive_in_threads(simulations, stops, first_alone=first_batch)
-  finally:
-    first.executor = executor
+  # Stopping a simulation and running it on is the same as running it through.
+  limit = stops[0].max_versions
+  first_stop = dataclasses.replace(stops[0], max_versions=1 if limit is None else min(limit, 1))
+  simulations[0].run(first_stop)
+  _drive_in_threads(simulations, stops)

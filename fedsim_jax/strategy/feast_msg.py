@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -100,36 +101,68 @@ def feast_aggregator(server_learning_rate: float) -> Aggregator:
   return Aggregator(init=init, apply=apply)
 
 
-def auxiliary_update(
-  server_learning_rate: float, kappa: float, decay: float
-) -> Callable[[FeastState, Params, Params, jax.Array], FeastState]:
+@functools.partial(jax.jit, static_argnames=('server_learning_rate', 'kappa', 'decay'))
+def _updated_auxiliary(
+  state: FeastState,
+  start_params: Params,
+  delta_sum: Params,
+  weight_sum: jax.Array,
+  *,
+  server_learning_rate: float,
+  kappa: float,
+  decay: float,
+) -> FeastState:
+  auxiliary_learning_rate = kappa * server_learning_rate
+
+  def leaf(a, w, d):
+    mean = d / weight_sum
+    w_plus = w + server_learning_rate * mean
+    return decay * (a + auxiliary_learning_rate * mean) + (1 - decay) * w_plus
+
+  return state.replace(
+    auxiliary=jax.tree_util.tree_map(leaf, state.auxiliary, start_params, delta_sum)
+  )
+
+
+@dataclasses.dataclass(frozen=True)
+class AuxiliaryUpdate:
   """`(state, w_t, delta_sum, weight_sum) -> state` with a_{t+1} of Equations (1)-(2):
 
   mean = delta_sum / weight_sum                      (Delta_t^+ / B_t^+, deltas new - old)
   w^+  = w_t + eta_g mean
   a    = decay (a + kappa eta_g mean) + (1 - decay) w^+
+
+  A plain dataclass over one jitted function, so that the scheduler holding it stays
+  checkpointable.
   """
+
+  server_learning_rate: float
+  kappa: float
+  decay: float
+
+  def __call__(
+    self, state: FeastState, start_params: Params, delta_sum: Params, weight_sum: jax.Array
+  ) -> FeastState:
+    return _updated_auxiliary(
+      state,
+      start_params,
+      delta_sum,
+      weight_sum,
+      server_learning_rate=self.server_learning_rate,
+      kappa=self.kappa,
+      decay=self.decay,
+    )
+
+
+def auxiliary_update(server_learning_rate: float, kappa: float, decay: float) -> AuxiliaryUpdate:
+  """The auxiliary model's update with FeAST-on-MSG's constants (see `AuxiliaryUpdate`)."""
   if server_learning_rate <= 0:
     raise ValueError(f'algorithm.kwargs.server_learning_rate={server_learning_rate}; must be > 0')
   if kappa < 0:
     raise ValueError(f'algorithm.kwargs.kappa={kappa}; must be >= 0')
   if not 0 <= decay < 1:
     raise ValueError(f'algorithm.kwargs.ema_decay={decay}; allowed: 0 <= decay < 1')
-  auxiliary_learning_rate = kappa * server_learning_rate
-
-  @jax.jit
-  def update(
-    state: FeastState, start_params: Params, delta_sum: Params, weight_sum: jax.Array
-  ) -> FeastState:
-    def leaf(a, w, d):
-      mean = d / weight_sum
-      w_plus = w + server_learning_rate * mean
-      return decay * (a + auxiliary_learning_rate * mean) + (1 - decay) * w_plus
-
-    auxiliary = jax.tree_util.tree_map(leaf, state.auxiliary, start_params, delta_sum)
-    return state.replace(auxiliary=auxiliary)
-
-  return update
+  return AuxiliaryUpdate(float(server_learning_rate), float(kappa), float(decay))
 
 
 @dataclasses.dataclass(eq=False)

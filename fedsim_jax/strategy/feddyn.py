@@ -142,6 +142,9 @@ def updated_client_gradient(gradient: Params, delta: Params, alpha: float) -> Pa
   return jax.tree_util.tree_map(lambda g, d: g - alpha * d, gradient, delta)
 
 
+_updated_client_gradient = jax.jit(updated_client_gradient, static_argnames=('alpha',))
+
+
 def feddyn_aggregator(alpha: float, num_clients: int) -> Aggregator:
   """The server of Algorithm 1 (h and model updates) over one round's updates.
 
@@ -194,7 +197,6 @@ class FedDynScheduler(AroundRounds):
     self.alpha = float(alpha)
     self.client_gradients: dict[int, Params] = {}
     self._zeros: Params | None = None
-    self._update_gradient = jax.jit(updated_client_gradient, static_argnames=('alpha',))
     self.rounds = SynchronousScheduler(
       cohort_size,
       local_work,
@@ -219,6 +221,6 @@ class FedDynScheduler(AroundRounds):
     batch = sim.updates(closing.aggregated, closing.weights)
     for index, handle in enumerate(closing.aggregated):
       gradient = self._task_inputs(sim, handle.client_id).gradient
-      self.client_gradients[handle.client_id] = self._update_gradient(
+      self.client_gradients[handle.client_id] = _updated_client_gradient(
         gradient, row(batch.deltas, index), alpha=self.alpha
       )
