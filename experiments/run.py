@@ -4,10 +4,14 @@
       --config.client.learning_rate=0.1 --config.algorithm.kwargs.cohort_size=20
   python experiments/run.py --config=configs/fedcompass_mnist.py --seeds=0,1,2,3
 
-Writes config.json, metrics.jsonl and summary.json into --workdir (with --seeds, into
-<workdir>/seed<s> for each seed, run together by `run_experiments_lockstep`: one process, one
-data load, compiled programs shared). An invalid setting or a missing dataset exits with code 2
-and one line on stderr.
+Writes config.json, metrics.jsonl, summary.json, checkpoints/ and models/ into --workdir (with
+--seeds, into <workdir>/seed<s> for each seed, run together by `run_experiments_lockstep`: one
+process, one data load, compiled programs shared). A workdir that holds a run is never
+overwritten: `--resume` continues it from its newest checkpoint, `--overwrite` replaces it.
+
+Exit codes: 0 done; 2 an invalid setting, workdir or missing dataset (one line on stderr,
+nothing written); 130 / 143 stopped by SIGINT / SIGTERM after writing a checkpoint (the line
+printed says how to resume).
 """
 
 from __future__ import annotations
@@ -44,6 +48,16 @@ _SEEDS = flags.DEFINE_string(
   'Comma list of seeds (integers >= 0) to run together; each seed writes '
   '<workdir>/seed<s> (default workdir: runs/<config file name>). Replaces config.seed.',
 )
+_RESUME = flags.DEFINE_bool(
+  'resume',
+  False,
+  'Continue the run in --workdir from its newest checkpoint (start it if it has none). The '
+  'config may change only the run length and checkpoint settings, e.g. a larger '
+  '--config.run.num_rounds extends a finished run.',
+)
+_OVERWRITE = flags.DEFINE_bool(
+  'overwrite', False, 'Replace the run that --workdir holds (its results are deleted).'
+)
 flags.mark_flags_as_required(['config'])
 
 
@@ -62,7 +76,12 @@ def main(argv: list[str]) -> None:
   try:
     if _SEEDS.value is None:
       workdir = _WORKDIR.value or os.path.join('runs', name, f'seed{config.seed}')
-      runs = [(workdir, run_experiment(config, workdir))]
+      runs = [
+        (
+          workdir,
+          run_experiment(config, workdir, resume=_RESUME.value, overwrite=_OVERWRITE.value),
+        )
+      ]
     else:
       seeds = parse_list('seeds', _SEEDS.value, int, lambda v: v >= 0, 'integers >= 0')
       if not seeds:
@@ -72,9 +91,20 @@ def main(argv: list[str]) -> None:
         seed_config.seed = seed
       root = _WORKDIR.value or os.path.join('runs', name)
       workdirs = [os.path.join(root, f'seed{seed}') for seed in seeds]
-      runs = list(zip(workdirs, run_experiments_lockstep(configs, workdirs)))
+      summaries = run_experiments_lockstep(
+        configs, workdirs, resume=_RESUME.value, overwrite=_OVERWRITE.value
+      )
+      runs = list(zip(workdirs, summaries))
   except (ConfigError, DatasetNotFoundError, CorruptDatasetError, FlagError) as error:
     cli.fail(str(error))
+  interrupted = [summary for _, summary in runs if summary['status'] == 'interrupted']
+  if interrupted:
+    print(
+      f'interrupted: checkpoint written; resume with the same command and --resume '
+      f'(outputs: {", ".join(os.path.abspath(w) for w, _ in runs)})',
+      file=sys.stderr,
+    )
+    sys.exit(128 + interrupted[0]['signal'])
   for workdir, summary in runs:
     print(
       f'final accuracy {summary["final_accuracy"]:.4f}  best {summary["best_accuracy"]:.4f}  '

@@ -130,6 +130,12 @@ def base_config() -> ml_collections.ConfigDict:
   # Reuse of compiled programs (fedsim_jax/compilation_cache.py): 'process' shares them between
   # the runs of this process, 'off', or a directory that keeps them across processes.
   c.run.compilation_cache = 'process'
+  # Checkpoints of the whole simulation in <workdir>/checkpoints (docs/checkpoints.md): every
+  # `checkpoint_every` server versions and/or `checkpoint_every_minutes` of host time (None:
+  # never on that count), and always at the end and on SIGINT/SIGTERM.
+  c.run.checkpoint_every = config_dict.placeholder(int)
+  c.run.checkpoint_every_minutes = config_dict.FieldReference(10.0, field_type=float)
+  c.run.keep_checkpoints = 2
 
   return c
 
@@ -335,6 +341,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(
       f'run.target_accuracy={run.target_accuracy!r} is invalid; allowed values: 0 < x <= 1'
     )
+  _positive('run.checkpoint_every', run.checkpoint_every, integer=True, optional=True)
+  _positive('run.checkpoint_every_minutes', run.checkpoint_every_minutes, optional=True)
+  _positive('run.keep_checkpoints', run.keep_checkpoints, integer=True)
   if not isinstance(run.compilation_cache, str) or not run.compilation_cache.strip():
     raise ConfigError(
       f'run.compilation_cache={run.compilation_cache!r} is invalid; allowed '

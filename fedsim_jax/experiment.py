@@ -8,6 +8,7 @@ executor, latency model and simulation, runs it, and writes `config.json`, `metr
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -18,8 +19,10 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from fedsim_jax import algorithms, compilation_cache
+from fedsim_jax import algorithms, compilation_cache, interrupts
 from fedsim_jax import config as config_lib
+from fedsim_jax import workdir as workdir_lib
+from fedsim_jax.checkpointing import CheckpointError, Checkpoints, Restored
 from fedsim_jax.client import client_optimizer
 from fedsim_jax.data import partition as partition_lib
 from fedsim_jax.data.federated import FederatedDataset
@@ -31,6 +34,7 @@ from fedsim_jax.metrics import MetricsWriter, make_evaluator, summarize, write_j
 from fedsim_jax.models import Model, get_model
 from fedsim_jax.runtime import Simulation, StopCondition
 from fedsim_jax.runtime.latency.registry import make_availability, make_latency
+from fedsim_jax.saved_run import model_description, save_models
 from fedsim_jax.settings import Settings
 
 
@@ -237,11 +241,20 @@ def build_federated_dataset(config: ml_collections.ConfigDict) -> FederatedDatas
   )
 
 
-def build_model(config: ml_collections.ConfigDict, dataset: FederatedDataset) -> Model:
-  kwargs = {'hidden_sizes': tuple(config.model.hidden_sizes)} if config.model.name == 'mlp' else {}
+def model_kwargs(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """The architecture's own settings of `config.model` (what `get_model` takes as kwargs)."""
+  kwargs: dict[str, Any] = (
+    {'hidden_sizes': tuple(config.model.hidden_sizes)} if config.model.name == 'mlp' else {}
+  )
   if config.model.norm is not None:
     kwargs['norm'] = config.model.norm
-  return get_model(config.model.name, dataset.input_shape, dataset.num_classes, **kwargs)
+  return kwargs
+
+
+def build_model(config: ml_collections.ConfigDict, dataset: FederatedDataset) -> Model:
+  return get_model(
+    config.model.name, dataset.input_shape, dataset.num_classes, **model_kwargs(config)
+  )
 
 
 def build_simulation(
@@ -318,12 +331,51 @@ def stop_condition(config: ml_collections.ConfigDict) -> StopCondition:
   )
 
 
+# Settings a resumed run may change: how long it runs, how it checkpoints, and what only its
+# host side or summary reads. Anything else would make it a different run.
+RESUMABLE_CHANGES = (
+  'run.num_rounds',
+  'run.max_virtual_time',
+  'run.max_client_updates',
+  'run.checkpoint_every',
+  'run.checkpoint_every_minutes',
+  'run.keep_checkpoints',
+  'run.compilation_cache',
+  'run.target_accuracy',
+  'executor.threads',
+)
+STATUSES = ('completed', 'interrupted', 'failed')
+
+
+def _flatten(tree: Any, prefix: str = '') -> dict[str, Any]:
+  if isinstance(tree, dict):
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+      flat.update(_flatten(value, f'{prefix}{key}.'))
+    return flat
+  return {prefix[:-1]: list(tree) if isinstance(tree, tuple) else tree}
+
+
+def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+  """Dotted names of the settings in which two resolved configs differ, other than those a
+  resumed run may change (`RESUMABLE_CHANGES`)."""
+  old, new = _flatten(saved), _flatten(json.loads(json.dumps(current)))
+  return sorted(
+    name
+    for name in set(old) | set(new)
+    if old.get(name) != new.get(name) and name not in RESUMABLE_CHANGES
+  )
+
+
 class PreparedRun:
   """An experiment ready to run: data, model, simulation, evaluator and output files.
 
-  `run_experiment` is `PreparedRun(...)`, `.simulation.run(.stop)`, `.finish()`; lockstep
-  sweeps (`run_experiments_lockstep`) prepare several, run their simulations together and
-  finish each.
+  `run_experiment` is `PreparedRun(...).run()`; lockstep sweeps (`run_experiments_lockstep`)
+  prepare several, run their simulations together and finish each.
+
+  The workdir is checked, and the config validated, before anything is written: a workdir that
+  holds a run is refused unless `resume` (continue it from its newest checkpoint, bit for bit
+  the run that was never stopped; `docs/checkpoints.md`) or `overwrite` (replace it).
   """
 
   def __init__(
@@ -331,13 +383,17 @@ class PreparedRun:
     config: ml_collections.ConfigDict,
     workdir: str | os.PathLike,
     dataset: FederatedDataset | None = None,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    periodic_checkpoints: bool = True,
   ):
     settings = validate(config)
+    workdir = workdir_lib.check(workdir, resume=resume, overwrite=overwrite)
     try:
       cache_dir = compilation_cache.enable(config.run.compilation_cache)
     except ValueError as e:
       raise config_lib.ConfigError(str(e)) from None
-    os.makedirs(workdir, exist_ok=True)
     self.workdir = workdir
     self.host_start = time.perf_counter()
     if dataset is None:
@@ -349,6 +405,7 @@ class PreparedRun:
       check_federation(dataset.num_clients, algorithms.base.KWARGS_PREFIX)
     self.dataset = dataset
     model = build_model(config, dataset)
+    self.model_description = model_description(model, model_kwargs(config))
     config = resolve_settings(config, dataset, model)
     self.config = config
     self.algorithm_settings = algorithm_settings(config)
@@ -356,7 +413,16 @@ class PreparedRun:
     # that config.json alone describes (and reruns) the run.
     resolved = config.to_dict()
     resolved['algorithm']['kwargs'] = self.algorithm_settings.as_dict()
+    self.checkpoints = Checkpoints(
+      os.path.join(workdir, 'checkpoints'), keep=config.run.keep_checkpoints
+    )
+    restored = self._checkpoint_to_resume(resolved) if resume else None
+    # Everything is checked: from here on the run writes.
+    self._lock = workdir_lib.WorkdirLock(workdir)
+    if restored is None:
+      workdir_lib.clear_results(workdir)  # --overwrite, or nothing to resume
     write_json(os.path.join(workdir, 'config.json'), resolved)
+    self._resolved_config = json.loads(json.dumps(resolved))
     self._evaluate = make_evaluator(
       model,
       dataset.test_x,
@@ -367,13 +433,23 @@ class PreparedRun:
       balanced_accuracy=config.run.eval_balanced_accuracy,
       top_k=tuple(config.run.eval_top_k),
     )
-    self.writer = MetricsWriter(workdir)
-    self._last_evaluated = -1
+    run_state = restored.state['run'] if restored is not None else {}
+    self.writer = MetricsWriter(workdir, rows=run_state.get('rows', ()))
+    self._last_evaluated = run_state.get('last_evaluated', -1)
+    self._best = run_state.get('best')  # (accuracy, version, evaluated params) or None
     self.host_extra: dict[str, Any] = {}  # e.g. lockstep batching figures, for summary['host']
+    self._periodic_checkpoints = periodic_checkpoints
+    self._checkpoint_requested = False
+    self._last_checkpoint_time = time.perf_counter()
+    self.checkpoint_seconds = 0.0  # host time spent writing checkpoints (this process)
+    self.checkpoints_written = 0
 
     def on_version(sim: Simulation) -> None:
       if sim.version % config.run.eval_every == 0:
         self.record(sim)
+      if self._periodic_checkpoints and self._checkpoint_due(sim):
+        self._checkpoint_requested = True
+        sim.request_pause()  # the checkpoint is written once the current event is done
 
     self.simulation = build_simulation(
       config, dataset, model, on_version, settings=self.algorithm_settings
@@ -399,13 +475,68 @@ class PreparedRun:
       executor.step_loop,
       executor.threads,
     )
-    self.record(self.simulation)
+    if restored is None:
+      self.record(self.simulation)
+    else:
+      self.simulation.restore(restored.state['simulation'])
+      logging.info(
+        'resumed from checkpoint %d: version %d, virtual time %.1fs',
+        restored.step,
+        self.simulation.version,
+        self.simulation.now,
+      )
     self.simulation_start = time.perf_counter()
+
+  def _checkpoint_to_resume(self, resolved: dict[str, Any]) -> Restored | None:
+    try:
+      restored = self.checkpoints.load_latest()
+    except CheckpointError as error:
+      raise config_lib.ConfigError(f'--resume: {error}') from None
+    if restored is None:
+      logging.warning('--resume: no checkpoint in %s; starting from the beginning', self.workdir)
+      return None
+    differing = config_differences(restored.meta['config'], resolved)
+    if differing:
+      raise config_lib.ConfigError(
+        f'--resume: the config differs from the checkpointed run in {", ".join(differing)}; '
+        f'allowed changes: {", ".join(RESUMABLE_CHANGES)}'
+      )
+    return restored
+
+  def _checkpoint_due(self, sim: Simulation) -> bool:
+    run = self.config.run
+    return (run.checkpoint_every is not None and sim.version % run.checkpoint_every == 0) or (
+      run.checkpoint_every_minutes is not None
+      and time.perf_counter() - self._last_checkpoint_time >= 60 * run.checkpoint_every_minutes
+    )
+
+  def save_checkpoint(self) -> None:
+    """Writes the whole run's state (simulation and outputs so far) as a new checkpoint."""
+    sim = self.simulation
+    start = time.perf_counter()
+    self.checkpoints.save(
+      {
+        'simulation': sim.state(),
+        'run': {
+          'rows': self.writer.rows,
+          'last_evaluated': self._last_evaluated,
+          'best': self._best,
+        },
+      },
+      {'version': sim.version, 'virtual_time': sim.now, 'config': self._resolved_config},
+    )
+    self._checkpoint_requested = False
+    self._last_checkpoint_time = time.perf_counter()
+    self.checkpoint_seconds += self._last_checkpoint_time - start
+    self.checkpoints_written += 1
 
   def record(self, sim: Simulation) -> None:
     """Evaluates the server model and writes a metrics row."""
-    metrics = self._evaluate(sim.eval_params)
+    eval_params = sim.eval_params
+    metrics = self._evaluate(eval_params)
     self._last_evaluated = sim.version
+    if self._best is None or metrics['accuracy'] > self._best[0]:
+      self._best = (float(metrics['accuracy']), sim.version, eval_params)
     self.writer.write(
       {
         'virtual_time': sim.now,
@@ -432,14 +563,33 @@ class PreparedRun:
       time.perf_counter() - self.host_start,
     )
 
-  def finish(self) -> dict[str, Any]:
-    """Final evaluation, `summary.json` and `clients.json`; returns the summary."""
+  def run(self) -> dict[str, Any]:
+    """Runs the simulation to its stop condition, checkpointing on the way and at the end;
+    returns the summary. SIGINT/SIGTERM stop it cleanly: a checkpoint and an `interrupted`
+    summary (`summary['signal']`) are written."""
+    sim = self.simulation
+    try:
+      with interrupts.stop_requests(sim.request_pause) as interrupt:
+        while interrupt.signal is None:
+          sim.run(self.stop)
+          if interrupt.signal is not None or sim.finished(self.stop):
+            break
+          if self._checkpoint_requested:
+            self.save_checkpoint()
+        self.save_checkpoint()
+      if interrupt.signal is not None:
+        return self.finish('interrupted', signal=interrupt.signal)
+    except Exception as error:
+      self._write_summary(self._summary('failed', error=f'{type(error).__name__}: {error}'))
+      self._lock.release()
+      raise
+    return self.finish()
+
+  def _summary(self, status: str, **extra: Any) -> dict[str, Any]:
     sim, config = self.simulation, self.config
     simulation_seconds = time.perf_counter() - self.simulation_start
-    if self._last_evaluated != sim.version:
-      self.record(sim)
-    self.writer.close()
-    summary = summarize(self.writer.rows, config.run.target_accuracy)
+    summary = {'status': status, **extra}
+    summary.update(summarize(self.writer.rows, config.run.target_accuracy))
     summary.update(sim.report())
     scheduler_report = getattr(sim.scheduler, 'report', None)
     if scheduler_report is not None:
@@ -448,21 +598,46 @@ class PreparedRun:
       'seconds': time.perf_counter() - self.host_start,
       'simulation_seconds': simulation_seconds,
       'compiled_client_programs': sim.executor.num_compiled_programs,
+      'checkpoints_written': self.checkpoints_written,
+      'checkpoint_seconds': self.checkpoint_seconds,
       'client_examples_per_second': (
         sim.executor.steps_run * config.client.batch_size / max(simulation_seconds, 1e-9)
       ),
       **self.host_extra,
     }
-    write_json(
-      os.path.join(self.workdir, 'clients.json'),
-      {
-        'dispatched': sim.dispatch_counts.tolist(),
-        'aggregated': sim.aggregated_counts.tolist(),
-        'gradient_steps': sim.steps_per_client.tolist(),
-        'busy_time': sim.busy_time.tolist(),
-      },
-    )
+    return summary
+
+  def _write_summary(self, summary: dict[str, Any]) -> None:
     write_json(os.path.join(self.workdir, 'summary.json'), summary)
+
+  def finish(self, status: str = 'completed', **extra: Any) -> dict[str, Any]:
+    """Writes `summary.json` (and, for a completed run, the final evaluation, `clients.json`
+    and the saved models); returns the summary."""
+    if status not in STATUSES:
+      raise ValueError(f'status={status!r}; allowed: {STATUSES}')
+    sim = self.simulation
+    if status == 'completed' and self._last_evaluated != sim.version:
+      self.record(sim)
+    self.writer.close()
+    summary = self._summary(status, **extra)
+    if status == 'completed':
+      write_json(
+        os.path.join(self.workdir, 'clients.json'),
+        {
+          'dispatched': sim.dispatch_counts.tolist(),
+          'aggregated': sim.aggregated_counts.tolist(),
+          'gradient_steps': sim.steps_per_client.tolist(),
+          'busy_time': sim.busy_time.tolist(),
+        },
+      )
+      models = {'final': sim.params}
+      if self._best is not None:
+        models['best'] = self._best[2]
+      if sim.eval_params is not sim.params:
+        models['evaluated'] = sim.eval_params
+      save_models(self.workdir, self.model_description, models)
+    self._write_summary(summary)
+    self._lock.release()
     return summary
 
 
@@ -470,6 +645,9 @@ def run_experiment(
   config: ml_collections.ConfigDict,
   workdir: str | os.PathLike,
   dataset: FederatedDataset | None = None,
+  *,
+  resume: bool = False,
+  overwrite: bool = False,
 ) -> dict[str, Any]:
   """Runs the experiment described by `config`, writing its outputs into `workdir`.
 
@@ -477,17 +655,19 @@ def run_experiment(
     config: see `fedsim_jax.config.base_config`; validated first.
     workdir: run directory (created if needed).
     dataset: an already built federation (skips loading and partitioning), e.g. in tests.
+    resume: continue the run in `workdir` from its newest checkpoint (from the start if it
+      has none); the config may differ only in `RESUMABLE_CHANGES` (e.g. a longer run).
+    overwrite: replace the run in `workdir`.
 
   Returns:
-    The summary dict also written to `summary.json`.
+    The summary dict also written to `summary.json`; `summary['status']` is 'completed', or
+    'interrupted' after SIGINT/SIGTERM.
 
   Raises:
-    ConfigError: an invalid setting (before any data is loaded).
+    ConfigError: an invalid setting or workdir (before anything is written).
     DatasetNotFoundError / CorruptDatasetError: the dataset is not prepared or unreadable.
   """
-  prepared = PreparedRun(config, workdir, dataset)
-  prepared.simulation.run(prepared.stop)
-  return prepared.finish()
+  return PreparedRun(config, workdir, dataset, resume=resume, overwrite=overwrite).run()
 
 
 def _without_seeds(config: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -502,10 +682,16 @@ def run_experiments_lockstep(
   configs: Sequence[ml_collections.ConfigDict],
   workdirs: Sequence[str | os.PathLike],
   datasets: Sequence[FederatedDataset | None] | None = None,
+  *,
+  resume: bool = False,
+  overwrite: bool = False,
 ) -> list[dict[str, Any]]:
   """Runs several experiments that differ only in their seeds together
   (`fedsim_jax.runtime.lockstep`); each run directory gets exactly what `run_experiment` would
   write (timings aside).
+
+  `resume` and `overwrite` apply to every run directory as in `run_experiment`; lockstep
+  runs checkpoint only at the end (simulations advancing together cannot pause one by one).
 
   With the vmap backend the simulations advance in lockstep and their client tasks run as one
   shared batch; with the loop backend (one program call per task, the CPU default) they run at
@@ -532,7 +718,11 @@ def run_experiments_lockstep(
   # Without `datasets`, every run loads the same dataset: `load_dataset` decodes it once and
   # hands every seed the same arrays, which a shared batch's union then holds once.
   datasets = list(datasets) if datasets is not None else [None] * len(configs)
-  runs = [PreparedRun(c, w, d) for c, w, d in zip(configs, workdirs, datasets)]
+  # Simulations advancing together cannot pause one by one: lockstep runs checkpoint at the end.
+  runs = [
+    PreparedRun(c, w, d, resume=resume, overwrite=overwrite, periodic_checkpoints=False)
+    for c, w, d in zip(configs, workdirs, datasets)
+  ]
   first = runs[0].simulation.executor
   start = time.perf_counter()
   for run in runs:
@@ -568,4 +758,5 @@ def run_experiments_lockstep(
     }
   for run in runs:
     run.host_extra['lockstep'] = dict(info)
+    run.save_checkpoint()
   return [r.finish() for r in runs]

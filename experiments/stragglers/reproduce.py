@@ -34,7 +34,6 @@ Invalid flags, settings or a missing dataset exit with code 2 and one line on st
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -48,6 +47,7 @@ from absl import app, flags
 from experiments import sweep
 from experiments.stragglers import tables
 from fedsim_jax import cli
+from fedsim_jax.metrics import read_metrics
 
 _ALGORITHMS = flags.DEFINE_string(
   'algorithms', ','.join(tables.ALGORITHMS), f'Comma list from {list(tables.ALGORITHMS)}.'
@@ -257,19 +257,15 @@ def make_config(
 def read_curve(run_dir: str) -> list[list[float]]:
   """The run's evaluations as rows (virtual_time, client_updates, total accuracy, straggler
   accuracy) from its `metrics.jsonl`."""
-  curve = []
-  with open(os.path.join(run_dir, 'metrics.jsonl'), encoding='utf-8') as f:
-    for line in f:
-      row = json.loads(line)
-      curve.append(
-        [
-          row['virtual_time'],
-          row['client_updates'],
-          row['test_accuracy'],
-          row.get('test_accuracy/straggler'),
-        ]
-      )
-  return curve
+  return [
+    [
+      row['virtual_time'],
+      row['client_updates'],
+      row['test_accuracy'],
+      row.get('test_accuracy/straggler'),
+    ]
+    for row in read_metrics(os.path.join(run_dir, 'metrics.jsonl'))
+  ]
 
 
 def _record(summary: dict[str, Any], run_dir: str, **keys) -> dict[str, Any]:

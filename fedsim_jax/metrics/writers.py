@@ -3,19 +3,32 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
-from collections.abc import Iterable, Mapping
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 
 class MetricsWriter:
-  """Appends one JSON object per evaluation point to `<workdir>/metrics.jsonl`."""
+  """Appends one JSON object per evaluation point to `<workdir>/metrics.jsonl`, one flushed line
+  at a time.
 
-  def __init__(self, workdir: str | os.PathLike) -> None:
+  Args:
+    workdir: the run's folder.
+    rows: the rows a resumed run had written up to its checkpoint: the file is rewritten to
+      exactly these (atomically) before new rows are appended.
+  """
+
+  def __init__(self, workdir: str | os.PathLike, rows: Sequence[Mapping[str, Any]] = ()) -> None:
     self.path = os.path.join(workdir, 'metrics.jsonl')
-    self.rows: list[dict[str, Any]] = []
-    self._file = open(self.path, 'w', encoding='utf-8')
+    self.rows: list[dict[str, Any]] = [dict(row) for row in rows]
+    temporary = self.path + '.tmp'
+    with open(temporary, 'w', encoding='utf-8') as f:
+      f.writelines(json.dumps(row, sort_keys=True) + '\n' for row in self.rows)
+    os.replace(temporary, self.path)
+    self._file = open(self.path, 'a', encoding='utf-8')  # noqa: SIM115 - closed by close()
 
   def write(self, row: Mapping[str, Any]) -> None:
     row = dict(row)
@@ -25,6 +38,25 @@ class MetricsWriter:
 
   def close(self) -> None:
     self._file.close()
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
+  """The rows of a `metrics.jsonl`. A torn last line (a run killed mid-write) is skipped with a
+  warning; a damaged line elsewhere is an error."""
+  with open(path, encoding='utf-8') as f:
+    lines = f.read().split('\n')
+  rows = []
+  last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+  for number, line in enumerate(lines):
+    if not line.strip():
+      continue
+    try:
+      rows.append(json.loads(line))
+    except json.JSONDecodeError:
+      if number != last:
+        raise ValueError(f'{path}: line {number + 1} is not JSON') from None
+      logging.warning('%s: skipping a torn last line (the run was stopped mid-write)', path)
+  return rows
 
 
 def summarize(
@@ -58,6 +90,18 @@ def summarize(
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
-  with open(path, 'w', encoding='utf-8') as f:
-    json.dump(obj, f, indent=2, sort_keys=True)
-    f.write('\n')
+  """Writes `obj` as JSON to `path` atomically: readers (and a crash, or a full disk) only
+  ever leave the old file or the new one, never a partial one."""
+  directory = os.path.dirname(os.path.abspath(path))
+  descriptor, temporary = tempfile.mkstemp(dir=directory, prefix='.tmp-', suffix='.json')
+  try:
+    with os.fdopen(descriptor, 'w', encoding='utf-8') as f:
+      json.dump(obj, f, indent=2, sort_keys=True)
+      f.write('\n')
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(temporary, path)
+  except BaseException:
+    if os.path.exists(temporary):
+      os.remove(temporary)
+    raise

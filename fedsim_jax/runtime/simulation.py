@@ -218,6 +218,7 @@ class Simulation:
     self._pending: list[TaskHandle] = []
     self._next_task_id = 0
     self._started = False
+    self._pause_requested = False
 
   # ---- State -----------------------------------------------------------------------------
 
@@ -497,6 +498,34 @@ class Simulation:
       raise ValueError(f'task {handle.task_id} is {handle.status}; only arrived tasks discard')
     self._resolve(handle, 'discarded', reason)
 
+  # ---- Pausing and checkpoints -----------------------------------------------------------
+
+  # Built from the config, never saved: code and data (the executor holds the federation).
+  _BUILT = ('executor', 'aggregator', '_apply', 'on_version', '_pause_requested')
+
+  def request_pause(self) -> None:
+    """Makes `run` return once the current event is processed (for a checkpoint, or an
+    interrupt); safe to call from `on_version` or a signal handler. Running on afterwards
+    gives exactly the run that was never paused."""
+    self._pause_requested = True
+
+  def finished(self, stop: StopCondition) -> bool:
+    """Whether `run(stop)` has nothing left to do (a limit reached, or no event left)."""
+    return not len(self.queue) or stop.reached(self)
+
+  def state(self) -> dict[str, Any]:
+    """Everything this simulation holds that changes as it runs, as plain data (pytrees,
+    numpy arrays and generators, dataclasses, the scheduler): what a checkpoint saves. The
+    rest (executor, aggregator, callbacks) is rebuilt from the run's config."""
+    return {name: value for name, value in vars(self).items() if name not in self._BUILT}
+
+  def restore(self, state: dict[str, Any]) -> None:
+    """Continues from `state()` of a simulation built from the same config."""
+    unknown = sorted(set(state) - set(vars(self)) | set(state) & set(self._BUILT))
+    if unknown:
+      raise ValueError(f'not simulation state: {unknown}')
+    vars(self).update(state)
+
   # ---- Event loop ------------------------------------------------------------------------
 
   def _resolve(self, handle: TaskHandle, status: str, reason: str | None = None) -> None:
@@ -538,7 +567,9 @@ class Simulation:
       )
 
   def run(self, stop: StopCondition) -> None:
-    """Processes events until `stop` is reached or nothing is left to happen."""
+    """Processes events until `stop` is reached, nothing is left to happen, or a pause was
+    requested (`request_pause`; the request is consumed)."""
+    self._pause_requested = False
     if not self._started:
       self._started = True
       self.scheduler.start(self)
@@ -549,7 +580,10 @@ class Simulation:
     )
     queue, accounting = self.queue, self.accounting
     while len(queue) and not (
-      self.version >= max_versions or self.now >= max_time or accounting.arrived >= max_updates
+      self.version >= max_versions
+      or self.now >= max_time
+      or accounting.arrived >= max_updates
+      or self._pause_requested
     ):
       if queue.peek_time() > max_time:
         self.now = max_time  # stop.max_virtual_time (finite here)

@@ -1,0 +1,104 @@
+"""A run's output folder: checked before anything is written, locked while a run writes to it,
+and never overwritten by accident.
+
+A workdir holds one run. `check` refuses, before the run touches anything, a path that cannot
+be a workdir and one that already holds a run's results (unless the caller resumes it or asked
+to overwrite it); `WorkdirLock` keeps a second process from writing into a workdir in use; every
+JSON file is replaced atomically (`fedsim_jax.metrics.write_json`).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import shutil
+
+from fedsim_jax.settings import ConfigError
+
+# What a run writes; a workdir holding any of them holds results.
+RESULT_FILES = (
+  'config.json',
+  'metrics.jsonl',
+  'summary.json',
+  'clients.json',
+  'checkpoints',
+  'models',
+)
+LOCK_FILE = '.lock'
+
+
+def holds_results(workdir: str | os.PathLike) -> bool:
+  return any(os.path.lexists(os.path.join(workdir, name)) for name in RESULT_FILES)
+
+
+def check(workdir: str | os.PathLike, *, resume: bool = False, overwrite: bool = False) -> str:
+  """Returns the absolute workdir after checking that a run may write there; ConfigError (one
+  line) otherwise. Nothing is created or changed."""
+  if resume and overwrite:
+    raise ConfigError('--resume and --overwrite exclude each other; allowed: one of them')
+  if not isinstance(workdir, (str, os.PathLike)) or not str(workdir).strip():
+    raise ConfigError(f'--workdir={workdir!r} is invalid; allowed values: a directory path')
+  path = os.path.abspath(os.fspath(workdir))
+  for part in path.split(os.sep):
+    if len(part.encode()) > 255:
+      raise ConfigError(f'--workdir={workdir}: a path component is longer than 255 bytes')
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise ConfigError(f'--workdir={workdir} is a file; allowed values: a directory path')
+  existing = path
+  while not os.path.exists(existing):  # the nearest existing ancestor must be a writable dir
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    raise ConfigError(f'--workdir={workdir} lies under the file {existing}; allowed: a directory')
+  if not os.access(existing, os.W_OK | os.X_OK):
+    raise ConfigError(f'--workdir={workdir} is not writable ({existing} denies it)')
+  if holds_results(path) and not (resume or overwrite):
+    raise ConfigError(
+      f'--workdir={workdir} already holds a run; pass --resume to continue it, '
+      '--overwrite to replace it, or choose another --workdir'
+    )
+  return path
+
+
+def clear_results(workdir: str | os.PathLike) -> None:
+  """Deletes a previous run's results from `workdir` (for `--overwrite`)."""
+  for name in RESULT_FILES:
+    path = os.path.join(workdir, name)
+    if os.path.isdir(path) and not os.path.islink(path):
+      shutil.rmtree(path)
+    elif os.path.lexists(path):
+      os.remove(path)
+
+
+class WorkdirLock:
+  """An exclusive lock on a workdir for this process's run (released on `release` or exit).
+
+  Raises ConfigError if another process holds it. The lock is an `flock` on `<workdir>/.lock`,
+  which the kernel drops when the process dies, so a killed run never leaves a stale lock.
+  """
+
+  def __init__(self, workdir: str | os.PathLike) -> None:
+    os.makedirs(workdir, exist_ok=True)
+    self.path = os.path.join(workdir, LOCK_FILE)
+    self._file = open(self.path, 'a+', encoding='utf-8')  # noqa: SIM115 - held until release
+    try:
+      fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:
+      self._file.seek(0)
+      holder = self._file.read().strip() or 'another process'
+      self._file.close()
+      if error.errno in (errno.EAGAIN, errno.EACCES):
+        raise ConfigError(
+          f'--workdir={workdir} is in use by a running run ({holder}); allowed: another '
+          '--workdir, or wait for it to finish'
+        ) from None
+      raise
+    self._file.seek(0)
+    self._file.truncate()
+    self._file.write(f'pid {os.getpid()}\n')
+    self._file.flush()
+
+  def release(self) -> None:
+    if not self._file.closed:
+      fcntl.flock(self._file, fcntl.LOCK_UN)
+      self._file.close()

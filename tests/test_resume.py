@@ -1,0 +1,258 @@
+"""A run never loses work: kill, interrupt and resume the experiment binary, and compare with the
+run that was never stopped, bit for bit."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import fedsim_jax
+from fedsim_jax.config import ConfigError
+from fedsim_jax.experiment import PreparedRun, run_experiment
+from fedsim_jax.runtime import StopCondition
+from tests.helpers import make_tiny_config
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_BINARY = os.path.join(_REPO, 'experiments', 'run.py')
+
+# The most stateful algorithm of each kind, each on a budget that runs a few seconds.
+KILL_CASES = {
+  'fedavg': ('fedavg', {}),
+  'fedbuff_ema': ('fedbuff', {'algorithm.kwargs.ema_decay': 0.9}),
+  'fedcompass': ('fedcompass', {}),
+  'ccfedavg': ('ccfedavg', {}),
+  'fare_dust': ('fare_dust', {'algorithm.kwargs.num_selected': 5}),
+  'fedasmu': ('fedasmu', {'algorithm.kwargs.trigger_period': 2.0}),
+}
+
+
+def _overrides(extra):
+  return {
+    'run.num_rounds': 24,
+    'run.eval_every': 3,
+    'run.checkpoint_every': 2,
+    'run.keep_checkpoints': 3,
+    **extra,
+  }
+
+
+def _config(data_dir, algorithm, extra):
+  return make_tiny_config(algorithm, data_dir, clients=8, slots=3, **_overrides(extra))
+
+
+def _config_file(tmp_path, data_dir, algorithm, extra):
+  path = tmp_path / 'config.py'
+  path.write_text(
+    textwrap.dedent(f"""
+      from tests.helpers import make_tiny_config
+
+      def get_config():
+        return make_tiny_config(
+          {algorithm!r}, {str(data_dir)!r}, clients=8, slots=3, **{_overrides(extra)!r}
+        )
+    """),
+    encoding='utf-8',
+  )
+  return path
+
+
+def _start(config_path, workdir, *flags):
+  return subprocess.Popen(
+    [sys.executable, _BINARY, f'--config={config_path}', f'--workdir={workdir}', *flags],
+    cwd=_REPO,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+  )
+
+
+def _wait_for_checkpoint(process, workdir, step, timeout=120):
+  """Waits until checkpoint `step` exists (orbax renames a complete one into place)."""
+  path = os.path.join(workdir, 'checkpoints', str(step))
+  deadline = time.monotonic() + timeout
+  while not os.path.isdir(path):
+    if process.poll() is not None:
+      out, err = process.communicate()
+      pytest.fail(f'the run ended before checkpoint {step}: rc {process.returncode}\n{err[-2000:]}')
+    if time.monotonic() > deadline:
+      process.kill()
+      pytest.fail(f'no checkpoint {step} after {timeout}s')
+    time.sleep(0.005)
+
+
+def _outputs(workdir):
+  run = fedsim_jax.load_run(workdir)
+  summary = {k: v for k, v in run.summary.items() if k != 'host'}
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    metrics = f.read()
+  params = {name: [np.asarray(x) for x in _leaves(p)] for name, p in run.params.items()}
+  return metrics, summary, params
+
+
+def _leaves(tree):
+  import jax
+
+  return jax.tree_util.tree_leaves(tree)
+
+
+def _assert_same_run(workdir, reference):
+  metrics, summary, params = _outputs(workdir)
+  ref_metrics, ref_summary, ref_params = _outputs(reference)
+  assert metrics == ref_metrics
+  assert summary == ref_summary
+  assert params.keys() == ref_params.keys()
+  for name in params:
+    for got, want in zip(params[name], ref_params[name]):
+      np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize('case', sorted(KILL_CASES))
+def test_a_killed_run_resumes_to_the_uninterrupted_run_bit_for_bit(digits_data_dir, tmp_path, case):
+  algorithm, extra = KILL_CASES[case]
+  reference = tmp_path / 'reference'
+  run_experiment(_config(digits_data_dir, algorithm, extra), reference)
+  config_path = _config_file(tmp_path, digits_data_dir, algorithm, extra)
+  workdir = tmp_path / 'killed'
+  rng = np.random.default_rng(sorted(KILL_CASES).index(case))
+  process = _start(config_path, workdir)
+  _wait_for_checkpoint(process, workdir, step=int(rng.integers(1, 4)))
+  time.sleep(rng.uniform(0, 0.05))  # anywhere: mid-event, mid-write of a line or checkpoint
+  process.send_signal(signal.SIGKILL)
+  process.communicate()
+  assert process.returncode == -signal.SIGKILL
+  assert json.load(open(workdir / 'config.json'))['algorithm']['name'] == algorithm
+  resumed = _start(config_path, workdir, '--resume')
+  out, err = resumed.communicate(timeout=300)
+  assert resumed.returncode == 0, err[-3000:]
+  assert 'resumed from checkpoint' in err
+  _assert_same_run(workdir, reference)
+
+
+@pytest.mark.parametrize('signum, code', [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupted_run_checkpoints_says_how_to_resume_and_resumes(
+  digits_data_dir, tmp_path, signum, code
+):
+  extra = {'algorithm.kwargs.ema_decay': 0.9}
+  reference = tmp_path / 'reference'
+  run_experiment(_config(digits_data_dir, 'fedbuff', extra), reference)
+  config_path = _config_file(tmp_path, digits_data_dir, 'fedbuff', extra)
+  workdir = tmp_path / 'interrupted'
+  process = _start(config_path, workdir)
+  _wait_for_checkpoint(process, workdir, step=1)
+  process.send_signal(signum)
+  out, err = process.communicate(timeout=120)
+  assert process.returncode == code, err[-3000:]
+  last_line = err.strip().splitlines()[-1]
+  assert last_line.startswith('interrupted: checkpoint written; resume with the same command')
+  assert 'Traceback' not in err
+  summary = json.load(open(workdir / 'summary.json'))
+  assert summary['status'] == 'interrupted' and summary['signal'] == signum
+  resumed = _start(config_path, workdir, '--resume')
+  _, err = resumed.communicate(timeout=300)
+  assert resumed.returncode == 0, err[-3000:]
+  _assert_same_run(workdir, reference)
+
+
+def _stop_after_checkpoint(prepared, version):
+  """Runs `prepared` until a checkpoint at `version` or later is written, then abandons it as a
+  killed process would (its lock released, as the kernel does)."""
+  sim = prepared.simulation
+  while True:
+    sim.run(prepared.stop)
+    if prepared._checkpoint_requested:
+      prepared.save_checkpoint()
+      if sim.version >= version:
+        break
+    assert not sim.finished(prepared.stop)
+  prepared.writer.close()
+  prepared._lock.release()
+
+
+def test_a_finished_run_extends_to_the_longer_run_and_a_damaged_checkpoint_falls_back(
+  digits_data_dir, tmp_path, caplog
+):
+  longer = _config(digits_data_dir, 'fedbuff', {'run.num_rounds': 12})
+  run_experiment(longer, tmp_path / 'reference')
+  short = _config(digits_data_dir, 'fedbuff', {'run.num_rounds': 8})
+  summary = run_experiment(short, tmp_path / 'run')
+  assert summary['status'] == 'completed' and summary['final_version'] == 8
+  steps = sorted(int(s) for s in os.listdir(tmp_path / 'run' / 'checkpoints'))
+  newest = tmp_path / 'run' / 'checkpoints' / str(steps[-1])
+  for root, _, names in os.walk(newest / 'arrays'):
+    for name in names:
+      with open(os.path.join(root, name), 'r+b') as f:
+        f.truncate(1)
+  with caplog.at_level('WARNING'):
+    summary = run_experiment(longer, tmp_path / 'run', resume=True)
+  assert 'is damaged' in caplog.text
+  assert summary['final_version'] == 12
+  _assert_same_run(tmp_path / 'run', tmp_path / 'reference')
+
+
+def test_resume_refuses_a_config_that_makes_another_run(digits_data_dir, tmp_path):
+  config = _config(digits_data_dir, 'fedavg', {})
+  _stop_after_checkpoint(PreparedRun(config, tmp_path), 2)
+  metrics = (tmp_path / 'metrics.jsonl').read_text()
+  other = _config(digits_data_dir, 'fedavg', {'client.learning_rate': 0.2, 'seed': 3})
+  with pytest.raises(ConfigError) as error:
+    run_experiment(other, tmp_path, resume=True)
+  message = str(error.value)
+  assert '\n' not in message
+  assert 'client.learning_rate, seed' in message and 'allowed changes: run.num_rounds' in message
+  assert (tmp_path / 'metrics.jsonl').read_text() == metrics  # nothing touched
+
+
+def test_resume_without_a_checkpoint_starts_from_the_beginning(digits_data_dir, tmp_path):
+  config = _config(digits_data_dir, 'fedavg', {'run.num_rounds': 4})
+  run_experiment(config, tmp_path / 'reference')
+  summary = run_experiment(config, tmp_path / 'fresh', resume=True)
+  assert summary['status'] == 'completed'
+  _assert_same_run(tmp_path / 'fresh', tmp_path / 'reference')
+
+
+def test_pausing_a_simulation_and_running_it_on_changes_nothing(digits_data_dir, tmp_path):
+  config = _config(
+    digits_data_dir,
+    'fedcompass',
+    {'run.num_rounds': 10, 'run.checkpoint_every': None, 'run.checkpoint_every_minutes': None},
+  )
+  whole = PreparedRun(config, tmp_path / 'whole')
+  whole.simulation.run(whole.stop)
+  paused = PreparedRun(config, tmp_path / 'paused')
+  sim = paused.simulation
+  for version in range(1, 11):
+    sim.run(StopCondition(max_versions=version))
+    sim.request_pause()  # a request between runs is dropped by the next run
+  sim.run(paused.stop)
+  assert sim.version == whole.simulation.version == 10
+  assert sim.now == whole.simulation.now
+  assert sim.accounting.as_dict() == whole.simulation.accounting.as_dict()
+  for got, want in zip(_leaves(sim.params), _leaves(whole.simulation.params)):
+    np.testing.assert_array_equal(got, want)
+  for run in (whole, paused):
+    run.writer.close()
+    run._lock.release()
+
+
+def test_load_run_gives_models_that_reproduce_the_reported_accuracy(digits_data_dir, tmp_path):
+  config = _config(digits_data_dir, 'fedbuff', {'algorithm.kwargs.ema_decay': 0.5})
+  summary = run_experiment(config, tmp_path)
+  run = fedsim_jax.load_run(tmp_path)
+  assert run.config['algorithm']['kwargs']['ema_decay'] == 0.5
+  assert run.summary == summary
+  assert set(run.params) == {'final', 'best', 'evaluated'}
+  from fedsim_jax.data.loading import load_dataset
+
+  data = load_dataset('digits', str(digits_data_dir))
+  logits = run.model.apply(run.params['evaluated'], data.test_x)
+  accuracy = float(np.mean(np.argmax(logits, -1) == data.test_y))
+  assert accuracy == pytest.approx(summary['final_accuracy'], abs=1e-6)
+  best = max(row['test_accuracy'] for row in run.metrics)
+  logits = run.model.apply(run.params['best'], data.test_x)
+  assert float(np.mean(np.argmax(logits, -1) == data.test_y)) == pytest.approx(best, abs=1e-6)
