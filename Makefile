@@ -41,7 +41,7 @@ data: setup
 
 demo: data
 	$(PY) experiments/run.py --config=configs/fedavg_fashion_mnist.py \
-	  --config.data.data_dir=$(DATA_DIR) --workdir=$(RUNS_DIR)/demo
+	  --config.data.data_dir=$(DATA_DIR) --workdir=$(RUNS_DIR)/demo --overwrite
 
 test: setup
 	$(PY) -m pytest -q -n $(TEST_WORKERS)

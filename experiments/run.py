@@ -10,7 +10,8 @@ process, one data load, compiled programs shared). A workdir that holds a run is
 overwritten: `--resume` continues it from its newest checkpoint, `--overwrite` replaces it.
 
 Exit codes: 0 done; 2 an invalid setting, workdir or missing dataset (one line on stderr,
-nothing written); 130 / 143 stopped by SIGINT / SIGTERM after writing a checkpoint (the line
+nothing written); 3 the model diverged (NaN or inf; one line naming the version and the
+learning rates, `run.on_divergence`); 130 / 143 stopped by SIGINT / SIGTERM after writing a checkpoint (the line
 printed says how to resume).
 """
 
@@ -97,6 +98,10 @@ def main(argv: list[str]) -> None:
       runs = list(zip(workdirs, summaries))
   except (ConfigError, DatasetNotFoundError, CorruptDatasetError, FlagError) as error:
     cli.fail(str(error))
+  diverged = [summary for _, summary in runs if summary['status'] == 'diverged']
+  if diverged:
+    print(diverged[0]['message'], file=sys.stderr)
+    sys.exit(3)
   interrupted = [summary for _, summary in runs if summary['status'] == 'interrupted']
   if interrupted:
     print(

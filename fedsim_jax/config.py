@@ -136,6 +136,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.run.checkpoint_every = config_dict.placeholder(int)
   c.run.checkpoint_every_minutes = config_dict.FieldReference(10.0, field_type=float)
   c.run.keep_checkpoints = 2
+  # A non-finite test loss or evaluated parameter: 'stop' the run (summary status 'diverged',
+  # exit code 3) or 'continue' it (the row's non-finite values are written as null).
+  c.run.on_divergence = 'stop'
 
   return c
 
@@ -344,6 +347,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _positive('run.checkpoint_every', run.checkpoint_every, integer=True, optional=True)
   _positive('run.checkpoint_every_minutes', run.checkpoint_every_minutes, optional=True)
   _positive('run.keep_checkpoints', run.keep_checkpoints, integer=True)
+  _choice('run.on_divergence', run.on_divergence, ('stop', 'continue'))
   if not isinstance(run.compilation_cache, str) or not run.compilation_cache.strip():
     raise ConfigError(
       f'run.compilation_cache={run.compilation_cache!r} is invalid; allowed '

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from absl import logging
@@ -344,7 +346,20 @@ RESUMABLE_CHANGES = (
   'run.target_accuracy',
   'executor.threads',
 )
-STATUSES = ('completed', 'interrupted', 'failed')
+STATUSES = ('completed', 'interrupted', 'diverged', 'failed')
+
+
+class Diverged(Exception):
+  """The evaluated model's test loss or parameters became NaN or infinite (the message is the
+  one line the binary prints)."""
+
+
+def _all_finite(tree: Any) -> bool:
+  return all(bool(jnp.isfinite(leaf).all()) for leaf in jax.tree_util.tree_leaves(tree))
+
+
+def _finite_or_none(value: Any) -> Any:
+  return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def _flatten(tree: Any, prefix: str = '') -> dict[str, Any]:
@@ -441,6 +456,7 @@ class PreparedRun:
     self._periodic_checkpoints = periodic_checkpoints
     self._checkpoint_requested = False
     self._last_checkpoint_time = time.perf_counter()
+    self._warned_divergence = False
     self.checkpoint_seconds = 0.0  # host time spent writing checkpoints (this process)
     self.checkpoints_written = 0
 
@@ -535,23 +551,28 @@ class PreparedRun:
     eval_params = sim.eval_params
     metrics = self._evaluate(eval_params)
     self._last_evaluated = sim.version
-    if self._best is None or metrics['accuracy'] > self._best[0]:
+    diverged = not (math.isfinite(metrics['loss']) and _all_finite((eval_params, sim.params)))
+    if diverged and self.config.run.on_divergence == 'stop':
+      raise Diverged(self._divergence_message(sim, metrics['loss']))
+    if diverged and not self._warned_divergence:
+      self._warned_divergence = True
+      logging.warning('%s; continuing (run.on_divergence)', self._divergence_message(sim, None))
+    if not diverged and (self._best is None or metrics['accuracy'] > self._best[0]):
       self._best = (float(metrics['accuracy']), sim.version, eval_params)
-    self.writer.write(
-      {
-        'virtual_time': sim.now,
-        'version': sim.version,
-        'client_updates': sim.client_updates,
-        'gradient_steps': sim.gradient_steps,
-        'test_accuracy': metrics['accuracy'],
-        'test_loss': metrics['loss'],
-        **{
-          f'test_{name}': value
-          for name, value in metrics.items()
-          if name not in ('accuracy', 'loss', 'num_examples')
-        },
-      }
-    )
+    row = {
+      'virtual_time': sim.now,
+      'version': sim.version,
+      'client_updates': sim.client_updates,
+      'gradient_steps': sim.gradient_steps,
+      'test_accuracy': metrics['accuracy'],
+      'test_loss': metrics['loss'],
+      **{
+        f'test_{name}': value
+        for name, value in metrics.items()
+        if name not in ('accuracy', 'loss', 'num_examples')
+      },
+    }
+    self.writer.write({name: _finite_or_none(value) for name, value in row.items()})
     logging.info(
       'version %d  virtual time %.1fs  client updates %d  test accuracy %.4f  '
       'loss %.4f  (host %.1fs)',
@@ -561,6 +582,19 @@ class PreparedRun:
       metrics['accuracy'],
       metrics['loss'],
       time.perf_counter() - self.host_start,
+    )
+
+  def _divergence_message(self, sim: Simulation, loss: float | None) -> str:
+    rates = [f'client.learning_rate={self.config.client.learning_rate}'] + [
+      f'algorithm.kwargs.{name}={value}'
+      for name, value in self.algorithm_settings.as_dict().items()
+      if 'learning_rate' in name
+    ]
+    what = 'non-finite parameters' if loss is None or math.isfinite(loss) else f'test loss {loss}'
+    return (
+      f'diverged at version {sim.version} (virtual time {sim.now:.1f}s): {what}; algorithm '
+      f'{self.config.algorithm.name}, {", ".join(rates)}; lower the learning rates, or set '
+      "run.on_divergence='continue'"
     )
 
   def run(self) -> dict[str, Any]:
@@ -579,6 +613,8 @@ class PreparedRun:
         self.save_checkpoint()
       if interrupt.signal is not None:
         return self.finish('interrupted', signal=interrupt.signal)
+    except Diverged as error:
+      return self.finish('diverged', message=str(error))
     except Exception as error:
       self._write_summary(self._summary('failed', error=f'{type(error).__name__}: {error}'))
       self._lock.release()
@@ -660,8 +696,8 @@ def run_experiment(
     overwrite: replace the run in `workdir`.
 
   Returns:
-    The summary dict also written to `summary.json`; `summary['status']` is 'completed', or
-    'interrupted' after SIGINT/SIGTERM.
+    The summary dict also written to `summary.json`; `summary['status']` is 'completed',
+    'interrupted' after SIGINT/SIGTERM, or 'diverged' (`summary['message']` says where).
 
   Raises:
     ConfigError: an invalid setting or workdir (before anything is written).

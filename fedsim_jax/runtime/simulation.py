@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from fedsim_jax.executor import ClientTask
@@ -216,6 +217,8 @@ class Simulation:
     self._not_busy: list[int] = list(range(num_clients))
     self._always_available = isinstance(self.availability, AlwaysAvailable)
     self._pending: list[TaskHandle] = []
+    # Computed tasks whose results are still held (arrived and waiting, or computed early).
+    self._held_results: dict[int, TaskHandle] = {}
     self._next_task_id = 0
     self._started = False
     self._pause_requested = False
@@ -517,7 +520,40 @@ class Simulation:
     """Everything this simulation holds that changes as it runs, as plain data (pytrees,
     numpy arrays and generators, dataclasses, the scheduler): what a checkpoint saves. The
     rest (executor, aggregator, callbacks) is rebuilt from the run's config."""
+    self.compact_results()
     return {name: value for name, value in vars(self).items() if name not in self._BUILT}
+
+  def compact_results(self) -> None:
+    """Copies the results still held out of executor batches most of whose rows are already
+    used, so that a few waiting updates do not keep (or checkpoint) whole batches. Values are
+    unchanged, and so is every later aggregation: a partly used batch is only ever gathered
+    from, row by row."""
+    by_batch: dict[int, list[TaskHandle]] = collections.defaultdict(list)
+    for handle in self._held_results.values():
+      _, ref = _computed(handle)
+      by_batch[id(ref.batch)].append(handle)
+    for handles in by_batch.values():
+      batch = _computed(handles[0])[1].batch
+      num_rows = jax.tree_util.tree_leaves(batch.deltas)[0].shape[0]
+      if len(handles) == batch.num_tasks and (not batch.view or num_rows == len(handles)):
+        continue  # whole (and possibly aggregated as it is), or compact already
+      handles.sort(key=lambda h: _computed(h)[1].row)
+      rows = np.array([_computed(h)[1].row for h in handles])
+
+      def take(values: jax.Array) -> jax.Array:
+        # On the host: an indexing program per batch shape would be compiled otherwise.
+        return jnp.asarray(np.asarray(values)[rows])
+
+      compact = dataclasses.replace(
+        batch,
+        deltas=jax.tree_util.tree_map(take, batch.deltas),
+        aux={name: take(values) for name, values in batch.aux.items()},
+        num_tasks=len(rows),
+        row_offset=0,
+        view=True,  # never taken whole: it is no executor batch
+      )
+      for index, handle in enumerate(handles):
+        handle.result_ref = ResultRef(compact, index)
 
   def restore(self, state: dict[str, Any]) -> None:
     """Continues from `state()` of a simulation built from the same config."""
@@ -537,6 +573,7 @@ class Simulation:
     handle.status = status
     handle.task = None  # free the start params and results
     handle.result_ref = None
+    self._held_results.pop(handle.task_id, None)
 
   def _compute_pending(self) -> None:
     pending = [h for h in self._pending if h.status in ('in_flight', 'arrived', 'segment_done')]
@@ -548,6 +585,7 @@ class Simulation:
     self.executed_tasks += len(pending)
     for row, handle in enumerate(pending):
       handle.result_ref = ResultRef(batch, batch.row_offset + row)
+      self._held_results[handle.task_id] = handle
 
   def _finish_task(self, handle: TaskHandle) -> None:
     self.accounting.in_flight -= 1
