@@ -10,7 +10,7 @@ process, one data load, compiled programs shared). A workdir that holds a run is
 overwritten: `--resume` continues it from its newest checkpoint, `--overwrite` replaces it.
 
 Exit codes: 0 done; 2 an invalid setting, workdir or missing dataset (one line on stderr,
-nothing written); 3 the model diverged (NaN or inf; one line naming the version and the
+nothing written; or a run that stalls: no server version in 100000 events); 3 the model diverged (NaN or inf; one line naming the version and the
 learning rates, `run.on_divergence`); 130 / 143 stopped by SIGINT / SIGTERM after writing a checkpoint (the line
 printed says how to resume).
 """
@@ -75,6 +75,8 @@ def main(argv: list[str]) -> None:
   name = os.path.splitext(os.path.basename(flags.FLAGS['config'].config_filename))[0]
   cli.quiet_logging(verbose_by_default=True)  # progress lines: one per evaluation
   try:
+    if flags.FLAGS['workdir'].present and not _WORKDIR.value.strip():
+      raise FlagError('--workdir is empty; allowed values: a directory path (or leave it out)')
     if _SEEDS.value is None:
       workdir = _WORKDIR.value or os.path.join('runs', name, f'seed{config.seed}')
       runs = [
@@ -98,10 +100,11 @@ def main(argv: list[str]) -> None:
       runs = list(zip(workdirs, summaries))
   except (ConfigError, DatasetNotFoundError, CorruptDatasetError, FlagError) as error:
     cli.fail(str(error))
-  diverged = [summary for _, summary in runs if summary['status'] == 'diverged']
-  if diverged:
-    print(diverged[0]['message'], file=sys.stderr)
-    sys.exit(3)
+  for status, code in (('failed', 2), ('diverged', 3)):
+    ended = [summary for _, summary in runs if summary['status'] == status]
+    if ended:
+      print(f'error: {ended[0]["message"]}', file=sys.stderr)
+      sys.exit(code)
   interrupted = [summary for _, summary in runs if summary['status'] == 'interrupted']
   if interrupted:
     print(

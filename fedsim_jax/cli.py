@@ -11,6 +11,8 @@ from typing import Any, NoReturn
 
 from absl import flags, logging
 
+from fedsim_jax.config import set_by_path
+
 
 class FlagError(ValueError):
   """An invalid flag value; its message is one line."""
@@ -23,21 +25,83 @@ def fail(message: str) -> NoReturn:
   sys.exit(2)
 
 
+# ml_collections' messages for an override of the wrong type, and what the setting allows.
+_TYPE_ERRORS = (
+  (r'invalid literal for int\(\) with base 10', 'an integer'),
+  (r'could not convert string to float', 'a number'),
+  (r'Non-boolean argument|as a boolean', 'true or false'),
+)
+
+
+def _without_none_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
+  """Splits `--config.<path>=None` overrides off `argv`: ml_collections parses them with the
+  field's type (int('None') fails), so they are applied after parsing."""
+  kept, none_paths = [], []
+  for arg in argv:
+    match = re.fullmatch(r'--config\.([\w.]+)=None', arg)
+    if match:
+      none_paths.append(match.group(1))
+    else:
+      kept.append(arg)
+  return kept, none_paths
+
+
+def _root_cause(error: BaseException) -> BaseException:
+  while error.__cause__ is not None:
+    error = error.__cause__
+  return error
+
+
+def _config_file_error(argv: list[str], error: BaseException) -> str:
+  path = next((a.split('=', 1)[1] for a in argv if a.startswith('--config=')), '?')
+  if isinstance(error, (FileNotFoundError, IsADirectoryError)) or 'No such file' in str(error):
+    reason = 'no such file'
+  elif isinstance(error, SyntaxError):
+    reason = f'syntax error at line {error.lineno}: {error.msg}'
+  elif isinstance(error, AttributeError) and 'get_config' in str(error):
+    reason = 'the module defines no get_config()'
+  else:
+    reason = f'{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ""}'
+  return f'--config={path} cannot be loaded ({reason}); allowed values: a config file (.py) with get_config()'
+
+
 def parse_flags(argv: list[str]) -> list[str]:
   """absl's flag parser, with errors as one line and exit code 2 instead of usage text (pass
-  as `app.run(main, flags_parser=parse_flags)`)."""
+  as `app.run(main, flags_parser=parse_flags)`). `--config.<field>=None` sets a field to None
+  whatever its type."""
+  argv, none_paths = _without_none_overrides(argv)
   try:
-    return flags.FLAGS(argv)
+    remaining = flags.FLAGS(argv)
   except flags.Error as error:
     message = str(error) or type(error).__name__
     section = re.search(r'flag --config\.([\w.]+)=.*as a ConfigDict', message)
+    typed = re.search(r'flag --config\.([\w.]+)=(.*?): (.*)', message)
     if section:  # a section given a value, e.g. --config.algorithm=fedbuff
       name = section.group(1)
       example = 'name' if name == 'algorithm' else '<field>'
       message = (
         f'{name} is a section of settings; allowed: its fields, e.g. --config.{name}.{example}=...'
       )
+    elif typed:
+      allowed = next((a for pattern, a in _TYPE_ERRORS if re.search(pattern, typed.group(3))), None)
+      if allowed is not None:
+        message = f'{typed.group(1)}={typed.group(2)} is invalid; allowed values: {allowed}'
     fail(message)
+  except (OSError, SyntaxError, AttributeError, ImportError) as error:  # the --config file
+    fail(_config_file_error(argv, error))
+  if 'config' in flags.FLAGS and flags.FLAGS['config'].present:
+    try:  # ml_collections defers a file that failed to load until the config is first read
+      flags.FLAGS['config'].value.keys()
+    except Exception as error:  # noqa: BLE001 - reported as one line
+      fail(_config_file_error(argv, _root_cause(error)))
+  if none_paths:
+    config = flags.FLAGS['config'].value
+    for path in none_paths:
+      try:
+        set_by_path(config, path, None)
+      except (KeyError, AttributeError):
+        fail(f'{path} is not a setting; allowed: the fields of base_config()')
+  return remaining
 
 
 def quiet_logging(verbose_by_default: bool = False) -> None:

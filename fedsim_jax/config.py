@@ -11,6 +11,7 @@ clamped.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import ml_collections
@@ -231,6 +232,17 @@ def _positive(
 _FREE_SECTIONS = ('algorithm.kwargs', 'run.eval_class_groups', 'latency.', 'availability.')
 
 
+def _check_finite_numbers(path: str, section: ml_collections.ConfigDict) -> None:
+  """NaN and inf in a free section (a latency or availability model's settings, checked by
+  the model itself otherwise) are rejected here, before they reach a draw."""
+  for key, value in section.items():
+    name = f'{path}.{key}'
+    if isinstance(value, ml_collections.ConfigDict):
+      _check_finite_numbers(name, value)
+    elif isinstance(value, float) and not math.isfinite(value):
+      raise ConfigError(f'{name}={value!r} is invalid; allowed values: a finite number')
+
+
 def check_known_fields(
   config: ml_collections.ConfigDict, reference: ml_collections.ConfigDict, path: str = ''
 ) -> None:
@@ -269,6 +281,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
       f'algorithm.module={algorithm.module!r} is invalid; allowed values: a module name or None'
     )
   _positive('seed', config.seed, integer=True, allow_zero=True)
+  if config.seed >= 2**63:
+    raise ConfigError(f'seed={config.seed} is invalid; allowed values: integers in 0..2**63 - 1')
   data = config.data
   _positive('data.num_clients', data.num_clients, integer=True)
   _choice('data.partition', data.partition, PARTITIONS)
@@ -291,6 +305,16 @@ def validate(config: ml_collections.ConfigDict) -> None:
   for k in config.run.eval_top_k:
     _positive('run.eval_top_k', k, integer=True)
   _choice('model.name', config.model.name, MODELS)
+  if config.model.name == 'mlp':
+    if not isinstance(config.model.hidden_sizes, (tuple, list)):
+      raise ConfigError(
+        f'model.hidden_sizes={config.model.hidden_sizes!r} is invalid; allowed values: a tuple '
+        'of integers >= 1'
+      )
+    for size in config.model.hidden_sizes:
+      _positive('model.hidden_sizes', size, integer=True)
+  for section in ('latency', 'availability'):
+    _check_finite_numbers(section, config[section])
   client = config.client
   _choice('client.optimizer', client.optimizer, CLIENT_OPTIMIZERS)
   _positive('client.learning_rate', client.learning_rate)

@@ -34,7 +34,7 @@ from fedsim_jax.executor import Executor
 from fedsim_jax.executor.choice import model_has_convolution, resolve_execution, resolve_threads
 from fedsim_jax.metrics import MetricsWriter, make_evaluator, summarize, write_json
 from fedsim_jax.models import Model, get_model
-from fedsim_jax.runtime import Simulation, StopCondition
+from fedsim_jax.runtime import Simulation, SimulationStalled, StopCondition
 from fedsim_jax.runtime.latency.registry import make_availability, make_latency
 from fedsim_jax.saved_run import model_description, save_models
 from fedsim_jax.settings import Settings
@@ -432,22 +432,29 @@ class PreparedRun:
       os.path.join(workdir, 'checkpoints'), keep=config.run.keep_checkpoints
     )
     restored = self._checkpoint_to_resume(resolved) if resume else None
+    try:  # class metrics are checked against the dataset's classes
+      self._evaluate = make_evaluator(
+        model,
+        dataset.test_x,
+        dataset.test_y,
+        config.run.eval_batch_size,
+        class_groups={
+          name: tuple(classes) for name, classes in config.run.eval_class_groups.items()
+        }
+        or None,
+        balanced_accuracy=config.run.eval_balanced_accuracy,
+        top_k=tuple(config.run.eval_top_k),
+      )
+    except ValueError as error:  # its messages name the evaluator's argument
+      message = str(error)
+      named = message.startswith(('top_k', 'class_groups[', 'balanced_accuracy'))
+      raise config_lib.ConfigError(('run.eval_' if named else 'run.eval_*: ') + message) from None
     # Everything is checked: from here on the run writes.
     self._lock = workdir_lib.WorkdirLock(workdir)
     if restored is None:
       workdir_lib.clear_results(workdir)  # --overwrite, or nothing to resume
     write_json(os.path.join(workdir, 'config.json'), resolved)
     self._resolved_config = json.loads(json.dumps(resolved))
-    self._evaluate = make_evaluator(
-      model,
-      dataset.test_x,
-      dataset.test_y,
-      config.run.eval_batch_size,
-      class_groups={name: tuple(classes) for name, classes in config.run.eval_class_groups.items()}
-      or None,
-      balanced_accuracy=config.run.eval_balanced_accuracy,
-      top_k=tuple(config.run.eval_top_k),
-    )
     run_state = restored.state['run'] if restored is not None else {}
     self.writer = MetricsWriter(workdir, rows=run_state.get('rows', ()))
     self._last_evaluated = run_state.get('last_evaluated', -1)
@@ -615,6 +622,8 @@ class PreparedRun:
         return self.finish('interrupted', signal=interrupt.signal)
     except Diverged as error:
       return self.finish('diverged', message=str(error))
+    except SimulationStalled as error:
+      return self.finish('failed', message=str(error))
     except Exception as error:
       self._write_summary(self._summary('failed', error=f'{type(error).__name__}: {error}'))
       self._lock.release()
@@ -697,7 +706,8 @@ def run_experiment(
 
   Returns:
     The summary dict also written to `summary.json`; `summary['status']` is 'completed',
-    'interrupted' after SIGINT/SIGTERM, or 'diverged' (`summary['message']` says where).
+    'interrupted' after SIGINT/SIGTERM, 'diverged' (`summary['message']` says where) or
+    'failed' (a run that stalled: `summary['message']`).
 
   Raises:
     ConfigError: an invalid setting or workdir (before anything is written).

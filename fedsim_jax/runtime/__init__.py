@@ -12,6 +12,7 @@ from fedsim_jax.runtime.latency import (
 from fedsim_jax.runtime.simulation import (
   Scheduler,
   Simulation,
+  SimulationStalled,
   StopCondition,
   TaskAccounting,
   TaskHandle,
@@ -36,6 +37,7 @@ __all__ = [
   'TaskLatency',
   'Scheduler',
   'Simulation',
+  'SimulationStalled',
   'StopCondition',
   'TaskAccounting',
   'TaskHandle',

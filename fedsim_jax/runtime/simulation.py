@@ -145,6 +145,11 @@ class TaskAccounting:
 VersionCallback = Callable[['Simulation'], None]
 
 
+class SimulationStalled(RuntimeError):
+  """The run made no server version in `stall_events` events: its settings cannot make
+  progress (a round deadline or time limit shorter than any task, say). One-line message."""
+
+
 class Simulation:
   """Runs one federated simulation over virtual time.
 
@@ -167,6 +172,9 @@ class Simulation:
       model stays `init_params`. For latency and schedule studies (rounds, staleness, idle
       time) at event-loop speed; schedulers that read task results themselves (`updates`,
       `task_params`) raise.
+    stall_events: events processed without a new server version after which the run stops
+      with `SimulationStalled` (None: never), so that settings under which no round can
+      succeed end with a message instead of running forever.
   """
 
   def __init__(
@@ -184,6 +192,7 @@ class Simulation:
     on_version: VersionCallback | None = None,
     bucket_bits: int = 3,
     aggregate: bool = True,
+    stall_events: int | None = 100_000,
   ) -> None:
     self.executor = executor
     self.scheduler = scheduler
@@ -196,6 +205,8 @@ class Simulation:
     self.on_version = on_version
     self.bucket_bits = bucket_bits
     self.aggregate = aggregate
+    self.stall_events = stall_events
+    self._events_since_version = 0
     self._apply = jax.jit(aggregator.apply)
     self.server_state = aggregator.init(init_params)
     self.queue = EventQueue()
@@ -465,6 +476,7 @@ class Simulation:
 
   def _new_version(self, handles: Sequence[TaskHandle]) -> None:
     self.version += 1
+    self._events_since_version = 0
     self._mark_aggregated(handles)
     if self.on_version is not None:
       self.on_version(self)
@@ -617,6 +629,7 @@ class Simulation:
       for limit in (stop.max_versions, stop.max_virtual_time, stop.max_client_updates)
     )
     queue, accounting = self.queue, self.accounting
+    stall_limit = math.inf if self.stall_events is None else self.stall_events
     while len(queue) and not (
       self.version >= max_versions
       or self.now >= max_time
@@ -626,6 +639,14 @@ class Simulation:
       if queue.peek_time() > max_time:
         self.now = max_time  # stop.max_virtual_time (finite here)
         break
+      if self._events_since_version >= stall_limit:
+        raise SimulationStalled(
+          f'no server version in {self._events_since_version} events (version {self.version}, '
+          f'virtual time {self.now:.6g}s): no round or buffer can complete under these '
+          'settings; check the deadline, time limit, min_responses and staleness bounds '
+          'against the latency model'
+        )
+      self._events_since_version += 1
       event = queue.pop()
       self.now = event.time
       if event.kind is EventKind.ARRIVAL:
