@@ -59,6 +59,12 @@ _RESUME = flags.DEFINE_bool(
 _OVERWRITE = flags.DEFINE_bool(
   'overwrite', False, 'Replace the run that --workdir holds (its results are deleted).'
 )
+_DESCRIBE = flags.DEFINE_bool(
+  'describe',
+  False,
+  "Print every setting of the config (with the algorithm's, defaults included): its value, "
+  'allowed values and a one-line description; then exit without running.',
+)
 flags.mark_flags_as_required(['config'])
 
 
@@ -74,6 +80,17 @@ def main(argv: list[str]) -> None:
   config = _CONFIG.value
   name = os.path.splitext(os.path.basename(flags.FLAGS['config'].config_filename))[0]
   cli.quiet_logging(verbose_by_default=True)  # progress lines: one per evaluation
+  if _DESCRIBE.value:
+    from fedsim_jax.config import describe
+    from fedsim_jax.experiment import validate
+
+    try:
+      settings = validate(config)
+    except ConfigError as error:
+      cli.fail(str(error))
+    print(describe(config))
+    print(settings.describe(prefix='algorithm.kwargs.'))
+    return
   try:
     if flags.FLAGS['workdir'].present and not _WORKDIR.value.strip():
       raise FlagError('--workdir is empty; allowed values: a directory path (or leave it out)')

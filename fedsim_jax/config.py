@@ -23,7 +23,18 @@ from fedsim_jax.data.partition import BUDGET_SKEWS, PARTITIONS
 from fedsim_jax.executor.choice import BACKEND_SETTINGS, STEP_LOOP_SETTINGS
 from fedsim_jax.models import MODELS
 from fedsim_jax.runtime.latency.registry import AVAILABILITY_MODELS, LATENCY_MODELS
-from fedsim_jax.settings import ConfigError, closest, one_of, positive
+from fedsim_jax.settings import (
+  Check,
+  ConfigError,
+  allowed_values,
+  boolean,
+  closest,
+  decay,
+  number,
+  one_of,
+  positive,
+  text,
+)
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -217,16 +228,6 @@ def set_by_path(config: ml_collections.ConfigDict, path: str, value: Any) -> Non
     node[leaf] = value
 
 
-def _choice(name: str, value, allowed) -> None:
-  one_of(allowed)(name, value)
-
-
-def _positive(
-  name: str, value, *, integer: bool = False, allow_zero: bool = False, optional: bool = False
-) -> None:
-  positive(integer=integer, allow_zero=allow_zero, optional=optional)(name, value)
-
-
 # Sections whose keys are free: the algorithm's settings (checked by the algorithm), named
 # class groups, and latency / availability model settings (checked by the model).
 _FREE_SECTIONS = ('algorithm.kwargs', 'run.eval_class_groups', 'latency.', 'availability.')
@@ -264,86 +265,193 @@ def check_known_fields(
       check_known_fields(value, default, name + '.')
 
 
+def _tuple_of(item: Check, allowed: str, *, length: int | None = None, optional: bool = False):
+  """A tuple (or list) whose every item passes `item`."""
+
+  def check(name: str, value: Any) -> None:
+    if value is None and optional:
+      return
+    if not isinstance(value, (tuple, list)) or (length is not None and len(value) != length):
+      raise ConfigError(f'{name}={value!r} is invalid; allowed values: {allowed}')
+    for element in value:
+      item(name, element)
+
+  check.allowed = allowed + (' or None' if optional else '')  # type: ignore[attr-defined]
+  return check
+
+
+def _unroll(name: str, value: Any) -> None:
+  if not (value is True or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)):
+    raise ConfigError(f'{name}={value!r} is invalid; allowed values: an integer >= 1 or True')
+
+
+_unroll.allowed = 'an integer >= 1 or True'  # type: ignore[attr-defined]
+
+
+def _compilation_cache(name: str, value: Any) -> None:
+  if not isinstance(value, str) or not value.strip():
+    raise ConfigError(
+      f"{name}={value!r} is invalid; allowed values: 'process', 'off' or a directory path"
+    )
+
+
+_compilation_cache.allowed = "'process', 'off' or a directory path"  # type: ignore[attr-defined]
+
+_INTEGERS = positive(integer=True)
+_CLASS = positive(integer=True, allow_zero=True)
+
+# Every setting outside the free sections: its check and a one-line description. `validate`
+# applies these checks and `describe` prints them with base_config()'s defaults: one source,
+# so that the documentation of a setting and its validation cannot drift apart (a test checks
+# that every field of base_config() is here).
+FIELDS: dict[str, tuple[Check, str]] = {
+  'seed': (number(integer=True, minimum=0, below=2**63), 'seed of every random stream'),
+  'algorithm.name': (text(), 'a registered algorithm (fedsim_jax.algorithms.names())'),
+  'algorithm.module': (text(optional=True), 'module imported first; it registers algorithms'),
+  'data.name': (text(), 'a catalog dataset (fedsim_jax.data.catalog) or a prepared directory'),
+  'data.data_dir': (
+    text(optional=True),
+    'root of the prepared datasets (default $FEDSIM_DATA_DIR or ~/fedsim_data)',
+  ),
+  'data.num_clients': (_INTEGERS, 'clients the training split is partitioned over'),
+  'data.partition': (one_of(PARTITIONS), 'how examples are spread over clients'),
+  'data.concentration': (positive(), 'Dirichlet alpha (dirichlet partition)'),
+  'data.min_client_size': (
+    positive(integer=True, allow_zero=True),
+    'dirichlet: resample until every client has this many; natural: drop smaller clients',
+  ),
+  'data.shards_per_client': (_INTEGERS, 'shards partition (McMahan et al.)'),
+  'data.classes_per_client': (
+    _tuple_of(_INTEGERS, '(n_min, n_max): integers >= 1', length=2, optional=True),
+    "FedCompass class partition; None: the paper's per-m values",
+  ),
+  'data.alpha_1': (positive(optional=True), 'dual Dirichlet: client sizes (paper: m)'),
+  'data.alpha_2': (positive(optional=True), 'dual Dirichlet: class mix (paper: 0.5)'),
+  'data.gamma': (number(minimum=0, maximum=1), 'CC-FedAvg gamma-mix: 0 non-IID ... 1 IID'),
+  'data.partition_seed': (
+    positive(integer=True, allow_zero=True, optional=True),
+    'seed of the partition (default: seed)',
+  ),
+  'data.balance': (boolean, 'dirichlet: FedMA/MOON self-balancing (full clients get 0)'),
+  'data.budget_skew': (one_of(BUDGET_SKEWS), "budget_skewed partition: CC-FedAvg's skew"),
+  'data.skewed_fraction': (
+    number(minimum=0, maximum=1),
+    "budget_skewed 'moderate': share of skewed clients",
+  ),
+  'data.straggler_classes': (
+    _tuple_of(_CLASS, 'a tuple of class ids', optional=True),
+    'straggler-domain split: classes that only stragglers hold (Hard et al. 2024)',
+  ),
+  'data.num_stragglers': (
+    positive(integer=True, optional=True),
+    'straggler-domain split: clients made stragglers (None: every holder)',
+  ),
+  'data.lazy': (boolean, 'keep examples on the host; gather active clients per batch'),
+  'model.name': (one_of(MODELS), 'architecture (the model zoo)'),
+  'model.hidden_sizes': (
+    _tuple_of(_INTEGERS, 'a tuple of integers >= 1'),
+    'MLP hidden layer widths',
+  ),
+  'model.norm': (text(optional=True), 'resnet18/20: batch|group; vgg11: none|batch|group'),
+  'client.optimizer': (one_of(CLIENT_OPTIMIZERS), 'local optimizer'),
+  'client.learning_rate': (positive(), 'local learning rate'),
+  'client.momentum': (decay(), "'momentum' optimizer only"),
+  'client.weight_decay': (positive(allow_zero=True), 'local weight decay'),
+  'client.batch_size': (_INTEGERS, 'local batch size'),
+  'client.local_steps': (
+    positive(integer=True, optional=True),
+    'local steps per task (or None and client.local_epochs)',
+  ),
+  'client.local_epochs': (positive(optional=True), 'local epochs per task (or None)'),
+  'client.sampling': (one_of(SAMPLING_MODES), 'how local batches are drawn'),
+  'latency.model': (
+    one_of(LATENCY_MODELS),
+    'task latency model; its settings are in latency.<model>',
+  ),
+  'availability.model': (
+    one_of(AVAILABILITY_MODELS),
+    'when clients are online; its settings are in availability.<model>',
+  ),
+  'executor.backend': (
+    one_of(BACKEND_SETTINGS),
+    "'vmap', 'loop', or 'auto' (the measured rule, executor/choice.py)",
+  ),
+  'executor.unroll': (_unroll, 'lax.scan unroll of local steps'),
+  'executor.bucket_bits': (_INTEGERS, 'bucketing of batch sizes (fewer compiled shapes)'),
+  'executor.step_loop': (
+    one_of(STEP_LOOP_SETTINGS),
+    "'scan', 'host' (one jitted step per local step) or 'auto'",
+  ),
+  'executor.deferred': (boolean, 'compute tasks lazily in batches (same results)'),
+  'executor.devices': (_INTEGERS, 'local devices the task axis is sharded over (vmap)'),
+  'executor.threads': (
+    positive(integer=True, allow_zero=True),
+    'loop backend: tasks run at once; 0 = one per CPU core (1 on accelerators)',
+  ),
+  'run.num_rounds': (positive(integer=True, optional=True), 'server versions to run'),
+  'run.max_virtual_time': (positive(optional=True), 'virtual seconds to run'),
+  'run.max_client_updates': (
+    positive(integer=True, optional=True),
+    'client updates (arrived tasks) to run',
+  ),
+  'run.eval_every': (_INTEGERS, 'server versions between evaluations'),
+  'run.eval_batch_size': (_INTEGERS, 'evaluation batch size'),
+  'run.target_accuracy': (
+    number(above=0, maximum=1, optional=True),
+    'summary.json reports when test accuracy first reached it',
+  ),
+  'run.eval_balanced_accuracy': (boolean, 'also report balanced accuracy'),
+  'run.eval_top_k': (_tuple_of(_INTEGERS, 'a tuple of integers >= 1'), 'also report top-k'),
+  'run.compilation_cache': (
+    _compilation_cache,
+    "'process' shares compiled programs between runs, 'off', or a directory",
+  ),
+  'run.checkpoint_every': (
+    positive(integer=True, optional=True),
+    'checkpoint every this many server versions (docs/checkpoints.md)',
+  ),
+  'run.checkpoint_every_minutes': (
+    positive(optional=True),
+    'checkpoint when this much host time has passed',
+  ),
+  'run.keep_checkpoints': (_INTEGERS, 'newest checkpoints kept'),
+  'run.on_divergence': (
+    one_of(('stop', 'continue')),
+    "NaN/inf loss or parameters: 'stop' (exit 3) or 'continue'",
+  ),
+}
+# Sections of settings for a chosen model, checked by it (`describe` lists their defaults).
+MODEL_SECTIONS = ('latency', 'availability')
+
+
+def _get(config: ml_collections.ConfigDict, path: str) -> Any:
+  node: Any = config
+  for part in path.split('.'):
+    node = node[part]
+  return node
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
   """Checks every setting outside `algorithm.kwargs` that can be checked without data (the
-  algorithm's own settings are checked by `fedsim_jax.algorithms.resolve_settings`); raises
-  `ConfigError`."""
+  algorithm's own settings are checked by `fedsim_jax.algorithms.resolve_settings`): each
+  field by its `FIELDS` check, then the rules between fields; raises `ConfigError`."""
   check_known_fields(config, base_config())
-  algorithm = config.algorithm
-  if not isinstance(algorithm.name, str) or not algorithm.name:
-    raise ConfigError(
-      f'algorithm.name={algorithm.name!r} is invalid; allowed values: a registered name'
-    )
-  if algorithm.module is not None and (
-    not isinstance(algorithm.module, str) or not algorithm.module
-  ):
-    raise ConfigError(
-      f'algorithm.module={algorithm.module!r} is invalid; allowed values: a module name or None'
-    )
-  _positive('seed', config.seed, integer=True, allow_zero=True)
-  if config.seed >= 2**63:
-    raise ConfigError(f'seed={config.seed} is invalid; allowed values: integers in 0..2**63 - 1')
-  data = config.data
-  _positive('data.num_clients', data.num_clients, integer=True)
-  _choice('data.partition', data.partition, PARTITIONS)
-  _positive('data.concentration', data.concentration)
-  _positive('data.min_client_size', data.min_client_size, integer=True, allow_zero=True)
-  _positive('data.shards_per_client', data.shards_per_client, integer=True)
-  if not 0 <= data.gamma <= 1:
-    raise ConfigError(f'data.gamma={data.gamma!r} is invalid; allowed values: 0 <= x <= 1')
-  _positive(
-    'data.partition_seed', data.partition_seed, integer=True, allow_zero=True, optional=True
-  )
-  _choice('data.budget_skew', data.budget_skew, BUDGET_SKEWS)
-  if not 0 <= data.skewed_fraction <= 1:
-    raise ConfigError(
-      f'data.skewed_fraction={data.skewed_fraction!r} is invalid; allowed values: 0 <= x <= 1'
-    )
-  _positive('data.num_stragglers', data.num_stragglers, integer=True, optional=True)
+  for path, (check, _) in FIELDS.items():
+    check(path, _get(config, path))
+  for section in MODEL_SECTIONS:
+    _check_finite_numbers(section, config[section])
+  data, client, executor, run = config.data, config.client, config.executor, config.run
   if data.num_stragglers is not None and data.straggler_classes is None:
     raise ConfigError('data.num_stragglers needs data.straggler_classes (a tuple of classes)')
-  for k in config.run.eval_top_k:
-    _positive('run.eval_top_k', k, integer=True)
-  _choice('model.name', config.model.name, MODELS)
-  if config.model.name == 'mlp':
-    if not isinstance(config.model.hidden_sizes, (tuple, list)):
-      raise ConfigError(
-        f'model.hidden_sizes={config.model.hidden_sizes!r} is invalid; allowed values: a tuple '
-        'of integers >= 1'
-      )
-    for size in config.model.hidden_sizes:
-      _positive('model.hidden_sizes', size, integer=True)
-  for section in ('latency', 'availability'):
-    _check_finite_numbers(section, config[section])
-  client = config.client
-  _choice('client.optimizer', client.optimizer, CLIENT_OPTIMIZERS)
-  _positive('client.learning_rate', client.learning_rate)
-  _positive('client.weight_decay', client.weight_decay, allow_zero=True)
-  _positive('client.batch_size', client.batch_size, integer=True)
-  _choice('client.sampling', client.sampling, SAMPLING_MODES)
   if client.local_steps is not None and client.local_epochs is not None:
     raise ConfigError(
       'client.local_steps / client.local_epochs: set at most one of them (the other to None)'
     )
-  _positive('client.local_steps', client.local_steps, integer=True, optional=True)
-  _positive('client.local_epochs', client.local_epochs, optional=True)
-  _choice('latency.model', config.latency.model, LATENCY_MODELS)
-  _choice('availability.model', config.availability.model, AVAILABILITY_MODELS)
-  executor = config.executor
-  _choice('executor.backend', executor.backend, BACKEND_SETTINGS)
-  if not (executor.unroll is True or (isinstance(executor.unroll, int) and executor.unroll >= 1)):
-    raise ConfigError(
-      f'executor.unroll={executor.unroll!r} is invalid; allowed values: an integer >= 1 or True'
-    )
-  _positive('executor.bucket_bits', executor.bucket_bits, integer=True)
-  _choice('executor.step_loop', executor.step_loop, STEP_LOOP_SETTINGS)
   if executor.step_loop == 'host' and executor.backend == 'vmap':
     raise ConfigError(
       "executor.step_loop='host' is invalid with executor.backend="
       f"{executor.backend!r}; allowed: step_loop 'host' with backend 'loop'"
     )
-  _positive('executor.devices', executor.devices, integer=True)
-  _positive('executor.threads', executor.threads, integer=True, allow_zero=True)  # 0 = auto
   if executor.threads > 1 and executor.backend == 'vmap':
     raise ConfigError(
       f'executor.threads={executor.threads} is invalid with executor.backend='
@@ -354,26 +462,26 @@ def validate(config: ml_collections.ConfigDict) -> None:
       f'executor.devices={executor.devices} is invalid with executor.backend='
       f"{executor.backend!r}; allowed: devices > 1 with backend 'vmap'"
     )
-  run = config.run
-  _positive('run.num_rounds', run.num_rounds, integer=True, optional=True)
-  _positive('run.max_virtual_time', run.max_virtual_time, optional=True)
-  _positive('run.max_client_updates', run.max_client_updates, integer=True, optional=True)
   if run.num_rounds is None and run.max_virtual_time is None and run.max_client_updates is None:
     raise ConfigError(
       'run.num_rounds / run.max_virtual_time / run.max_client_updates: set at least one limit'
     )
-  _positive('run.eval_every', run.eval_every, integer=True)
-  _positive('run.eval_batch_size', run.eval_batch_size, integer=True)
-  if run.target_accuracy is not None and not 0 < run.target_accuracy <= 1:
-    raise ConfigError(
-      f'run.target_accuracy={run.target_accuracy!r} is invalid; allowed values: 0 < x <= 1'
-    )
-  _positive('run.checkpoint_every', run.checkpoint_every, integer=True, optional=True)
-  _positive('run.checkpoint_every_minutes', run.checkpoint_every_minutes, optional=True)
-  _positive('run.keep_checkpoints', run.keep_checkpoints, integer=True)
-  _choice('run.on_divergence', run.on_divergence, ('stop', 'continue'))
-  if not isinstance(run.compilation_cache, str) or not run.compilation_cache.strip():
-    raise ConfigError(
-      f'run.compilation_cache={run.compilation_cache!r} is invalid; allowed '
-      "values: 'process', 'off' or a directory path"
-    )
+
+
+def describe(config: ml_collections.ConfigDict | None = None) -> str:
+  """Every setting of `config` (default: `base_config()`) with its value, allowed values and a
+  one-line description, from `FIELDS`; the latency and availability models' sections with
+  their values. The algorithm's settings are described by its settings class."""
+  config = base_config() if config is None else config
+  lines = []
+  for path, (check, doc) in FIELDS.items():
+    lines.append(f'{path} = {_get(config, path)!r}')
+    lines.append(f'    {doc}; allowed: {allowed_values(check)}')
+  for section in MODEL_SECTIONS:
+    for model, settings in config[section].items():
+      if isinstance(settings, ml_collections.ConfigDict):
+        values = ', '.join(f'{k}={v!r}' for k, v in settings.items())
+        lines.append(f'{section}.{model}: {values}')
+        lines.append(f"    settings of {section}.model='{model}' (checked by the model)")
+  lines.append('run.eval_class_groups: named class subsets reported as test_accuracy/<name>')
+  return '\n'.join(lines)

@@ -498,6 +498,11 @@ class PreparedRun:
       executor.step_loop,
       executor.threads,
     )
+    logging.info(
+      'algorithm %s settings (defaults included): %s',
+      config.algorithm.name,
+      ', '.join(f'{k}={v}' for k, v in self.algorithm_settings.as_dict().items()),
+    )
     if restored is None:
       self.record(self.simulation)
     else:

@@ -22,6 +22,19 @@ class ConfigError(ValueError):
 Check = Callable[[str, Any], None]  # (full setting name, value) -> None, or raises ConfigError
 
 
+def allowed_values(check: Check) -> str:
+  """What `check` accepts, in words (as its error messages say it)."""
+  return getattr(check, 'allowed', '')
+
+
+def _describes(allowed: str) -> Callable[[Check], Check]:
+  def attach(check: Check) -> Check:
+    check.allowed = allowed  # type: ignore[attr-defined]
+    return check
+
+  return attach
+
+
 def _is_number(value: Any) -> bool:
   return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -47,6 +60,7 @@ def number(
   if optional:
     allowed += ' or None'
 
+  @_describes(allowed)
   def check(name: str, value: Any) -> None:
     if value is None and optional:
       return
@@ -79,6 +93,7 @@ def decay() -> Check:
 def one_of(allowed: Iterable[Any], *, optional: bool = False) -> Check:
   allowed = tuple(allowed)
 
+  @_describes(f'{sorted(allowed)}' + (' or None' if optional else ''))
   def check(name: str, value: Any) -> None:
     if value is None and optional:
       return
@@ -88,12 +103,14 @@ def one_of(allowed: Iterable[Any], *, optional: bool = False) -> Check:
   return check
 
 
+@_describes('True, False')
 def boolean(name: str, value: Any) -> None:
   if not isinstance(value, bool):
     raise ConfigError(f'{name}={value!r} is invalid; allowed values: True, False')
 
 
 def text(*, optional: bool = False) -> Check:
+  @_describes('a non-empty string' + (' or None' if optional else ''))
   def check(name: str, value: Any) -> None:
     if value is None and optional:
       return
@@ -162,3 +179,14 @@ class Settings:
 
   def as_dict(self) -> dict[str, Any]:
     return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+  def describe(self, prefix: str = '') -> str:
+    """Each field with its value, description and allowed values, two lines per field (the
+    text of `--describe`), from the same `setting(...)` declarations that validate them."""
+    lines = []
+    for field in dataclasses.fields(self):
+      check = field.metadata.get('check')
+      doc = field.metadata.get('doc') or ''
+      lines.append(f'{prefix}{field.name} = {getattr(self, field.name)!r}')
+      lines.append(f'    {doc}; allowed: {allowed_values(check) if check else "any"}')
+    return '\n'.join(lines)

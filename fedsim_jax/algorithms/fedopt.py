@@ -20,6 +20,7 @@ from fedsim_jax.algorithms.groups import (
   ServerEmaSettings,
   ServerOptimizerSettings,
 )
+from fedsim_jax.settings import positive, setting
 from fedsim_jax.strategy.fedopt import server_update
 from fedsim_jax.strategy.synchronous import SynchronousScheduler
 
@@ -41,7 +42,19 @@ class FedOptSettings(
   ClientTermsSettings,
   ServerEmaSettings,
 ):
-  """Settings of fedavg, fedavgm, fedadam, fedyogi, fedadagrad and fedprox."""
+  """Settings of fedavg, fedavgm and fedprox."""
+
+
+ADAPTIVE = ('fedadam', 'fedyogi', 'fedadagrad')
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptiveFedOptSettings(FedOptSettings):
+  """Settings of fedadam, fedyogi and fedadagrad: FedAvg's server learning rate of 1 makes
+  adaptive server steps of size ~1 per coordinate, which destroys the model; Reddi et al. tune
+  eta_g over 10^-3..10^0 and their best image-task values lie near 10^-2."""
+
+  server_learning_rate: float = setting(0.01, positive(), 'eta_g (Reddi et al.: tuned ~10^-2)')
 
 
 def synchronous_scheduler(settings: DeadlineSettings, context: BuildContext, cls=None):
@@ -67,4 +80,4 @@ def fedopt_algorithm(settings: FedOptSettings, context: BuildContext) -> Algorit
 
 
 for _name in SERVER_OPTIMIZER_OF:
-  register(_name, FedOptSettings)(fedopt_algorithm)
+  register(_name, AdaptiveFedOptSettings if _name in ADAPTIVE else FedOptSettings)(fedopt_algorithm)

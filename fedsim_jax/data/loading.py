@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsim_jax.data import catalog, text
+from fedsim_jax.data import catalog, manifest, text
 from fedsim_jax.data.errors import CorruptDatasetError, DatasetNotFoundError, prepare_command
 from fedsim_jax.data.sources import CentralizedDataset
 
@@ -201,6 +201,12 @@ def load_dataset(name: str, data_dir: str | os.PathLike[str] | None = None) -> C
     if key in _LOADED:
       _LOADED.move_to_end(key)
       return _LOADED[key]
+  # Checked on every decode (a cached load's files are unchanged: the key fingerprints them).
+  manifest.verify(
+    path,
+    spec.directory.partition('/')[0] if spec is not None else None,
+    f'prepare it again: {prepare_command(name, root)} --overwrite',
+  )
   dataset = _decode(name, path, spec or _GENERIC)
   _freeze(dataset)
   with _LOADED_LOCK:

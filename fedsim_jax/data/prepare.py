@@ -44,6 +44,7 @@ from absl import app, flags, logging
 from fedsim_jax.data import catalog
 from fedsim_jax.data.errors import DatasetNotFoundError
 from fedsim_jax.data.loading import default_data_dir
+from fedsim_jax.data.manifest import MANIFEST, write_manifest
 from fedsim_jax.data.sources import SOURCES, CentralizedDataset
 
 DATASET_VERSION = '1.0.0'
@@ -156,6 +157,7 @@ def write_data_dir(
   builder = builder_class(config=config, data_dir=os.fspath(root), file_format='array_record')
   with tempfile.TemporaryDirectory() as scratch:  # Else TFDS leaves <data_dir>/downloads.
     builder.download_and_prepare(download_dir=scratch)
+  write_manifest(out)
   return out
 
 
@@ -276,6 +278,8 @@ def prepare_from_tfds(
       if overwrite else tfds.download.GenerateMode.REUSE_DATASET_IF_EXISTS
   )  # fmt: skip
   builder.download_and_prepare(download_config=tfds.download.DownloadConfig(download_mode=mode))
+  if (out / 'dataset_info.json').is_file():  # tfds moves a complete build into place
+    write_manifest(out)
   return out
 
 
@@ -321,6 +325,8 @@ def prepare(
   root = Path(data_dir).expanduser()
   out = root / spec.directory / DATASET_VERSION
   if (out / 'dataset_info.json').is_file() and not overwrite:
+    if not (out / MANIFEST).is_file():  # prepared before manifests: record it as it is
+      write_manifest(out)
     return out
   raw = SOURCES[name](source) if source is not None else SOURCES[name]()
   splits = {split: _examples(raw, split) for split in ('train', 'test')}
