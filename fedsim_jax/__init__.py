@@ -10,7 +10,7 @@ Layers, bottom to top; a layer imports only the rows below it (tests/test_import
   runtime
   strategy                     (schedulers, aggregators, client objectives)
   algorithms                   (one module per family: settings + registered factory)
-  config, compilation_cache, saved_run
+  config, compilation_cache, memory_estimate, saved_run
   experiment
   cli
   fedsim_jax                   (this facade: `load_run`)

@@ -151,6 +151,8 @@ def base_config() -> ml_collections.ConfigDict:
   # A non-finite test loss or evaluated parameter: 'stop' the run (summary status 'diverged',
   # exit code 3) or 'continue' it (the row's non-finite values are written as null).
   c.run.on_divergence = 'stop'
+  # Refuse, before it starts, a run whose estimated memory exceeds what is available.
+  c.run.check_memory = True
 
   return c
 
@@ -415,6 +417,10 @@ FIELDS: dict[str, tuple[Check, str]] = {
     'checkpoint when this much host time has passed',
   ),
   'run.keep_checkpoints': (_INTEGERS, 'newest checkpoints kept'),
+  'run.check_memory': (
+    boolean,
+    'refuse a run whose estimated memory exceeds what is available (fedsim_jax/memory_estimate.py)',
+  ),
   'run.on_divergence': (
     one_of(('stop', 'continue')),
     "NaN/inf loss or parameters: 'stop' (exit 3) or 'continue'",

@@ -21,7 +21,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from fedsim_jax import algorithms, compilation_cache, interrupts
+from fedsim_jax import algorithms, compilation_cache, interrupts, memory_estimate
 from fedsim_jax import config as config_lib
 from fedsim_jax import workdir as workdir_lib
 from fedsim_jax.checkpointing import CheckpointError, Checkpoints, Restored
@@ -344,6 +344,7 @@ RESUMABLE_CHANGES = (
   'run.keep_checkpoints',
   'run.compilation_cache',
   'run.target_accuracy',
+  'run.check_memory',
   'executor.threads',
 )
 STATUSES = ('completed', 'interrupted', 'diverged', 'failed')
@@ -428,6 +429,8 @@ class PreparedRun:
     # that config.json alone describes (and reruns) the run.
     resolved = config.to_dict()
     resolved['algorithm']['kwargs'] = self.algorithm_settings.as_dict()
+    if config.run.check_memory:
+      self._check_memory(config, dataset, model)
     self.checkpoints = Checkpoints(
       os.path.join(workdir, 'checkpoints'), keep=config.run.keep_checkpoints
     )
@@ -514,6 +517,22 @@ class PreparedRun:
         self.simulation.now,
       )
     self.simulation_start = time.perf_counter()
+
+  def _check_memory(
+    self, config: ml_collections.ConfigDict, dataset: FederatedDataset, model: Model
+  ) -> None:
+    shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0))
+    model_bytes = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree_util.tree_leaves(shapes))
+    lazy = isinstance(dataset, LazyFederation) or config.data.lazy
+    needs = memory_estimate.estimate(
+      self.algorithm_settings,
+      num_clients=dataset.num_clients,
+      model_bytes=model_bytes,
+      data_bytes=0 if lazy else dataset.train_x.nbytes + dataset.train_y.nbytes,
+      # The vmap backend trains a whole batch at once; the loop backend a few tasks.
+      training_at_once=None if config.executor.backend == 'vmap' else os.cpu_count() or 1,
+    )
+    memory_estimate.check_fits(needs, memory_estimate.available_bytes())
 
   def _checkpoint_to_resume(self, resolved: dict[str, Any]) -> Restored | None:
     try:

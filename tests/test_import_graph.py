@@ -29,7 +29,7 @@ TIERS = (
   ('runtime',),
   ('strategy',),
   ('algorithms',),
-  ('config', 'compilation_cache', 'saved_run'),
+  ('config', 'compilation_cache', 'memory_estimate', 'saved_run'),
   ('experiment',),
   ('cli',),
   ('__init__',),  # the package's facade: `fedsim_jax.load_run` and the version

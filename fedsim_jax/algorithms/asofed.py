@@ -10,6 +10,7 @@ import functools
 from fedsim_jax.algorithms.base import Algorithm, BuildContext, register
 from fedsim_jax.algorithms.groups import (
   AsynchronousSettings,
+  HeldModels,
   LocalWorkSettings,
   ServerEmaSettings,
 )
@@ -33,6 +34,9 @@ class AsoFedSettings(AsynchronousSettings, LocalWorkSettings, ServerEmaSettings)
   delay_measure: str = setting(
     'training_time', one_of(DELAY_MEASURES), "delay in virtual seconds, or 'staleness'"
   )
+
+  def client_tables(self, num_clients: int) -> list[HeldModels]:
+    return [HeldModels('data.num_clients', 2 * num_clients, "each client's h and last gradient")]
 
 
 @register('asofed', AsoFedSettings)

@@ -20,6 +20,7 @@ from fedsim_jax.algorithms.base import Algorithm, BuildContext, RunFacts, regist
 from fedsim_jax.algorithms.groups import (
   ClientTermsSettings,
   CohortSizeSettings,
+  HeldModels,
   LocalWorkSettings,
   ServerEmaSettings,
 )
@@ -82,6 +83,10 @@ class BudgetSettings(CohortSizeSettings, LocalWorkSettings, ClientTermsSettings,
         num_clients, self.budget_r, self.budget_w, rng if self.random_assignment else None
       )
     return budgets.uniform_budgets(num_clients, self.budget_w)
+
+  def client_tables(self, num_clients: int) -> list[HeldModels]:
+    per_client = 2 if self.storage == 'client' else 1  # last delta (and model) per client
+    return [HeldModels('data.num_clients', per_client * num_clients, "clients' last updates")]
 
 
 def budgeted_algorithm(settings: BudgetSettings, context: BuildContext) -> Algorithm:

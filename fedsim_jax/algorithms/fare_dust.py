@@ -17,6 +17,7 @@ import numpy as np
 from fedsim_jax.algorithms.base import Algorithm, BuildContext, register
 from fedsim_jax.algorithms.groups import (
   CohortSettings,
+  HeldModels,
   LocalWorkSettings,
   ServerOptimizerSettings,
 )
@@ -50,6 +51,9 @@ class FareDustSettings(CohortSettings, LocalWorkSettings, ServerOptimizerSetting
     'adam', one_of(SERVER_OPTIMIZERS), '"in conjunction with the FedAdam server optimizer" (G.3)'
   )
   proximal_strength: float = setting(0.0, positive(allow_zero=True), '`+ L2 reg.` nu')
+
+  def client_tables(self, num_clients: int) -> list[HeldModels]:
+    return [HeldModels('algorithm.kwargs.history_length', self.history_length, 'summed deltas')]
 
 
 @register('fare_dust', FareDustSettings)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import optax
 
 from fedsim_jax.algorithms.base import Algorithm, BuildContext, RunFacts, register
-from fedsim_jax.algorithms.groups import ClientTermsSettings, ServerEmaSettings
+from fedsim_jax.algorithms.groups import ClientTermsSettings, HeldModels, ServerEmaSettings
 from fedsim_jax.settings import ConfigError, decay, number, one_of, positive, setting
 from fedsim_jax.strategy.fedcompass import (
   CREATE_RULES,
@@ -50,6 +50,9 @@ class CompassSettings(ClientTermsSettings, ServerEmaSettings):
         'client.local_steps / client.local_epochs: FedCompass chooses local steps itself '
         f'({prefix}q_min..q_max); allowed values: None'
       )
+
+  def tasks_in_flight(self, num_clients: int) -> HeldModels | None:
+    return HeldModels('data.num_clients', num_clients, 'client tasks (every client trains)')
 
 
 # Each variant's server optimizer and reducer of the staleness-scaled buffers (by algorithm name).

@@ -10,6 +10,7 @@ import functools
 from fedsim_jax.algorithms.base import Algorithm, BuildContext, RunFacts, register
 from fedsim_jax.algorithms.groups import (
   DeadlineSettings,
+  HeldModels,
   LocalWorkSettings,
   ServerEmaSettings,
 )
@@ -29,6 +30,9 @@ class FedDynSettings(DeadlineSettings, LocalWorkSettings, ServerEmaSettings):
         "model.norm='batch' is invalid with algorithm.name='feddyn' (its regulariser covers "
         "trainable weights only); allowed values: 'group', 'none'"
       )
+
+  def client_tables(self, num_clients: int) -> list[HeldModels]:
+    return [HeldModels('data.num_clients', num_clients, "each client's gradient state")]
 
 
 @register('feddyn', FedDynSettings)

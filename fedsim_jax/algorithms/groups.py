@@ -35,6 +35,21 @@ from fedsim_jax.strategy.synchronous import WEIGHTINGS
 
 
 @dataclasses.dataclass(frozen=True)
+class HeldModels:
+  """Model-sized arrays a run holds at once because of one setting (for the memory estimate).
+
+  Attributes:
+    setting: the setting that decides how many (e.g. 'algorithm.kwargs.concurrency').
+    copies: how many model-sized arrays.
+    what: what they are, in a few words.
+  """
+
+  setting: str
+  copies: float
+  what: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Base(Settings):
   """Cooperative hooks every group extends."""
 
@@ -43,6 +58,15 @@ class Base(Settings):
 
   def check_federation(self, num_clients: int, prefix: str) -> None:
     """Rules that involve the built federation's size."""
+
+  def tasks_in_flight(self, num_clients: int) -> HeldModels | None:
+    """The most client tasks in flight at once (each holds its start model and, once
+    computed, its update); None: not known to this group."""
+    return None
+
+  def client_tables(self, num_clients: int) -> list[HeldModels]:
+    """Per-client or history arrays the algorithm keeps besides its tasks."""
+    return []
 
 
 def _at_most_clients(name: str, value: int | None, num_clients: int, what: str) -> None:
@@ -93,6 +117,12 @@ class CohortSizeSettings(Base):
   """B clients selected per round, at most the federation."""
 
   cohort_size: int = setting(10, positive(integer=True), 'B: clients selected per round')
+
+  def tasks_in_flight(self, num_clients: int) -> HeldModels | None:
+    selected = getattr(self, 'num_selected', None)
+    if selected is not None:
+      return HeldModels('algorithm.kwargs.num_selected', selected, 'client tasks per round')
+    return HeldModels('algorithm.kwargs.cohort_size', self.cohort_size, 'client tasks per round')
 
   def check_run(self, name: str, run: RunFacts, prefix: str) -> None:
     super().check_run(name, run, prefix)
@@ -147,6 +177,10 @@ class SlotSettings(Base):
   `trigger_period`, by FedASMU's periodic trigger (Alg. 1 lines 1-6)."""
 
   concurrency: int = setting(10, positive(integer=True), 'tasks in flight')
+
+  def tasks_in_flight(self, num_clients: int) -> HeldModels | None:
+    return HeldModels('algorithm.kwargs.concurrency', self.concurrency, 'client tasks in flight')
+
   max_staleness: int | None = setting(
     None, positive(integer=True, allow_zero=True, optional=True), 'staler arrivals are discarded'
   )

@@ -10,6 +10,7 @@ import functools
 from fedsim_jax.algorithms.base import Algorithm, BuildContext, register
 from fedsim_jax.algorithms.groups import (
   DeadlineSettings,
+  HeldModels,
   LocalWorkSettings,
   ServerEmaSettings,
   ServerOptimizerSettings,
@@ -27,6 +28,9 @@ class MoonSettings(DeadlineSettings, LocalWorkSettings, ServerOptimizerSettings,
   representation: str = setting(
     'penultimate', one_of(REPRESENTATIONS), 'z: the input of the output layer (no projection head)'
   )
+
+  def client_tables(self, num_clients: int) -> list[HeldModels]:
+    return [HeldModels('data.num_clients', num_clients, "each client's previous local model")]
 
 
 @register('moon', MoonSettings)

@@ -1,0 +1,98 @@
+"""A run that cannot fit in memory is refused before it starts, naming the setting."""
+
+import pytest
+
+from fedsim_jax import algorithms, memory_estimate
+from fedsim_jax.config import ConfigError
+from fedsim_jax.experiment import run_experiment
+
+MB = 2**20
+
+
+def _settings(name, **kwargs):
+  return algorithms.get_spec(name).settings.from_kwargs(kwargs)
+
+
+def _by_what(needs):
+  return {need.what.split(':')[0]: need for need in needs}
+
+
+def test_asynchronous_tasks_in_flight_hold_a_start_model_and_an_update_each():
+  needs = memory_estimate.estimate(
+    _settings('fedbuff', concurrency=50),
+    num_clients=100,
+    model_bytes=MB,
+    data_bytes=7 * MB,
+    training_at_once=2,
+  )
+  parts = _by_what(needs)
+  assert parts['client tasks in flight'].nbytes == 2 * 50 * MB
+  assert parts['client tasks in flight'].setting == 'algorithm.kwargs.concurrency=50'
+  assert parts['training workspace (parameters, gradients, optimizer state)'].nbytes == 6 * MB
+  assert parts['training data on the device'].nbytes == 7 * MB
+  assert parts['server model and optimizer state'].nbytes == 4 * MB
+
+
+def test_the_vmap_backend_trains_every_task_at_once():
+  needs = memory_estimate.estimate(
+    _settings('fedavg', cohort_size=10, num_selected=12),
+    num_clients=100,
+    model_bytes=MB,
+    data_bytes=0,
+    training_at_once=None,
+  )
+  parts = _by_what(needs)
+  assert parts['client tasks per round'].setting == 'algorithm.kwargs.num_selected=12'
+  assert parts['training workspace (parameters, gradients, optimizer state)'].nbytes == 36 * MB
+
+
+@pytest.mark.parametrize(
+  'name, kwargs, copies',
+  [
+    ('moon', {}, 100),
+    ('feddyn', {}, 100),
+    ('asofed', {}, 200),
+    ('ccfedavg', {}, 200),
+    ('ccfedavg', {'storage': 'server'}, 100),
+    ('fare_dust', {'history_length': 7}, 7),
+  ],
+)
+def test_per_client_tables_and_histories_count(name, kwargs, copies):
+  settings = _settings(name, **kwargs)
+  tables = settings.client_tables(100)
+  assert sum(table.copies for table in tables) == copies
+
+
+def test_fedcompass_keeps_every_client_training():
+  assert _settings('fedcompass').tasks_in_flight(37).copies == 37
+
+
+def test_too_large_a_run_is_one_line_naming_the_largest_part():
+  needs = [
+    memory_estimate.Need('model.name', 1 * 2**30, 'server model'),
+    memory_estimate.Need('algorithm.kwargs.concurrency=60000', 90 * 2**30, 'tasks in flight'),
+  ]
+  with pytest.raises(ConfigError) as error:
+    memory_estimate.check_fits(needs, available=20 * 2**30)
+  message = str(error.value)
+  assert message.startswith('this run needs at least 91.0 GiB of memory, more than the 20.0 GiB')
+  assert 'algorithm.kwargs.concurrency=60000 (tasks in flight) alone takes 90.0 GiB' in message
+  assert 'a smaller algorithm.kwargs.concurrency' in message
+  memory_estimate.check_fits(needs, available=None)  # unknown: not refused
+  memory_estimate.check_fits(needs, available=100 * 2**30)
+
+
+def test_the_run_is_refused_before_anything_is_written(
+  tiny_config, digits_data_dir, tmp_path, monkeypatch
+):
+  monkeypatch.setattr(memory_estimate, 'available_bytes', lambda: 1000.0)
+  with pytest.raises(ConfigError, match='run.check_memory=False'):
+    run_experiment(tiny_config('fedbuff', digits_data_dir), tmp_path / 'run')
+  assert not (tmp_path / 'run').exists()
+  config = tiny_config('fedbuff', digits_data_dir, **{'run.check_memory': False})
+  assert run_experiment(config, tmp_path / 'run')['status'] == 'completed'
+
+
+def test_this_machine_reports_its_available_memory():
+  available = memory_estimate.available_bytes()
+  assert available is not None and available > 0
