@@ -65,6 +65,12 @@ _DESCRIBE = flags.DEFINE_bool(
   "Print every setting of the config (with the algorithm's, defaults included): its value, "
   'allowed values and a one-line description; then exit without running.',
 )
+_QUIET = flags.DEFINE_bool(
+  'quiet',
+  False,
+  'No progress lines (one per evaluation: version, virtual time, accuracy, host time, ETA); '
+  'warnings, errors and the final line only.',
+)
 flags.mark_flags_as_required(['config'])
 
 
@@ -79,7 +85,7 @@ def main(argv: list[str]) -> None:
 
   config = _CONFIG.value
   name = os.path.splitext(os.path.basename(flags.FLAGS['config'].config_filename))[0]
-  cli.quiet_logging(verbose_by_default=True)  # progress lines: one per evaluation
+  cli.quiet_logging(verbose_by_default=not _QUIET.value)  # progress: one line per evaluation
   if _DESCRIBE.value:
     from fedsim_jax.config import describe
     from fedsim_jax.experiment import validate

@@ -153,6 +153,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.run.on_divergence = 'stop'
   # Refuse, before it starts, a run whose estimated memory exceeds what is available.
   c.run.check_memory = True
+  # Observability (docs/observability.md): the task trace tasks.jsonl, and TensorBoard scalars
+  # of every metric (written when tensorboardX is installed).
+  c.run.write_tasks = True
+  c.run.tensorboard = True
 
   return c
 
@@ -424,6 +428,15 @@ FIELDS: dict[str, tuple[Check, str]] = {
   'run.on_divergence': (
     one_of(('stop', 'continue')),
     "NaN/inf loss or parameters: 'stop' (exit 3) or 'continue'",
+  ),
+  'run.write_tasks': (
+    boolean,
+    'write the task trace, tasks.jsonl: one record per client task (docs/observability.md)',
+  ),
+  'run.tensorboard': (
+    boolean,
+    'write TensorBoard scalars of every metric to <workdir>/tensorboard (when tensorboardX '
+    'is installed)',
   ),
 }
 # Sections of settings for a chosen model, checked by it (`describe` lists their defaults).

@@ -33,9 +33,12 @@ from fedsim_jax.data.loading import load_dataset
 from fedsim_jax.executor import Executor
 from fedsim_jax.executor.choice import model_has_convolution, resolve_execution, resolve_threads
 from fedsim_jax.metrics import MetricsWriter, make_evaluator, summarize, write_json
+from fedsim_jax.metrics.tensorboard import TensorBoardWriter, tensorboard_available
+from fedsim_jax.metrics.writers import TaskTraceWriter
 from fedsim_jax.models import Model, get_model
 from fedsim_jax.runtime import Simulation, SimulationStalled, StopCondition
 from fedsim_jax.runtime.latency.registry import make_availability, make_latency
+from fedsim_jax.runtime.statistics import staleness_histogram, statistics
 from fedsim_jax.saved_run import model_description, save_models
 from fedsim_jax.settings import Settings
 
@@ -345,6 +348,7 @@ RESUMABLE_CHANGES = (
   'run.compilation_cache',
   'run.target_accuracy',
   'run.check_memory',
+  'run.tensorboard',
   'executor.threads',
 )
 STATUSES = ('completed', 'interrupted', 'diverged', 'failed')
@@ -460,6 +464,22 @@ class PreparedRun:
     self._resolved_config = json.loads(json.dumps(resolved))
     run_state = restored.state['run'] if restored is not None else {}
     self.writer = MetricsWriter(workdir, rows=run_state.get('rows', ()))
+    self.task_trace = (
+      TaskTraceWriter(workdir, offset=run_state.get('tasks_offset') if restored else None)
+      if config.run.write_tasks
+      else None
+    )
+    self.tensorboard = None
+    if config.run.tensorboard:
+      if tensorboard_available():
+        self.tensorboard = TensorBoardWriter(workdir, rows=self.writer.rows)
+      else:
+        logging.info('run.tensorboard: tensorboardX is not installed; no TensorBoard log')
+    self._client_classes = (
+      None
+      if dataset.straggler_mask is None
+      else {'straggler': dataset.straggler_mask, 'standard': ~dataset.straggler_mask}
+    )
     self._last_evaluated = run_state.get('last_evaluated', -1)
     self._best = run_state.get('best')  # (accuracy, version, evaluated params) or None
     self.host_extra: dict[str, Any] = {}  # e.g. lockstep batching figures, for summary['host']
@@ -480,6 +500,7 @@ class PreparedRun:
     self.simulation = build_simulation(
       config, dataset, model, on_version, settings=self.algorithm_settings
     )
+    self.simulation.task_log = self.task_trace
     self.stop = stop_condition(config)
     executor = self.simulation.executor
     self.host_extra.update(
@@ -517,6 +538,7 @@ class PreparedRun:
         self.simulation.now,
       )
     self.simulation_start = time.perf_counter()
+    self._progress_start = (self.simulation_start, progress(self.stop, self.simulation) or 0.0)
 
   def _check_memory(
     self, config: ml_collections.ConfigDict, dataset: FederatedDataset, model: Model
@@ -566,12 +588,15 @@ class PreparedRun:
         'simulation': sim.state(),
         'run': {
           'rows': self.writer.rows,
+          'tasks_offset': None if self.task_trace is None else self.task_trace.offset(),
           'last_evaluated': self._last_evaluated,
           'best': self._best,
         },
       },
       {'version': sim.version, 'virtual_time': sim.now, 'config': self._resolved_config},
     )
+    if self.tensorboard is not None:
+      self.tensorboard.flush()
     self._checkpoint_requested = False
     self._last_checkpoint_time = time.perf_counter()
     self.checkpoint_seconds += self._last_checkpoint_time - start
@@ -602,18 +627,40 @@ class PreparedRun:
         for name, value in metrics.items()
         if name not in ('accuracy', 'loss', 'num_examples')
       },
+      **statistics(sim, self._client_classes, window=True),
     }
-    self.writer.write({name: _finite_or_none(value) for name, value in row.items()})
+    sim.reset_window()
+    row = {name: _finite_or_none(value) for name, value in row.items()}
+    self.writer.write(row)
+    if self.tensorboard is not None:
+      self.tensorboard.write(row)
     logging.info(
-      'version %d  virtual time %.1fs  client updates %d  test accuracy %.4f  '
-      'loss %.4f  (host %.1fs)',
-      sim.version,
+      '%s  virtual time %.1fs  client updates %d  test accuracy %.4f  loss %.4f  host %.1fs%s',
+      self._version_progress(sim),
       sim.now,
       sim.client_updates,
       metrics['accuracy'],
       metrics['loss'],
       time.perf_counter() - self.host_start,
+      self._eta(sim),
     )
+
+  def _version_progress(self, sim: Simulation) -> str:
+    limit = self.stop.max_versions
+    return f'version {sim.version}/{limit}' if limit else f'version {sim.version}'
+
+  def _eta(self, sim: Simulation) -> str:
+    """'  ETA 1m05s (40%)': the host time left, from this process's pace so far, towards the
+    stop condition's nearest limit ('' before there is a pace to go by)."""
+    done = progress(self.stop, sim)
+    if done is None or not hasattr(self, '_progress_start'):  # the first row: no pace yet
+      return ''
+    start_time, start_done = self._progress_start
+    if done <= start_done:
+      return ''
+    left = (time.perf_counter() - start_time) * (1 - done) / (done - start_done)
+    minutes, seconds = divmod(round(left), 60)
+    return f'  ETA {minutes}m{seconds:02d}s ({100 * done:.0f}%)'
 
   def _divergence_message(self, sim: Simulation, loss: float | None) -> str:
     rates = [f'client.learning_rate={self.config.client.learning_rate}'] + [
@@ -660,6 +707,10 @@ class PreparedRun:
     summary = {'status': status, **extra}
     summary.update(summarize(self.writer.rows, config.run.target_accuracy))
     summary.update(sim.report())
+    summary['statistics'] = {
+      **statistics(sim, self._client_classes),
+      'staleness_histogram': staleness_histogram(sim),
+    }
     scheduler_report = getattr(sim.scheduler, 'report', None)
     if scheduler_report is not None:
       summary['scheduler'] = scheduler_report()
@@ -688,6 +739,11 @@ class PreparedRun:
     if status == 'completed' and self._last_evaluated != sim.version:
       self.record(sim)
     self.writer.close()
+    if self.task_trace is not None:
+      sim.write_unresolved_tasks()  # after the last checkpoint: a resumed run truncates them
+      self.task_trace.close()
+    if self.tensorboard is not None:
+      self.tensorboard.close()
     summary = self._summary(status, **extra)
     if status == 'completed':
       write_json(
@@ -708,6 +764,20 @@ class PreparedRun:
     self._write_summary(summary)
     self._lock.release()
     return summary
+
+
+def progress(stop: StopCondition, sim: Simulation) -> float | None:
+  """How far `sim` is towards `stop` (0 to 1): the nearest of its limits; None without one."""
+  fractions = [
+    done / limit
+    for done, limit in (
+      (sim.version, stop.max_versions),
+      (sim.now, stop.max_virtual_time),
+      (sim.client_updates, stop.max_client_updates),
+    )
+    if limit
+  ]
+  return min(max(fractions), 1.0) if fractions else None
 
 
 def run_experiment(

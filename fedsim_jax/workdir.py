@@ -24,6 +24,8 @@ RESULT_FILES = (
   'clients.json',
   'checkpoints',
   'models',
+  'tasks.jsonl',
+  'tensorboard',
 )
 LOCK_FILE = '.lock'
 

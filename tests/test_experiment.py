@@ -56,6 +56,17 @@ def test_run_directory_holds_config_metrics_and_summary(digits_data_dir, tmp_pat
       'gradient_steps',
       'test_accuracy',
       'test_loss',
+      *(f'staleness_{name}' for name in ('mean', 'p50', 'p95', 'max')),
+      *(f'staleness_window_{name}' for name in ('mean', 'p50', 'p95', 'max')),
+      'updates_per_client_min',
+      'updates_per_client_median',
+      'updates_per_client_max',
+      'jain_fairness',
+      'aggregated_share',
+      'client_busy_fraction',
+      'client_idle_fraction',
+      'wasted_steps',
+      'wasted_fraction',
     }
   assert rows[-1]['client_updates'] == 24 and rows[-1]['gradient_steps'] == 120
   times = [r['virtual_time'] for r in rows]

@@ -91,6 +91,8 @@ def _outputs(workdir):
   summary = {k: v for k, v in run.summary.items() if k != 'host'}
   with open(os.path.join(workdir, 'metrics.jsonl')) as f:
     metrics = f.read()
+  with open(os.path.join(workdir, 'tasks.jsonl')) as f:
+    metrics += f.read()  # the task trace too: truncated to the checkpoint and written on
   params = {name: [np.asarray(x) for x in _leaves(p)] for name, p in run.params.items()}
   return metrics, summary, params
 

@@ -1,4 +1,4 @@
-"""Run outputs: `metrics.jsonl` rows and the `summary.json` of a run."""
+"""Run outputs: `metrics.jsonl` rows, the `tasks.jsonl` trace and the `summary.json` of a run."""
 
 from __future__ import annotations
 
@@ -38,6 +38,49 @@ class MetricsWriter:
 
   def close(self) -> None:
     self._file.close()
+
+
+class TaskTraceWriter:
+  """Writes the task trace, `<workdir>/tasks.jsonl`: one JSON object per line
+  (`fedsim_jax.runtime.task_trace`).
+
+  Lines are buffered; `offset()` flushes and returns the file's length, which a checkpoint
+  records so that a resumed run truncates the file to it and writes on, ending with exactly the
+  trace of the run that was never stopped.
+
+  Args:
+    workdir: the run's folder.
+    offset: the length to truncate an existing trace to (a resumed run), or None to start a
+      new one.
+  """
+
+  def __init__(self, workdir: str | os.PathLike, offset: int | None = None) -> None:
+    self.path = os.path.join(workdir, 'tasks.jsonl')
+    if offset is None:
+      self._file = open(self.path, 'w', encoding='utf-8')  # noqa: SIM115 - closed by close()
+    else:
+      if not os.path.exists(self.path) or os.path.getsize(self.path) < offset:
+        raise ValueError(f'{self.path} is shorter than its checkpointed {offset} bytes')
+      self._file = open(self.path, 'r+', encoding='utf-8')  # noqa: SIM115
+      self._file.truncate(offset)
+      self._file.seek(offset)
+    self._encode = json.JSONEncoder(separators=(',', ':')).encode
+
+  def write(self, record: Mapping[str, Any]) -> None:
+    self._file.write(self._encode(record) + '\n')
+
+  def offset(self) -> int:
+    """Flushes, and returns the length of the trace written so far."""
+    self._file.flush()
+    return self._file.tell()
+
+  def close(self) -> None:
+    self._file.close()
+
+
+def read_tasks(path: str | os.PathLike) -> list[dict[str, Any]]:
+  """The records of a `tasks.jsonl` (a torn last line is skipped, as in `read_metrics`)."""
+  return read_metrics(path)
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:

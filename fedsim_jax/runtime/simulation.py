@@ -35,6 +35,7 @@ from fedsim_jax.runtime.latency import (
   available_clients,
 )
 from fedsim_jax.runtime.sampling import choose_one
+from fedsim_jax.runtime.task_trace import TaskLog, skipped_record, task_record
 from fedsim_jax.runtime.updates import Aggregator, ResultRef, UpdateBatch, stack_results
 
 
@@ -55,6 +56,10 @@ class TaskHandle:
       intermediate segment (see `Simulation.dispatch`) ends as 'segment_done', then
       'continued' once its next segment is dispatched.
     intermediate: the task is a segment that ends mid-training (not a client update).
+    root_id, first_dispatch_time: the task id and dispatch time of the task's first segment
+      (its own, for a task in one piece).
+    planned_steps: local steps the task was dispatched to do, over all its segments.
+    prior_steps: local steps of the task's earlier segments.
   """
 
   task_id: int
@@ -70,6 +75,10 @@ class TaskHandle:
   status: str = 'in_flight'
   discard_reason: str | None = None
   intermediate: bool = False
+  root_id: int = -1
+  first_dispatch_time: float = math.nan
+  planned_steps: int = 0
+  prior_steps: int = 0
 
   @property
   def computed(self) -> bool:
@@ -81,6 +90,12 @@ def _computed(handle: TaskHandle) -> tuple[ClientTask, ResultRef]:
   if handle.task is None or handle.result_ref is None:
     raise ValueError(f'task {handle.task_id} is {handle.status}; it has no computed result')
   return handle.task, handle.result_ref
+
+
+def _grown(counts: np.ndarray, size: int) -> np.ndarray:
+  grown = np.zeros(size, counts.dtype)
+  grown[: len(counts)] = counts
+  return grown
 
 
 class Scheduler(Protocol):
@@ -175,6 +190,8 @@ class Simulation:
     stall_events: events processed without a new server version after which the run stops
       with `SimulationStalled` (None: never), so that settings under which no round can
       succeed end with a message instead of running forever.
+    task_log: receives a record per task as its outcome becomes final
+      (`runtime.task_trace`); settable later as the `task_log` attribute.
   """
 
   def __init__(
@@ -193,6 +210,7 @@ class Simulation:
     bucket_bits: int = 3,
     aggregate: bool = True,
     stall_events: int | None = 100_000,
+    task_log: TaskLog | None = None,
   ) -> None:
     self.executor = executor
     self.scheduler = scheduler
@@ -206,6 +224,7 @@ class Simulation:
     self.bucket_bits = bucket_bits
     self.aggregate = aggregate
     self.stall_events = stall_events
+    self.task_log = task_log
     self._events_since_version = 0
     self._apply = jax.jit(aggregator.apply)
     self.server_state = aggregator.init(init_params)
@@ -222,6 +241,13 @@ class Simulation:
     self.busy_time = np.zeros(num_clients, np.float64)  # virtual seconds spent on tasks
     self.steps_per_client = np.zeros(num_clients, np.int64)  # local steps of arrived tasks
     self.update_wait_time = 0.0  # sum over aggregated updates of (aggregation - arrival) time
+    self.discarded_counts = np.zeros(num_clients, np.int64)  # offline ones included
+    # Aggregated updates by staleness (index), over the run and since `reset_window`.
+    self.staleness_counts = np.zeros(16, np.int64)
+    self.window_staleness_counts = np.zeros(16, np.int64)
+    self.wasted_steps = 0  # local steps of tasks that were discarded
+    # Dispatched tasks not yet aggregated or discarded, by task id (of the current segment).
+    self._unresolved: dict[int, TaskHandle] = {}
     self._busy = np.zeros(num_clients, np.int64)  # tasks in flight per client
     # Clients with no task in flight, ascending, kept as events change it: asynchronous
     # refills draw one of them per arrival, and scanning `_busy` for it was a hot path.
@@ -297,6 +323,7 @@ class Simulation:
     metadata: dict[str, Any] | None = None,
     intermediate: bool = False,
     continues: TaskHandle | None = None,
+    planned_steps: int | None = None,
   ) -> TaskHandle:
     """Sends the current (or given) model to an online client for `num_steps` local steps.
 
@@ -307,7 +334,8 @@ class Simulation:
     are usually `sim.task_params(handle)`). The segments are one client task: it counts once
     as dispatched (its first segment) and once as arrived (its last), its `version` (hence its
     staleness) is the first segment's download version, and every segment's local steps and
-    busy time count.
+    busy time count. `planned_steps` (default `num_steps`): the local steps of the whole task,
+    for the task trace, given with its first segment.
     """
     client_id, num_steps = int(client_id), int(num_steps)
     if num_steps < 0:
@@ -352,6 +380,16 @@ class Simulation:
       metadata=dict(metadata or {}),
       intermediate=intermediate,
     )
+    if continues is None:
+      handle.root_id = task_id
+      handle.first_dispatch_time = self.now
+      handle.planned_steps = num_steps if planned_steps is None else int(planned_steps)
+    else:
+      handle.root_id = continues.root_id
+      handle.first_dispatch_time = continues.first_dispatch_time
+      handle.planned_steps = continues.planned_steps
+      handle.prior_steps = continues.prior_steps + continues.num_steps
+    self._unresolved[task_id] = handle
     # A segment whose client goes offline as it ends cannot be continued: a dropout.
     if offline_at < arrival or (intermediate and offline_at == arrival):
       self.queue.push(offline_at, EventKind.DROPOUT, handle)
@@ -477,7 +515,7 @@ class Simulation:
   def _new_version(self, handles: Sequence[TaskHandle]) -> None:
     self.version += 1
     self._events_since_version = 0
-    self._mark_aggregated(handles)
+    self._mark_aggregated(handles, missed=self.version - 1)
     if self.on_version is not None:
       self.on_version(self)
 
@@ -487,7 +525,7 @@ class Simulation:
     (the caller has read them with `updates` first). They count as aggregated; the version,
     the model and `on_version` are untouched."""
     self._check_arrived(handles, 'fold in')
-    self._mark_aggregated(handles)
+    self._mark_aggregated(handles, missed=self.version)
 
   def update_server_state(self, update: Callable[[Any], Any]) -> None:
     """Replaces the server state by `update(state)` without a new server version: a server-side
@@ -495,12 +533,56 @@ class Simulation:
     round's straggler window closes)."""
     self.server_state = update(self.server_state)
 
-  def _mark_aggregated(self, handles: Sequence[TaskHandle]) -> None:
+  def _mark_aggregated(self, handles: Sequence[TaskHandle], missed: int) -> None:
+    """Resolves `handles` as used in server version `self.version`; an update's staleness is
+    the versions it missed, `missed - h.version`."""
     for h in handles:
       self._resolve(h, 'aggregated')
       self.accounting.aggregated += 1
       self.aggregated_counts[h.client_id] += 1
       self.update_wait_time += self.now - h.arrival_time
+      staleness = missed - h.version
+      if staleness >= len(self.staleness_counts):
+        size = max(2 * len(self.staleness_counts), staleness + 1)
+        self.staleness_counts = _grown(self.staleness_counts, size)
+        self.window_staleness_counts = _grown(self.window_staleness_counts, size)
+      self.staleness_counts[staleness] += 1
+      self.window_staleness_counts[staleness] += 1
+      if self.task_log is not None:
+        self.task_log.write(
+          task_record(
+            h,
+            'aggregated',
+            steps=h.prior_steps + h.num_steps,
+            aggregation_time=self.now,
+            applied_version=self.version,
+            staleness=staleness,
+          )
+        )
+
+  def reset_window(self) -> None:
+    """Starts a new statistics window (`window_staleness_counts`), e.g. at an evaluation."""
+    self.window_staleness_counts[:] = 0
+
+  def record_skipped(self, client_id: int, **extras: Any) -> None:
+    """Traces a client selected now that does not train (CC-FedAvg's skipping clients);
+    `extras` are scalars for the record (e.g. `estimated=True`)."""
+    if self.task_log is not None:
+      self.task_log.write(skipped_record(client_id, self.now, self.version, extras))
+
+  def write_unresolved_tasks(self) -> None:
+    """Traces the tasks still in flight or waiting (at the end of a run)."""
+    if self.task_log is None:
+      return
+    for handle in sorted(self._unresolved.values(), key=lambda h: h.root_id):
+      arrived = handle.status == 'arrived'
+      self.task_log.write(
+        task_record(
+          handle,
+          'waiting' if arrived else 'in_flight',
+          steps=handle.prior_steps + (handle.num_steps if arrived else 0),
+        )
+      )
 
   def advance_version(self) -> None:
     """Ends a server round that has no update to apply: the version advances, the model and
@@ -516,7 +598,7 @@ class Simulation:
   # ---- Pausing and checkpoints -----------------------------------------------------------
 
   # Built from the config, never saved: code and data (the executor holds the federation).
-  _BUILT = ('executor', 'aggregator', '_apply', 'on_version', '_pause_requested')
+  _BUILT = ('executor', 'aggregator', '_apply', 'on_version', 'task_log', '_pause_requested')
 
   def request_pause(self) -> None:
     """Makes `run` return once the current event is processed (for a checkpoint, or an
@@ -580,6 +662,12 @@ class Simulation:
     if status == 'discarded':
       self.accounting.discarded[reason] += 1
       handle.discard_reason = reason
+      steps = handle.prior_steps + handle.num_steps
+      self.discarded_counts[handle.client_id] += 1
+      self.wasted_steps += steps
+      if self.task_log is not None:
+        self.task_log.write(task_record(handle, 'discarded', steps=steps, reason=reason))
+    del self._unresolved[handle.task_id]
     if handle.status == 'arrived':
       self.accounting.waiting -= 1
     handle.status = status
@@ -668,6 +756,13 @@ class Simulation:
         self.accounting.discarded['offline'] += 1
         handle.discard_reason = 'offline'
         handle.task = None
+        del self._unresolved[handle.task_id]
+        self.discarded_counts[handle.client_id] += 1
+        self.wasted_steps += handle.prior_steps  # its earlier segments' steps are lost
+        if self.task_log is not None:
+          self.task_log.write(
+            task_record(handle, 'discarded', steps=handle.prior_steps, reason='offline')
+          )
         on_dropout = getattr(self.scheduler, 'on_dropout', None)
         if on_dropout is not None:
           on_dropout(self, handle)

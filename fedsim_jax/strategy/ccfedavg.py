@@ -164,6 +164,7 @@ class BudgetedScheduler:
         self._training.append(sim.dispatch(client, steps))
       else:
         self._skipping.append(client)
+        sim.record_skipped(client, estimated=self._estimate_kind() != 'ignore')
     self._outstanding = len(self._training)
     if not self._training:  # nobody trains: the round closes at once
       sim.set_timer(sim.now, ('close', self.round_index))

@@ -656,6 +656,7 @@ class FedasmuScheduler(PeriodicTriggerScheduler):
       task_inputs=plain,
       intermediate=True,
       metadata={**metadata, 'fetch_epoch': fetch_epoch, 'task_latency': latency},
+      planned_steps=total,
     )
 
   def _fetch_download_time(self, sim: Simulation, client: int, latency: TaskLatency) -> float:
@@ -688,7 +689,12 @@ class FedasmuScheduler(PeriodicTriggerScheduler):
       start_params=local,
       task_inputs=inputs,
       continues=handle,
-      metadata={**metadata, 'fresh_version': fresh_version, 'blended': fresh},
+      metadata={
+        **metadata,
+        'fresh_version': fresh_version,
+        'blended': fresh,
+        'fetch_time': sim.now,
+      },
     )
     self.fetches += 1
     self.blends += int(fresh)
