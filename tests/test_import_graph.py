@@ -31,6 +31,7 @@ TIERS = (
   ('algorithms',),
   ('config', 'compilation_cache', 'memory_estimate', 'saved_run'),
   ('experiment',),
+  ('analysis',),  # reads run directories: metrics.writers, never experiment
   ('cli',),
   ('__init__',),  # the package's facade: `fedsim_jax.load_run` and the version
 )

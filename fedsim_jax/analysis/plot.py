@@ -1,0 +1,133 @@
+"""`fedsim-plot`: figures of run directories (workdirs, or sweep roots of seed*/ workdirs).
+
+  fedsim-plot runs/fedavg runs/fedbuff --out plots --kinds accuracy,timeline --band std
+
+Writes `accuracy.<format>` (every group in one figure) and, for the first seed of each group,
+`timeline_<label>`, `staleness_<label>` and `updates_<label>`; prints each path written. A
+figure whose data a run does not record is skipped with one line on stderr. Exit codes: 0 done;
+2 a path that holds no run or an invalid option (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+from collections.abc import Callable, Sequence
+
+import matplotlib
+from matplotlib.figure import Figure
+
+from fedsim_jax.analysis import plots
+from fedsim_jax.analysis.compare import accuracy_argument
+from fedsim_jax.analysis.run_files import RunFiles, RunFilesError, discover, group_label, slug
+
+KINDS = ('accuracy', 'timeline', 'staleness', 'updates')
+FORMATS = ('png', 'svg')
+
+
+def _kinds(text: str) -> list[str]:
+  kinds = [k.strip() for k in text.split(',') if k.strip()]
+  unknown = [k for k in kinds if k not in KINDS]
+  if unknown or not kinds:
+    raise argparse.ArgumentTypeError(f'{text!r}: kinds are {",".join(KINDS)}')
+  return kinds
+
+
+def _positive(text: str) -> int:
+  try:
+    value = int(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f'{text!r} is not an integer') from None
+  if value < 1:
+    raise argparse.ArgumentTypeError(f'{value} is not positive')
+  return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+  """The command line of `fedsim-plot`."""
+  parser = argparse.ArgumentParser(
+    prog='fedsim-plot',
+    description='Plots run directories: one group per workdir or sweep root (seed*/ folders).',
+  )
+  parser.add_argument('dirs', nargs='+', metavar='DIR', help='a workdir or a sweep root')
+  parser.add_argument('--out', metavar='OUTDIR', help='output folder (default: DIR/plots)')
+  parser.add_argument('--format', choices=FORMATS, default='png')
+  parser.add_argument(
+    '--kinds', type=_kinds, default=list(KINDS), help=f'comma-separated ({",".join(KINDS)})'
+  )
+  parser.add_argument('--band', choices=plots.BANDS, default='minmax', help='accuracy band')
+  parser.add_argument(
+    '--max_rows', type=_positive, default=100, help='timeline rows; more clients are sampled'
+  )
+  parser.add_argument('--labels', metavar='A,B', help='comma-separated group labels, in order')
+  parser.add_argument(
+    '--target', metavar='ACC', type=accuracy_argument, help="target line (the runs' config)"
+  )
+  return parser
+
+
+def write_plots(
+  groups: Sequence[Sequence[RunFiles]],
+  out: pathlib.Path,
+  kinds: Sequence[str] = KINDS,
+  file_format: str = 'png',
+  band: str = 'minmax',
+  max_rows: int = 100,
+  target: float | None = None,
+) -> list[pathlib.Path]:
+  """Writes the figures of `kinds` into `out` (created if needed): `accuracy.<file_format>` of
+  all groups, and the per-run kinds of each group's first run, named after the group's label.
+  Prints and returns the paths written; a figure whose data a run does not record is skipped
+  with one line on stderr."""
+  out.mkdir(parents=True, exist_ok=True)
+  per_run: dict[str, Callable[[RunFiles], Figure]] = {
+    'timeline': lambda run: plots.timeline_figure(run, max_rows=max_rows),
+    'staleness': plots.staleness_figure,
+    'updates': plots.updates_figure,
+  }
+  written = []
+
+  def emit(kind: str, name: str, make: Callable[[], Figure]) -> None:
+    try:
+      fig = make()
+    except plots.MissingData as e:
+      print(f'fedsim-plot: skipping {kind} of {name}: {e}', file=sys.stderr)
+      return
+    stem = kind if kind == 'accuracy' else f'{kind}_{slug(name)}'
+    path = out / f'{stem}.{file_format}'
+    plots.save(fig, path)
+    written.append(path)
+    print(path)
+
+  if 'accuracy' in kinds:
+    emit('accuracy', 'all runs', lambda: plots.accuracy_figure(groups, band, target))
+  for group in groups:
+    for kind in (k for k in kinds if k in per_run):
+      emit(kind, group_label(group), lambda: per_run[kind](group[0]))
+  return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  """Runs `fedsim-plot` on `argv` (default: the process's arguments); returns the exit code."""
+  matplotlib.use('Agg')
+  parser = build_parser()
+  try:
+    args = parser.parse_args(argv)
+  except SystemExit as e:
+    return int(e.code or 0)
+  try:
+    groups = discover(args.dirs, args.labels.split(',') if args.labels else None)
+    out = pathlib.Path(args.out) if args.out else pathlib.Path(args.dirs[0]) / 'plots'
+    write_plots(groups, out, args.kinds, args.format, args.band, args.max_rows, args.target)
+  except RunFilesError as e:
+    print(f'fedsim-plot: error: {e}', file=sys.stderr)
+    return 2
+  except OSError as e:
+    print(f'fedsim-plot: error: {e.filename}: {e.strerror}', file=sys.stderr)
+    return 2
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
