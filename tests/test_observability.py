@@ -98,3 +98,36 @@ def test_trace_and_tensorboard_can_be_turned_off(digits_data_dir, tmp_path):
   assert not (tmp_path / 'tasks.jsonl').exists()
   assert not (tmp_path / 'tensorboard').exists()
   assert (tmp_path / 'metrics.jsonl').exists()
+
+
+def test_plot_and_compare_read_a_real_two_seed_sweep(digits_data_dir, tmp_path, capsys):
+  """End to end: two 2-seed sweeps from the simulator, plotted headless and compared."""
+  from PIL import Image
+
+  from fedsim_jax.analysis import compare as compare_lib
+  from fedsim_jax.analysis import plot
+  from fedsim_jax.analysis.run_files import discover
+  from fedsim_jax.experiment import run_experiments_lockstep
+
+  finals = {}
+  for algorithm in ('fedavg', 'fedbuff'):
+    configs = [make_tiny_config(algorithm, digits_data_dir, seed=s) for s in (0, 1)]
+    workdirs = [tmp_path / algorithm / f'seed{s}' for s in (0, 1)]
+    summaries = run_experiments_lockstep(configs, workdirs)
+    finals[algorithm] = [s['final_accuracy'] for s in summaries]
+  roots = [str(tmp_path / 'fedavg'), str(tmp_path / 'fedbuff')]
+
+  assert plot.main([*roots, '--out', str(tmp_path / 'plots')]) == 0
+  written = capsys.readouterr().out.split()
+  kinds = {'accuracy', 'timeline_fedavg', 'staleness_fedbuff', 'updates_fedbuff'}
+  assert kinds <= {os.path.splitext(os.path.basename(p))[0] for p in written}
+  for path in written:
+    assert os.path.getsize(path) > 1000
+    with Image.open(path) as image:
+      assert min(image.size) > 100
+
+  rows = compare_lib.compare(discover(roots), baseline='fedavg')
+  for row in rows:
+    assert row['seeds'] == 2
+    assert row['final_accuracy_mean'] == pytest.approx(np.mean(finals[row['label']]))
+    assert row['final_accuracy_std'] == pytest.approx(np.std(finals[row['label']], ddof=1))
