@@ -140,8 +140,10 @@ def validated(configs: list[Any]) -> list[Any]:
 def load_or_run(
   run_dir: str, config: Any, dataset: Callable[[], Any], run_missing: bool = True
 ) -> tuple[dict[str, Any] | None, str]:
-  """The run's summary and 'reused' when `run_dir/summary.json` exists, else runs it: 'ran'
-  (or, with `run_missing=False`, returns `(None, 'missing')`).
+  """The run's summary and 'reused' when `run_dir` holds a run that ended (`summary.json` with
+  status 'completed', 'diverged' or 'failed'), else runs it: 'ran' (or, with
+  `run_missing=False`, returns `(None, 'missing')`). A run that was killed or interrupted
+  continues from its newest checkpoint, to exactly the results of an unbroken run.
 
   Args:
     run_dir: the run's output directory.
@@ -152,12 +154,14 @@ def load_or_run(
   summary_path = os.path.join(run_dir, 'summary.json')
   if os.path.exists(summary_path):
     with open(summary_path, encoding='utf-8') as f:
-      return json.load(f), 'reused'
+      summary = json.load(f)
+    if summary.get('status', 'completed') != 'interrupted':
+      return summary, 'reused'
   if not run_missing:
     return None, 'missing'
   from fedsim_jax.experiment import run_experiment  # Deferred: JAX start-up after flag checks.
 
-  return run_experiment(config, run_dir, dataset=dataset()), 'ran'
+  return run_experiment(config, run_dir, dataset=dataset(), resume=True), 'ran'
 
 
 def _setting_value(config: Any, path: str) -> Any:

@@ -49,7 +49,8 @@ def test_last_federation_builds_once_per_key_and_releases_the_previous():
 def test_load_or_run_reuses_a_finished_run_and_runs_a_missing_one(tmp_path, monkeypatch):
   calls = []
 
-  def fake_run(config, run_dir, dataset):
+  def fake_run(config, run_dir, dataset, resume):
+    assert resume  # a killed run's directory continues from its checkpoint
     calls.append((config, run_dir, dataset))
     return {'best_accuracy': 0.5}
 
@@ -66,6 +67,12 @@ def test_load_or_run_reuses_a_finished_run_and_runs_a_missing_one(tmp_path, monk
   (done / 'summary.json').write_text(json.dumps({'best_accuracy': 0.9}))
   summary, status = sweep.load_or_run(str(done), 'cfg', lambda: pytest.fail('built a dataset'))
   assert (summary, status) == ({'best_accuracy': 0.9}, 'reused') and len(calls) == 1
+
+  interrupted = tmp_path / 'interrupted'
+  interrupted.mkdir()
+  (interrupted / 'summary.json').write_text(json.dumps({'status': 'interrupted'}))
+  summary, status = sweep.load_or_run(str(interrupted), 'cfg', lambda: 'data')
+  assert (summary, status) == ({'best_accuracy': 0.5}, 'ran') and len(calls) == 2
 
 
 def test_load_or_run_can_skip_missing_runs(tmp_path):
