@@ -562,7 +562,8 @@ class PreparedRun:
     except CheckpointError as error:
       raise config_lib.ConfigError(f'--resume: {error}') from None
     if restored is None:
-      logging.warning('--resume: no checkpoint in %s; starting from the beginning', self.workdir)
+      if workdir_lib.holds_results(self.workdir):  # a run stopped before its first checkpoint
+        logging.warning('--resume: no checkpoint in %s; starting from the beginning', self.workdir)
       return None
     differing = config_differences(restored.meta['config'], resolved)
     if differing:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import math
 import pathlib
 import sys
 from collections.abc import Sequence
@@ -23,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from fedsim_jax.analysis import measures
-from fedsim_jax.analysis.run_files import RunFiles, RunFilesError, discover, group_label
+from fedsim_jax.analysis.command import groups_of, parser_for, run_command
+from fedsim_jax.analysis.run_files import RunFiles, group_label
 
 # The keys of each row of `compare`, in the CSV's column order.
 COLUMNS = (
@@ -227,58 +227,33 @@ def format_csv(rows: Sequence[dict[str, Any]]) -> str:
   return out.getvalue()
 
 
-def accuracy_argument(text: str) -> float:
-  """An argparse type: an accuracy within [0, 1]."""
-  try:
-    value = float(text)
-  except ValueError:
-    raise argparse.ArgumentTypeError(f'{text!r} is not a number') from None
-  if not (math.isfinite(value) and 0.0 <= value <= 1.0):
-    raise argparse.ArgumentTypeError(f'{text} is not an accuracy within [0, 1]')
-  return value
-
-
 def build_parser() -> argparse.ArgumentParser:
   """The command line of `fedsim-compare`."""
-  parser = argparse.ArgumentParser(
-    prog='fedsim-compare',
-    description='Tabulates run directories: one row per workdir or sweep root (seed*/ folders).',
+  parser = parser_for(
+    'fedsim-compare',
+    'Tabulates run directories: one row per workdir or sweep root (seed*/ folders).',
+    "target accuracy (the runs' config)",
   )
-  parser.add_argument('dirs', nargs='+', metavar='DIR', help='a workdir or a sweep root')
   parser.add_argument('--baseline', metavar='LABEL', help='the group ratios divide by (first)')
   parser.add_argument('--markdown', metavar='FILE', help='also write the table to FILE')
   parser.add_argument('--csv', metavar='FILE', help='also write the numbers as CSV to FILE')
-  parser.add_argument(
-    '--target', metavar='ACC', type=accuracy_argument, help="target accuracy (the runs' config)"
-  )
-  parser.add_argument('--labels', metavar='A,B', help='comma-separated group labels, in order')
   return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
   """Runs `fedsim-compare` on `argv` (default: the process's arguments); returns the exit
   code."""
-  parser = build_parser()
-  try:
-    args = parser.parse_args(argv)
-  except SystemExit as e:
-    return int(e.code or 0)
-  try:
-    labels = args.labels.split(',') if args.labels else None
-    rows = compare(discover(args.dirs, labels), baseline=args.baseline, target=args.target)
+
+  def body(args: argparse.Namespace) -> None:
+    rows = compare(groups_of(args), baseline=args.baseline, target=args.target)
     table = format_table(rows)
     if args.markdown:
       pathlib.Path(args.markdown).write_text(table, encoding='utf-8')
     if args.csv:
       pathlib.Path(args.csv).write_text(format_csv(rows), encoding='utf-8')
-  except (RunFilesError, CompareError) as e:
-    print(f'fedsim-compare: error: {e}', file=sys.stderr)
-    return 2
-  except OSError as e:
-    print(f'fedsim-compare: error: {e.filename}: {e.strerror}', file=sys.stderr)
-    return 2
-  print(table, end='')
-  return 0
+    print(table, end='')
+
+  return run_command(build_parser(), argv, body, errors=(CompareError,))
 
 
 if __name__ == '__main__':

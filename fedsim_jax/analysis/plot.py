@@ -19,8 +19,8 @@ import matplotlib
 from matplotlib.figure import Figure
 
 from fedsim_jax.analysis import plots
-from fedsim_jax.analysis.compare import accuracy_argument
-from fedsim_jax.analysis.run_files import RunFiles, RunFilesError, discover, group_label, slug
+from fedsim_jax.analysis.command import groups_of, parser_for, run_command
+from fedsim_jax.analysis.run_files import RunFiles, group_label, slug
 
 KINDS = ('accuracy', 'timeline', 'staleness', 'updates')
 FORMATS = ('png', 'svg')
@@ -46,11 +46,11 @@ def _positive(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
   """The command line of `fedsim-plot`."""
-  parser = argparse.ArgumentParser(
-    prog='fedsim-plot',
-    description='Plots run directories: one group per workdir or sweep root (seed*/ folders).',
+  parser = parser_for(
+    'fedsim-plot',
+    'Plots run directories: one group per workdir or sweep root (seed*/ folders).',
+    "target line (the runs' config)",
   )
-  parser.add_argument('dirs', nargs='+', metavar='DIR', help='a workdir or a sweep root')
   parser.add_argument('--out', metavar='OUTDIR', help='output folder (default: DIR/plots)')
   parser.add_argument('--format', choices=FORMATS, default='png')
   parser.add_argument(
@@ -59,10 +59,6 @@ def build_parser() -> argparse.ArgumentParser:
   parser.add_argument('--band', choices=plots.BANDS, default='minmax', help='accuracy band')
   parser.add_argument(
     '--max_rows', type=_positive, default=100, help='timeline rows; more clients are sampled'
-  )
-  parser.add_argument('--labels', metavar='A,B', help='comma-separated group labels, in order')
-  parser.add_argument(
-    '--target', metavar='ACC', type=accuracy_argument, help="target line (the runs' config)"
   )
   return parser
 
@@ -111,22 +107,14 @@ def write_plots(
 def main(argv: Sequence[str] | None = None) -> int:
   """Runs `fedsim-plot` on `argv` (default: the process's arguments); returns the exit code."""
   matplotlib.use('Agg')
-  parser = build_parser()
-  try:
-    args = parser.parse_args(argv)
-  except SystemExit as e:
-    return int(e.code or 0)
-  try:
-    groups = discover(args.dirs, args.labels.split(',') if args.labels else None)
+
+  def body(args: argparse.Namespace) -> None:
     out = pathlib.Path(args.out) if args.out else pathlib.Path(args.dirs[0]) / 'plots'
-    write_plots(groups, out, args.kinds, args.format, args.band, args.max_rows, args.target)
-  except RunFilesError as e:
-    print(f'fedsim-plot: error: {e}', file=sys.stderr)
-    return 2
-  except OSError as e:
-    print(f'fedsim-plot: error: {e.filename}: {e.strerror}', file=sys.stderr)
-    return 2
-  return 0
+    write_plots(
+      groups_of(args), out, args.kinds, args.format, args.band, args.max_rows, args.target
+    )
+
+  return run_command(build_parser(), argv, body)
 
 
 if __name__ == '__main__':

@@ -71,11 +71,9 @@ def scenarios(draw):
   return num_clients, scheduler, cap, latency, availability, seed
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenarios())
-def test_runtime_invariants(scenario):
-  num_clients, scheduler, cap, latency, availability, seed = scenario
-  sim = Simulation(
+def make_simulation(num_clients, scheduler, latency, availability=None, seed=0, **kwargs):
+  """A simulation of `num_clients` clients of 10 examples that trains nothing."""
+  return Simulation(
     executor=NoTrainingExecutor(PARAMS),
     scheduler=scheduler,
     aggregator=AGGREGATOR,
@@ -84,7 +82,15 @@ def test_runtime_invariants(scenario):
     init_params=PARAMS,
     client_sizes=np.full(num_clients, 10),
     rng=np.random.default_rng(seed),
+    **kwargs,
   )
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_runtime_invariants(scenario):
+  num_clients, scheduler, cap, latency, availability, seed = scenario
+  sim = make_simulation(num_clients, scheduler, latency, availability, seed)
   times, handles, dispatch_version = [], [], {}
 
   def check(name, original):
@@ -159,15 +165,12 @@ def test_timeline_only_runs_the_same_schedule(scenario):
   num_clients, scheduler, _, latency, availability, seed = scenario
   runs = []
   for aggregate in (True, False):  # fresh copies: a run advances its scheduler and streams
-    sim = Simulation(
-      executor=NoTrainingExecutor(PARAMS),
-      scheduler=copy.deepcopy(scheduler),
-      aggregator=AGGREGATOR,
-      latency=copy.deepcopy(latency),
-      availability=copy.deepcopy(availability),
-      init_params=PARAMS,
-      client_sizes=np.full(num_clients, 10),
-      rng=np.random.default_rng(seed),
+    sim = make_simulation(
+      num_clients,
+      copy.deepcopy(scheduler),
+      copy.deepcopy(latency),
+      copy.deepcopy(availability),
+      seed,
       aggregate=aggregate,
     )
     sim.run(StopCondition(max_client_updates=40, max_virtual_time=500.0))

@@ -11,8 +11,7 @@ import optax
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from fedsim_jax.executor import NoTrainingExecutor
-from fedsim_jax.runtime import PerStepLatency, Simulation, StopCondition
+from fedsim_jax.runtime import PerStepLatency, StopCondition
 from fedsim_jax.runtime.statistics import (
   jain_fairness,
   staleness_histogram,
@@ -20,7 +19,7 @@ from fedsim_jax.runtime.statistics import (
   statistics,
 )
 from fedsim_jax.strategy import AsynchronousScheduler, LocalWork, server_update
-from tests.runtime.test_scheduling_properties import scenarios
+from tests.runtime.test_scheduling_properties import make_simulation, scenarios
 
 PARAMS = {'w': jnp.zeros((3,))}
 AGGREGATOR = server_update(optax.sgd(1.0))
@@ -36,17 +35,8 @@ class ListLog:
 
 def _simulation(num_clients, scheduler, latency, availability=None, seed=0, aggregate=True):
   log = ListLog()
-  sim = Simulation(
-    executor=NoTrainingExecutor(PARAMS),
-    scheduler=scheduler,
-    aggregator=AGGREGATOR,
-    latency=latency,
-    availability=availability,
-    init_params=PARAMS,
-    client_sizes=np.full(num_clients, 10),
-    rng=np.random.default_rng(seed),
-    aggregate=aggregate,
-    task_log=log,
+  sim = make_simulation(
+    num_clients, scheduler, latency, availability, seed, aggregate=aggregate, task_log=log
   )
   return sim, log
 
