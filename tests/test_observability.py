@@ -131,3 +131,36 @@ def test_plot_and_compare_read_a_real_two_seed_sweep(digits_data_dir, tmp_path, 
     assert row['seeds'] == 2
     assert row['final_accuracy_mean'] == pytest.approx(np.mean(finals[row['label']]))
     assert row['final_accuracy_std'] == pytest.approx(np.std(finals[row['label']], ddof=1))
+
+
+def test_progress_lines_carry_the_total_and_an_eta_and_quiet_hides_them(digits_data_dir, tmp_path):
+  import subprocess
+  import sys
+
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  config_path = tmp_path / 'config.py'
+  config_path.write_text(
+    'from tests.helpers import make_tiny_config\n'
+    'def get_config():\n'
+    f'  return make_tiny_config("fedbuff", {str(digits_data_dir)!r})\n'
+  )
+
+  def run(*flags):
+    return subprocess.run(
+      [sys.executable, os.path.join(repo, 'experiments', 'run.py'), f'--config={config_path}']
+      + list(flags),
+      capture_output=True,
+      text=True,
+      cwd=repo,
+      timeout=180,
+    )
+
+  loud = run(f'--workdir={tmp_path / "loud"}')
+  assert loud.returncode == 0, loud.stderr[-2000:]
+  progress = [line for line in loud.stderr.splitlines() if 'test accuracy' in line]
+  assert ['version 0/4' in progress[0], 'version 4/4' in progress[-1]] == [True, True]
+  assert 'ETA' in progress[-1] and '(100%)' in progress[-1]
+  quiet = run(f'--workdir={tmp_path / "quiet"}', '--quiet')
+  assert quiet.returncode == 0
+  assert 'test accuracy' not in quiet.stderr
+  assert quiet.stdout.startswith('final accuracy')
