@@ -108,6 +108,16 @@ def _digest(host: bytes, arrays: Mapping[str, np.ndarray]) -> str:
   return digest.hexdigest()
 
 
+def this_process_only() -> Any:
+  """orbax options under which this process reads and writes alone: in a multi-process run
+  (`fedsim_jax.distributed`) only process 0 writes, from host copies of the arrays, and no
+  other process takes part in (or waits at) orbax's cross-process barriers."""
+  import orbax.checkpoint as ocp
+
+  index = jax.process_index()
+  return ocp.options.MultiprocessingOptions(primary_host=index, active_processes={index})
+
+
 @contextlib.contextmanager
 def quiet_orbax() -> Iterator[None]:
   """Hides orbax's INFO lines (several per save, through absl's logger) inside the block, so
@@ -148,10 +158,14 @@ class Checkpoints:
       import orbax.checkpoint as ocp  # imported on first use: it is slow to import
 
       self._ocp = ocp
+      os.makedirs(self.directory, exist_ok=True)  # orbax's `create` excludes active_processes
       self._manager = ocp.CheckpointManager(
         self.directory,
         options=ocp.CheckpointManagerOptions(
-          max_to_keep=self.keep, enable_async_checkpointing=False, create=True
+          max_to_keep=self.keep,
+          enable_async_checkpointing=False,
+          create=False,
+          multiprocessing_options=this_process_only(),
         ),
       )
     return self._manager

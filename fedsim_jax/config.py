@@ -157,6 +157,13 @@ def base_config() -> ml_collections.ConfigDict:
   # of every metric (written when tensorboardX is installed).
   c.run.write_tasks = True
   c.run.tensorboard = True
+  # Several processes (hosts) on jax.distributed (fedsim_jax/distributed.py): each runs the same
+  # command; the coordinator, process count and id come from here, else FEDSIM_* environment
+  # variables, else a cluster launcher JAX detects (Slurm, Open MPI, ...).
+  c.run.distributed = False
+  c.run.coordinator_address = config_dict.placeholder(str)
+  c.run.num_processes = config_dict.placeholder(int)
+  c.run.process_id = config_dict.placeholder(int)
 
   return c
 
@@ -305,6 +312,7 @@ _compilation_cache.allowed = "'process', 'off' or a directory path"  # type: ign
 
 _INTEGERS = positive(integer=True)
 _CLASS = positive(integer=True, allow_zero=True)
+_OPTIONAL_INDEX = positive(integer=True, allow_zero=True, optional=True)
 
 # Every setting outside the free sections: its check and a one-line description. `validate`
 # applies these checks and `describe` prints them with base_config()'s defaults: one source,
@@ -429,6 +437,22 @@ FIELDS: dict[str, tuple[Check, str]] = {
     one_of(('stop', 'continue')),
     "NaN/inf loss or parameters: 'stop' (exit 3) or 'continue'",
   ),
+  'run.distributed': (
+    boolean,
+    'run over several processes with jax.distributed; process 0 writes (docs/distributed.md)',
+  ),
+  'run.coordinator_address': (
+    text(optional=True),
+    'host:port of process 0 (None: FEDSIM_COORDINATOR_ADDRESS or the cluster launcher)',
+  ),
+  'run.num_processes': (
+    positive(integer=True, optional=True),
+    'processes of a distributed run (None: FEDSIM_NUM_PROCESSES or the launcher)',
+  ),
+  'run.process_id': (
+    _OPTIONAL_INDEX,
+    "this process's index (None: FEDSIM_PROCESS_ID or the launcher)",
+  ),
   'run.write_tasks': (
     boolean,
     'write the task trace, tasks.jsonl: one record per client task (docs/observability.md)',
@@ -480,6 +504,15 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(
       f'executor.devices={executor.devices} is invalid with executor.backend='
       f"{executor.backend!r}; allowed: devices > 1 with backend 'vmap'"
+    )
+  if (
+    run.process_id is not None
+    and run.num_processes is not None
+    and run.process_id >= run.num_processes
+  ):
+    raise ConfigError(
+      f'run.process_id={run.process_id} is invalid with run.num_processes='
+      f'{run.num_processes}; allowed: 0..{run.num_processes - 1}'
     )
   if run.num_rounds is None and run.max_virtual_time is None and run.max_client_updates is None:
     raise ConfigError(

@@ -11,6 +11,8 @@ import dataclasses
 import json
 import math
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -21,7 +23,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from fedsim_jax import algorithms, compilation_cache, interrupts, memory_estimate
+from fedsim_jax import algorithms, compilation_cache, distributed, interrupts, memory_estimate
 from fedsim_jax import config as config_lib
 from fedsim_jax import workdir as workdir_lib
 from fedsim_jax.checkpointing import CheckpointError, Checkpoints, Restored
@@ -349,7 +351,12 @@ RESUMABLE_CHANGES = (
   'run.target_accuracy',
   'run.check_memory',
   'run.tensorboard',
+  'run.distributed',
+  'run.coordinator_address',
+  'run.num_processes',
+  'run.process_id',
   'executor.threads',
+  'executor.devices',  # each task's key derives from its seed: results do not depend on it
 )
 STATUSES = ('completed', 'interrupted', 'diverged', 'failed')
 
@@ -409,7 +416,17 @@ class PreparedRun:
     periodic_checkpoints: bool = True,
   ):
     settings = validate(config)
-    workdir = workdir_lib.check(workdir, resume=resume, overwrite=overwrite)
+    run = config.run
+    if run.distributed:  # before anything touches a device
+      distributed.initialize(run.coordinator_address, run.num_processes, run.process_id)
+    # In a multi-process run only process 0 writes the workdir; the others write their own
+    # outputs into a scratch folder, deleted at the end, and read the workdir's checkpoints.
+    self.primary = not run.distributed or distributed.is_primary()
+    checkpoint_dir = os.path.join(os.path.abspath(workdir), 'checkpoints')
+    if self.primary:
+      workdir = workdir_lib.check(workdir, resume=resume, overwrite=overwrite)
+    else:
+      workdir = tempfile.mkdtemp(prefix=f'fedsim-process{jax.process_index()}-')
     try:
       cache_dir = compilation_cache.enable(config.run.compilation_cache)
     except ValueError as e:
@@ -435,9 +452,7 @@ class PreparedRun:
     resolved['algorithm']['kwargs'] = self.algorithm_settings.as_dict()
     if config.run.check_memory:
       self._check_memory(config, dataset, model)
-    self.checkpoints = Checkpoints(
-      os.path.join(workdir, 'checkpoints'), keep=config.run.keep_checkpoints
-    )
+    self.checkpoints = Checkpoints(checkpoint_dir, keep=config.run.keep_checkpoints)
     restored = self._checkpoint_to_resume(resolved) if resume else None
     try:  # class metrics are checked against the dataset's classes
       self._evaluate = make_evaluator(
@@ -465,7 +480,11 @@ class PreparedRun:
     run_state = restored.state['run'] if restored is not None else {}
     self.writer = MetricsWriter(workdir, rows=run_state.get('rows', ()))
     self.task_trace = (
-      TaskTraceWriter(workdir, offset=run_state.get('tasks_offset') if restored else None)
+      TaskTraceWriter(
+        workdir,
+        # (a non-primary process's scratch trace starts empty: only process 0's is kept)
+        offset=run_state.get('tasks_offset') if restored and self.primary else None,
+      )
       if config.run.write_tasks
       else None
     )
@@ -507,6 +526,8 @@ class PreparedRun:
       backend=executor.backend,
       step_loop=executor.step_loop,
       threads=executor.threads,
+      devices=executor.devices,
+      processes=jax.process_count(),
       compilation_cache=compilation_cache.in_use(cache_dir),
     )
     logging.info(
@@ -584,18 +605,21 @@ class PreparedRun:
     """Writes the whole run's state (simulation and outputs so far) as a new checkpoint."""
     sim = self.simulation
     start = time.perf_counter()
-    self.checkpoints.save(
-      {
-        'simulation': sim.state(),
-        'run': {
-          'rows': self.writer.rows,
-          'tasks_offset': None if self.task_trace is None else self.task_trace.offset(),
-          'last_evaluated': self._last_evaluated,
-          'best': self._best,
-        },
+    state = {
+      'simulation': sim.state(),
+      'run': {
+        'rows': self.writer.rows,
+        'tasks_offset': None if self.task_trace is None else self.task_trace.offset(),
+        'last_evaluated': self._last_evaluated,
+        'best': self._best,
       },
-      {'version': sim.version, 'virtual_time': sim.now, 'config': self._resolved_config},
-    )
+    }
+    if self.config.run.distributed:  # every process gathers; process 0 writes
+      state = distributed.to_host(state)
+    if self.primary:
+      self.checkpoints.save(
+        state, {'version': sim.version, 'virtual_time': sim.now, 'config': self._resolved_config}
+      )
     if self.tensorboard is not None:
       self.tensorboard.flush()
     self._checkpoint_requested = False
@@ -761,9 +785,14 @@ class PreparedRun:
         models['best'] = self._best[2]
       if sim.eval_params is not sim.params:
         models['evaluated'] = sim.eval_params
-      save_models(self.workdir, self.model_description, models)
+      if self.config.run.distributed:
+        models = distributed.to_host(models)
+      if self.primary:
+        save_models(self.workdir, self.model_description, models)
     self._write_summary(summary)
     self._lock.release()
+    if not self.primary:
+      shutil.rmtree(self.workdir, ignore_errors=True)
     return summary
 
 

@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from fedsim_jax.checkpointing import quiet_orbax
+from fedsim_jax.checkpointing import quiet_orbax, this_process_only
 from fedsim_jax.metrics import read_metrics, write_json
 from fedsim_jax.models import Model, Params, get_model
 
@@ -25,7 +25,7 @@ MODELS_DIR = 'models'
 def _checkpointer() -> Any:
   import orbax.checkpoint as ocp  # slow to import: only when models are written or read
 
-  return ocp.StandardCheckpointer()
+  return ocp.StandardCheckpointer(multiprocessing_options=this_process_only())
 
 
 def model_description(model: Model, kwargs: Mapping[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / 'fedsim_jax'
 # `algorithms` may not exist yet; a tier lists it so that it lands above `strategy`.
 TIERS = (
   ('settings', 'tree'),
-  ('checkpointing', 'interrupts', 'workdir'),
+  ('checkpointing', 'distributed', 'interrupts', 'workdir'),
   ('data', 'models'),
   ('client',),
   ('executor',),
@@ -30,10 +30,12 @@ TIERS = (
   ('strategy',),
   ('algorithms',),
   ('config', 'compilation_cache', 'memory_estimate', 'saved_run'),
-  ('experiment',),
+  # The shipped configs build on `config` alone; the library never imports one by name.
+  ('experiment', 'configs'),
   ('analysis',),  # reads run directories: metrics.writers, never experiment
   ('cli',),
-  ('__init__',),  # the package's facade: `fedsim_jax.load_run` and the version
+  ('run',),  # the experiment binary (`fedsim-run`): flags, then `experiment`
+  ('__init__',),  # the package's facade: `import fedsim_jax as fs`, its public names
 )
 # Layers not checked, which no layer may import (none today).
 EXCLUDED: tuple[str, ...] = ()

@@ -109,6 +109,9 @@ class Executor:
       `jax.sharding.Mesh` with one axis 'tasks'; the federation and start models are
       replicated, task rows are padded to a multiple of `devices`, and each device trains its
       share of the rows. Results do not depend on it (each task's key derives from its seed).
+      In a multi-process run (`fedsim_jax.distributed`): 1 (each process trains every task on
+      its first device) or `jax.device_count()` (the rows are sharded over every device of
+      every process).
     threads: loop backend: how many tasks run at once, each called from its own host thread
       and waited for there. XLA:CPU runs a small client step on about one core (a B = 32 MLP
       step gains 1.3x from a second core, a B = 1,024 one 1.9x), and calls from one thread run
@@ -137,7 +140,16 @@ class Executor:
       raise ValueError(f'executor.step_loop={step_loop!r}; allowed: {STEP_LOOPS}')
     if step_loop == 'host' and backend != 'loop':
       raise ValueError("executor.step_loop='host' needs executor.backend='loop'")
-    available = jax.local_device_count()
+    if jax.process_count() > 1:
+      # Several processes (fedsim_jax.distributed): shard over every process's devices, or
+      # have each process train every task on its own first device.
+      allowed = (1, jax.device_count())
+      if devices not in allowed:
+        raise ValueError(
+          f'executor.devices={devices!r}; allowed in a {jax.process_count()}-process run: '
+          f'{allowed[0]} or {allowed[1]} (every device of every process)'
+        )
+    available = jax.device_count() if jax.process_count() > 1 else jax.local_device_count()
     if not isinstance(devices, int) or not 1 <= devices <= available:
       raise ValueError(f'executor.devices={devices!r}; allowed: 1..{available} (local devices)')
     if devices > 1 and backend != 'vmap':
@@ -148,7 +160,8 @@ class Executor:
       raise ValueError(f"executor.threads={threads} needs executor.backend='loop'")
     self.threads = threads
     self.devices = devices
-    self._mesh = Mesh(np.array(jax.local_devices()[:devices]), ('tasks',)) if devices > 1 else None
+    mesh_devices = jax.devices() if jax.process_count() > 1 else jax.local_devices()
+    self._mesh = Mesh(np.array(mesh_devices[:devices]), ('tasks',)) if devices > 1 else None
     if self._mesh is not None:
       base_key = jax.device_put(base_key, NamedSharding(self._mesh, PartitionSpec()))
     # A lazy federation keeps its examples on the host: each batch runs on a block of just its

@@ -58,11 +58,54 @@ def weighted_mean_delta(updates: UpdateBatch) -> Params:
 class Aggregator(NamedTuple):
   """How updates change the server state: a pair of pure functions (optax-style).
 
-  `init(params) -> state` and `apply(state, updates: UpdateBatch) -> state`. The state must
-  expose the current global model as `state.params`, and may expose the model to evaluate as
-  `state.eval_params` (an EMA, an auxiliary model). `apply` is jitted by the runtime. Set
-  `needs_client_params` when `apply` reads `updates.client_params` (mixing rules such as
-  FedAsync's), so the runtime only stacks start params when they are used.
+  - `init(params) -> state`: called once with the initial global model. The state is any
+    pytree (a `flax.struct.dataclass`, a NamedTuple) that exposes the current global model as
+    `state.params`, and may expose the model to evaluate as `state.eval_params` (an EMA, an
+    auxiliary model). Server optimizer state, counters and per-client memory live in it too.
+  - `apply(state, updates) -> state`: called each time the scheduler aggregates
+    (`Simulation.apply_updates`), with an `UpdateBatch` of K rows: `updates.deltas` (the
+    clients' parameter changes, leaves `[K, ...]`), `updates.weights` (`[K]`, the
+    scheduler's weights), `updates.staleness`, `updates.num_steps`, `updates.group`,
+    `updates.client_id`. K is rounded up to a few bucketed sizes so that `apply` compiles
+    rarely: padding rows have weight 0 and must not count (`updates.mask` is 1 on real rows).
+
+  `apply` is jitted by the runtime, so it is traced: use `jax.numpy` and `jax.tree_util` on
+  the arrays, no Python branches on their values and no side effects. It never sees the
+  scheduler or the simulation; everything it needs is in `state` and `updates`. Set
+  `needs_client_params` when `apply` reads `updates.client_params` (each client's final
+  model; mixing rules such as FedAsync's), so the runtime only stacks them when used. The
+  state is saved in checkpoints (arrays with orbax, the rest pickled): define its class at
+  module level.
+
+  Most rules need no new aggregator: `fedsim_jax.strategy.server_update(optimizer, reducer)`
+  applies x <- x + optimizer(-reducer(updates)) with any optax optimizer and a reducer
+  (`weighted_mean()`, `count_mean()`, `staleness_scaled(...)`, ...). A minimal one written
+  by hand (the server applies a fraction `rate` of the weighted mean delta)::
+
+    import flax.struct
+    import jax
+    import jax.numpy as jnp
+
+    from fedsim_jax.runtime import Aggregator, weighted_mean_delta
+
+    @flax.struct.dataclass
+    class State:
+      params: dict  # the global model: the runtime reads and evaluates state.params
+      rounds: jax.Array
+
+    def damped_average(rate: float) -> Aggregator:
+      def init(params):
+        return State(params, jnp.zeros((), jnp.int32))
+
+      def apply(state, updates):
+        mean = weighted_mean_delta(updates)  # sum_k w_k delta_k / sum_k w_k (padding: w = 0)
+        params = jax.tree_util.tree_map(lambda p, d: p + rate * d, state.params, mean)
+        return State(params, state.rounds + 1)
+
+      return Aggregator(init=init, apply=apply)
+
+  Pass it as `Simulation(aggregator=damped_average(0.5), ...)`, or return it from a
+  registered algorithm (README, "New algorithm").
   """
 
   init: Callable[[Params], Any]

@@ -1,0 +1,110 @@
+"""Two local processes on jax.distributed (loopback coordinator, gloo, two CPU devices each)
+run one experiment with its task axis sharded over all four devices: the metrics are those of
+the one-process run, only process 0 writes the workdir, and a run checkpointed by one process
+continues in two to the one-process result."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from fedsim_jax.config import ConfigError
+from fedsim_jax.experiment import run_experiment, validate
+from tests.helpers import make_tiny_config
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Each process runs this with the run's settings in FEDSIM_* environment variables, as a
+# cluster launcher would set them.
+_WORKER = """
+import sys
+from tests.helpers import make_tiny_config
+from fedsim_jax.experiment import run_experiment
+
+algorithm, data_dir, workdir, resume = sys.argv[1:]
+config = make_tiny_config(algorithm, data_dir, clients=8)
+config.run.distributed = True
+config.executor.backend = 'vmap'
+config.executor.devices = 4  # both processes' devices
+summary = run_experiment(config, workdir, resume=resume == 'resume')
+print('final', summary['final_accuracy'])
+"""
+
+
+def _free_port():
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    return s.getsockname()[1]
+
+
+def _metrics(workdir):
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    return [json.loads(line) for line in f]
+
+
+@pytest.mark.parametrize('algorithm, resume', [('fedavg', ''), ('fedbuff', 'resume')])
+def test_two_processes_give_the_one_process_run_and_only_process_0_writes(
+  digits_data_dir, tmp_path, algorithm, resume
+):
+  reference = tmp_path / 'reference'
+  config = make_tiny_config(algorithm, digits_data_dir, clients=8)
+  config.executor.backend = 'vmap'
+  run_experiment(config, reference)
+
+  workdir = tmp_path / 'distributed'
+  if resume:  # the first half in this one process, the rest in two
+    config.run.num_rounds = 2
+    run_experiment(config, workdir)
+  port = _free_port()
+  processes = []
+  for process_id in (0, 1):
+    scratch = tmp_path / f'tmp{process_id}'
+    scratch.mkdir()
+    env = dict(
+      os.environ,
+      XLA_FLAGS='--xla_force_host_platform_device_count=2',
+      FEDSIM_COORDINATOR_ADDRESS=f'127.0.0.1:{port}',
+      FEDSIM_NUM_PROCESSES='2',
+      FEDSIM_PROCESS_ID=str(process_id),
+      TMPDIR=str(scratch),
+    )
+    processes.append(
+      subprocess.Popen(
+        [sys.executable, '-c', _WORKER, algorithm, str(digits_data_dir), str(workdir), resume],
+        cwd=_REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+      )
+    )
+  outputs = [p.communicate(timeout=240) for p in processes]
+  for process, (_, err) in zip(processes, outputs):
+    assert process.returncode == 0, err[-3000:]
+
+  got, want = _metrics(workdir), _metrics(reference)
+  if resume:
+    assert (workdir / 'tasks.jsonl').read_text() == (reference / 'tasks.jsonl').read_text()
+  assert [r['test_accuracy'] for r in got] == [r['test_accuracy'] for r in want]
+  for g, w in zip(got, want):
+    assert g['test_loss'] == pytest.approx(w['test_loss'], rel=1e-5)
+    assert g['client_updates'] == w['client_updates']
+  summary = json.loads((workdir / 'summary.json').read_text())
+  assert summary['status'] == 'completed'
+  assert (summary['host']['devices'], summary['host']['processes']) == (4, 2)
+  # Process 1 wrote into its own scratch folder only, and removed it.
+  assert list((tmp_path / 'tmp1').iterdir()) == []
+  finals = [[line for line in out.splitlines() if line.startswith('final')] for out, _ in outputs]
+  assert finals[0] == finals[1] == [f'final {summary["final_accuracy"]}']
+
+
+def test_a_process_id_beyond_the_process_count_is_refused():
+  config = make_tiny_config('fedavg')
+  config.run.distributed = True
+  config.run.num_processes = 2
+  config.run.process_id = 2
+  with pytest.raises(ConfigError, match=r'run.process_id=2 is invalid .* allowed: 0..1'):
+    validate(config)
