@@ -168,3 +168,32 @@ def test_report_prints_ratios_to_roofline_torch_and_sync():
   assert rows['fedbuff_mlp', 'fedsim_vmap'].endswith('| - | - | 1.50x |')
   assert 'meets the 100,000 events/s target' in table
   assert 'FedBuff / sync FedAvg (MLP), best fedsim strategy of each, examples/s: 1.50' in table
+
+
+def test_accelerator_check_runs_reduced_on_cpu_and_names_the_device(tmp_path):
+  """`benchmarks/accelerator_check.py --reduced`: the EMNIST-shaped FedAvg workload with each
+  executor strategy, a JSON line per strategy and a table headed by the device."""
+  table = tmp_path / 'accelerator.md'
+  result = subprocess.run(
+    [
+      sys.executable,
+      os.path.join(ROOT, 'benchmarks', 'accelerator_check.py'),
+      '--reduced',
+      '--noharness',
+      f'--output={table}',
+    ],
+    capture_output=True,
+    text=True,
+    cwd=ROOT,
+    timeout=300,
+  )
+  assert result.returncode == 0, result.stderr[-2000:]
+  records = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{')]
+  assert [r['strategy'] for r in records] == ['fedsim_vmap', 'fedsim_loop', 'fedsim_loop_host']
+  for r in records:
+    assert r['case'] == 'emnist_fedavg' and r['device'] == '1 x CPU cpu'
+    assert r['rounds_measured'] == r['rounds'] == 2
+    assert _positive(r['examples_per_s']) and _positive(r['round_s'])
+    assert r['projected_s'] == pytest.approx(r['first_round_s'] + r['round_s'], abs=0.11)
+  text = table.read_text()
+  assert text.startswith('Device: 1 x CPU cpu') and text.count('| emnist_fedavg |') == 3
