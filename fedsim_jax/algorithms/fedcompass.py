@@ -12,7 +12,7 @@ import optax
 
 from fedsim_jax.algorithms.base import Algorithm, BuildContext, RunFacts, register
 from fedsim_jax.algorithms.groups import ClientTermsSettings, HeldModels, ServerEmaSettings
-from fedsim_jax.settings import ConfigError, decay, number, one_of, positive, setting
+from fedsim_jax.settings import ConfigError, boolean, decay, number, one_of, positive, setting
 from fedsim_jax.strategy.fedcompass import (
   CREATE_RULES,
   SPEED_ESTIMATORS,
@@ -30,11 +30,17 @@ class CompassSettings(ClientTermsSettings, ServerEmaSettings):
   latest_time_factor: float = setting(1.2, number(minimum=1), 'lambda')
   weighting: str = setting('num_examples', one_of(WEIGHTINGS), 'p_k')
   speed_estimator: str = setting('last', one_of(SPEED_ESTIMATORS), "or 'ema' (public code)")
-  speed_momentum: float = setting(0.9, decay(), "the 'ema' estimator's weight")
+  speed_momentum: float = setting(0.9, decay(), "'ema': the newest measurement's weight")
   create_rule: str = setting('paper', one_of(CREATE_RULES), "CREATEGROUP as printed, or 'code'")
   alpha: float = setting(0.9, number(above=0, maximum=1), 'alpha of st(u) = alpha (u + 1)^-a')
   staleness_a: float = setting(0.5, positive(allow_zero=True), 'a of st(u)')
   server_momentum: float = setting(0.9, decay(), 'fedcompass_m')
+  first_arrival_momentum: bool = setting(
+    False,
+    boolean,
+    "fedcompass_m: also apply momentum to a client's first (ungrouped) update; the paper and "
+    'its code apply it in group aggregation only',
+  )
 
   def check(self, prefix: str) -> None:
     super().check(prefix)
@@ -80,7 +86,13 @@ def fedcompass_algorithm(settings: CompassSettings, context: BuildContext) -> Al
     settings.create_rule,
   )
   optimizer, reducer = VARIANTS[context.name](settings)
-  aggregator = compass_aggregator(settings.alpha, settings.staleness_a, optimizer, reducer)
+  aggregator = compass_aggregator(
+    settings.alpha,
+    settings.staleness_a,
+    optimizer,
+    reducer,
+    optimize_first_arrivals=settings.first_arrival_momentum,
+  )
   return Algorithm(
     scheduler=scheduler,
     aggregator=settings.with_ema(aggregator),

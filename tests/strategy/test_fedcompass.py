@@ -63,8 +63,8 @@ class _Fixed(TaskLatency):
     return self.total
 
 
-def _compass_sim(step_times, overrides=None, q_min=20, q_max=100, lam=1.2):
-  scheduler = CompassScheduler(q_min, q_max, lam, weighting='uniform')
+def _compass_sim(step_times, overrides=None, q_min=20, q_max=100, lam=1.2, estimator='last'):
+  scheduler = CompassScheduler(q_min, q_max, lam, weighting='uniform', speed_estimator=estimator)
   sim = Simulation(
     executor=NoTrainingExecutor(PARAMS),
     scheduler=scheduler,
@@ -126,22 +126,28 @@ def test_figure_1_example_step_by_step():
   assert sim.report()['tasks']['aggregated'] == 5 + 3 + 5 + 5
 
 
-def test_speed_up_client_waits_for_its_group():
+@pytest.mark.parametrize('estimator, q', [('last', 50), ('ema', 48)])
+def test_speed_up_client_waits_for_its_group(estimator, q):
   # Appendix G.2, Figure 20: client 3 speeds up to 5 steps/min in its second round and
   # arrives at 10:36; the server waits for clients 1 and 2 (12:00), then reassigns all three
-  # to group 2 with client 3's Q from its new speed.
-  sim, _, log = _compass_sim(FIGURE_1_STEP_TIMES, {(2, 1): 28 / 5})
+  # to group 2 with client 3's Q from its new speed: 10 min / 0.2 min per step = 50 with the
+  # newest speed; the public code's EMA weighs the newest 0.9, S = 0.9 x 0.2 + 0.1 x 0.25 =
+  # 0.205 min, Q = floor(10 / 0.205) = 48 (weighing the old speed 0.9 would give 40).
+  sim, _, log = _compass_sim(FIGURE_1_STEP_TIMES, {(2, 1): 28 / 5}, estimator=estimator)
   sim.run(StopCondition(max_virtual_time=12.5))
-  assert (12.0, 3, 50, 1) in log and not any(t == pytest.approx(10.6) for t, *_ in log)
+  assert (12.0, 3, q, 1) in log and not any(t == pytest.approx(10.6) for t, *_ in log)
 
 
-def test_mild_slowdown_arrives_before_latest_arrival_time():
+@pytest.mark.parametrize('estimator, q', [('last', 28), ('ema', 29)])
+def test_mild_slowdown_arrives_before_latest_arrival_time(estimator, q):
   # Figure 21: client 3 slows to 3.33 steps/min and arrives at 13:24 < T_max = 14:00: the
-  # group waits for it and then reassigns clients 1-3 to the next group.
-  sim, _, log = _compass_sim(FIGURE_1_STEP_TIMES, {(2, 1): 28 / (10 / 3)})
+  # group waits for it and then reassigns clients 1-3 to the next group (T_a = 22:00). Client
+  # 3's Q: 8.6 min / 0.3 = 28 with the newest speed; 8.6 / (0.9 x 0.3 + 0.1 x 0.25) = 29.
+  sim, _, log = _compass_sim(FIGURE_1_STEP_TIMES, {(2, 1): 28 / (10 / 3)}, estimator=estimator)
   sim.run(StopCondition(max_virtual_time=14.5))
   reassigned = [(c, g) for t, c, _, g in log if t == pytest.approx(13.4)]
   assert reassigned == [(1, 1), (2, 1), (3, 1)]
+  assert [s for t, c, s, _ in log if t == pytest.approx(13.4) and c == 3] == [q]
   assert not any(t == 12.0 for t, *_ in log)
 
 
@@ -165,6 +171,15 @@ def test_severe_slowdown_misses_latest_arrival_time():
   assert at_22 == [(1, 99, 2), (2, 49, 2), (4, 24, 2), (5, 39, 3)]
   # Client 3's late update waited in the general buffer and joined group 2's aggregation.
   assert sim.report()['tasks']['discarded'] == {}
+
+
+def test_severe_slowdown_with_the_ema_estimator_also_creates_a_new_group():
+  # Figure 22 with the public code's EMA: client 3's estimate 0.9 x 10.2/28 + 0.1 x 0.25 =
+  # 0.353 min per step still gives Q = floor(6.8 / 0.353) = 19 < Q_min for group 2 at 15:12.
+  sim, _, log = _compass_sim(FIGURE_1_STEP_TIMES, {(2, 1): 10.2}, estimator='ema')
+  sim.run(StopCondition(max_virtual_time=16.0))
+  assert [(c, g) for t, c, _, g in log if t == 14.0] == [(1, 1), (2, 1)]
+  assert [(c, g) for t, c, _, g in log if t == pytest.approx(15.2)] == [(3, 2)]
 
 
 @pytest.mark.parametrize('seed', range(6))
@@ -228,6 +243,50 @@ def _variant(name, **settings):
   """The algorithm `name`'s aggregator (its server optimizer and reducer), alpha 0.9, a 0.5."""
   optimizer, reducer = VARIANTS[name](CompassSettings.from_kwargs(settings))
   return compass_aggregator(0.9, 0.5, optimizer, reducer)
+
+
+def test_fedcompass_m_applies_momentum_in_group_aggregation_only():
+  """+M's first-arrival updates (group -1, applied alone) step without momentum and leave it
+  untouched; `first_arrival_momentum=True` runs them through the momentum like any update."""
+  from fedsim_jax.runtime import UpdateBatch
+
+  def batch(group):
+    return UpdateBatch(
+      deltas={'w': jnp.array([[1.0, 0.0]])},
+      weights=jnp.array([1.0]),
+      staleness=jnp.array([0]),
+      num_steps=jnp.array([10]),
+      group=jnp.array([group], jnp.int32),
+    )
+
+  def aggregator(first_arrival_momentum):
+    settings = CompassSettings.from_kwargs(
+      {'server_momentum': 0.5, 'first_arrival_momentum': first_arrival_momentum}
+    )
+    optimizer, reducer = VARIANTS['fedcompass_m'](settings)
+    return compass_aggregator(
+      settings.alpha,
+      settings.staleness_a,
+      optimizer,
+      reducer,
+      optimize_first_arrivals=settings.first_arrival_momentum,
+    )
+
+  assert CompassSettings().first_arrival_momentum is False
+  step = 0.9  # st(0) p Delta with alpha 0.9
+  paper = aggregator(False)
+  state = paper.apply(paper.init(PARAMS), batch(-1))  # first arrival: w += 0.9, m stays 0
+  np.testing.assert_allclose(state.params['w'], [step, 0.0], rtol=1e-6)
+  state = paper.apply(state, batch(0))  # group aggregation: m = 0.9, w += 0.9
+  np.testing.assert_allclose(state.params['w'], [2 * step, 0.0], rtol=1e-6)
+  state = paper.apply(state, batch(-1))  # first arrival again: m untouched
+  np.testing.assert_allclose(state.params['w'], [3 * step, 0.0], rtol=1e-6)
+  state = paper.apply(state, batch(0))  # m = 0.5 x 0.9 + 0.9
+  np.testing.assert_allclose(state.params['w'], [3 * step + 1.5 * step, 0.0], rtol=1e-6)
+  code = aggregator(True)
+  state = code.apply(code.init(PARAMS), batch(-1))
+  state = code.apply(state, batch(0))  # m = 0.5 x 0.9 + 0.9 already
+  np.testing.assert_allclose(state.params['w'], [step + 1.5 * step, 0.0], rtol=1e-6)
 
 
 def test_compass_aggregator_variants():
