@@ -19,9 +19,16 @@ class Event(NamedTuple):  # a tuple: built once per event, on the hot path
   payload: Any
 
 
+# Added to a timer's insertion number: at one instant, every arrival and dropout pops before any
+# timer (a client arriving exactly at a deadline or a group's latest arrival time T_max is on
+# time: FedCompass's Algorithm 1 tests T_now <= T_max).
+_TIMER_RANK = 1 << 62
+
+
 class EventQueue:
-  """Min-heap on (virtual time, insertion order): simultaneous events pop in the order pushed,
-  so a run never depends on how Python compares payloads."""
+  """Min-heap on (virtual time, arrivals and dropouts before timers, insertion order):
+  simultaneous events pop in a fixed order, so a run never depends on how Python compares
+  payloads."""
 
   def __init__(self) -> None:
     self._heap: list[tuple[float, int, Event]] = []
@@ -29,7 +36,8 @@ class EventQueue:
 
   def push(self, time: float, kind: EventKind, payload: Any = None) -> Event:
     event = Event(float(time), kind, payload)
-    heapq.heappush(self._heap, (event.time, self._counter, event))
+    order = self._counter + _TIMER_RANK if kind is EventKind.TIMER else self._counter
+    heapq.heappush(self._heap, (event.time, order, event))
     self._counter += 1
     return event
 

@@ -562,8 +562,9 @@ class Simulation:
     return _computed(handle)
 
   def set_timer(self, time: float, payload: Any = None) -> None:
-    """Calls `scheduler.on_timer(sim, payload)` at virtual time `time` (>= now). Timers set
-    for the current time fire after the events already queued for it."""
+    """Calls `scheduler.on_timer(sim, payload)` at virtual time `time` (>= now). At one
+    instant, timers fire after every arrival and dropout of that instant (a client arriving
+    exactly at a deadline is on time), and in the order they were set."""
     if time < self.now:
       raise ValueError(f'timer at {time} is in the past (now {self.now})')
     self.queue.push(time, EventKind.TIMER, payload)

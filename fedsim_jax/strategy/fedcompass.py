@@ -201,8 +201,8 @@ class CompassScheduler:
     group = self.groups[group_id]
     group.pending.discard(client)
     group.arrived.append(client)  # line 14
-    # Late: after T_max (15-19). An arrival at exactly T_max that finds its group already
-    # aggregated by the timer also missed the aggregation and is handled as late.
+    # Late: after T_max (15-19), or after its group aggregated (an arrival at exactly T_max is
+    # on time: arrivals pop before the group's timer at the same instant).
     if sim.now > group.latest_arrival or group.aggregated:
       self.general_buffer.append((handle, staleness))
       self._assign_group(sim, client)

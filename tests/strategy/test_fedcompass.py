@@ -138,6 +138,18 @@ def test_speed_up_client_waits_for_its_group(estimator, q):
   assert (12.0, 3, q, 1) in log and not any(t == pytest.approx(10.6) for t, *_ in log)
 
 
+def test_an_arrival_exactly_at_the_latest_arrival_time_is_on_time():
+  # Figure 1 with client 2's second task arriving at 14:00 = T_max of group 1 (created at 02:00,
+  # T_a = 12:00, lambda = 1.2): Algorithm 1 tests T_now <= T_max, so the group still takes it
+  # and aggregates {1, 2, 3} at 14:00 (the group timer set for the same instant fires after).
+  sim, _, log = _compass_sim(FIGURE_1_STEP_TIMES, {(1, 1): 10.0})
+  sim.run(StopCondition(max_virtual_time=14.5))
+  reassigned = sorted((c, g) for t, c, _, g in log if t == 14.0)
+  assert reassigned == [(1, 1), (2, 1), (3, 1)]
+  assert sim.version == 5 + 1  # five first arrivals, then group 1's one aggregation
+  assert sim.report()['tasks']['aggregated'] == 5 + 3
+
+
 @pytest.mark.parametrize('estimator, q', [('last', 28), ('ema', 29)])
 def test_mild_slowdown_arrives_before_latest_arrival_time(estimator, q):
   # Figure 21: client 3 slows to 3.33 steps/min and arrives at 13:24 < T_max = 14:00: the
