@@ -8,7 +8,7 @@ import pytest
 
 from fedsim_jax.config import ConfigError, base_config, set_by_path, validate
 from fedsim_jax.data.lazy import LazyFederation
-from fedsim_jax.experiment import build_federated_dataset, run_experiment
+from fedsim_jax.experiment import build_federated_dataset, client_budgets, run_experiment
 from tests.helpers import make_tiny_config
 
 
@@ -76,6 +76,27 @@ def test_budget_skewed_partition_follows_the_algorithms_budgets(digits_data_dir)
   )
   dataset = build_federated_dataset(config)
   assert dataset.num_clients == 8 and dataset.client_sizes.sum() > 0
+  # 'high' skew (Table IV): clients ranked by the budgets ccfedavg draws from the same seed
+  # take shards from both ends of the (randomly permuted) class order, so each budget level
+  # holds a contiguous block of classes: a class lies in one level or in two adjacent ones.
+  budgets = client_budgets(config, 8)
+  levels = sorted(set(budgets.tolist()))
+  assert len(levels) > 2
+
+  def levels_of_each_class(federation):
+    found = {}
+    for client in range(federation.num_clients):
+      level = levels.index(budgets[client])
+      for label in set(federation.client_examples(client)[1].tolist()):
+        found.setdefault(label, set()).add(level)
+    return found
+
+  for label, where in levels_of_each_class(dataset).items():
+    assert len(where) <= 2 and max(where) - min(where) <= 1, (label, where)
+  # With skew 'none' the shards ignore the budgets: some class spreads further.
+  config.data.budget_skew = 'none'
+  spread = levels_of_each_class(build_federated_dataset(config)).values()
+  assert any(len(where) > 2 or max(where) - min(where) > 1 for where in spread)
 
 
 def test_natural_partition_needs_client_ids(digits_data_dir):
