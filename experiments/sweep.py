@@ -10,6 +10,9 @@ writer (`markdown_table`, `write_results`, `write_text`, and the statistics `mea
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import io
 import json
 import math
 import os
@@ -17,8 +20,90 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from absl import flags
+
 from fedsim_jax import cli
+from fedsim_jax import workdir as workdir_lib
 from fedsim_jax.cli import FlagError, parse_list
+
+_STATUS = flags.DEFINE_bool(
+  'status',
+  False,
+  'Print each run of the sweep as done, running, resumable or pending, with its host time and '
+  'last evaluated version, and exit; nothing runs and no table is written.',
+)
+FINAL_STATUSES = ('completed', 'diverged', 'failed')
+
+
+@dataclasses.dataclass(frozen=True)
+class RunState:
+  """Where one run of a sweep stands.
+
+  `state`: 'done' (it ended: `status` completed, diverged or failed), 'running' (a process
+  holds its workdir), 'resumable' (interrupted or killed: the next sweep continues it from its
+  newest checkpoint) or 'pending' (not started)."""
+
+  run_dir: str
+  state: str
+  status: str | None = None
+  host_seconds: float | None = None
+  version: int | None = None
+
+
+def run_state(run_dir: str) -> RunState:
+  """The `RunState` of the run in `run_dir`, read from its files (nothing is run)."""
+  summary_path = os.path.join(run_dir, 'summary.json')
+  summary = None
+  if os.path.exists(summary_path):
+    with open(summary_path, encoding='utf-8') as f:
+      summary = json.load(f)
+  version = None
+  metrics_path = os.path.join(run_dir, 'metrics.jsonl')
+  if os.path.exists(metrics_path):
+    from fedsim_jax.metrics.writers import read_metrics
+
+    rows = read_metrics(metrics_path)
+    version = rows[-1]['version'] if rows else None
+  seconds = None if summary is None else summary.get('host', {}).get('seconds')
+  status = None if summary is None else summary.get('status', 'completed')
+  if status in FINAL_STATUSES:
+    state = 'done'
+  elif os.path.isdir(run_dir) and workdir_lib.in_use(run_dir):
+    state = 'running'
+  elif os.path.isdir(run_dir) and workdir_lib.holds_results(run_dir):
+    state = 'resumable'
+  else:
+    state = 'pending'
+  return RunState(run_dir, state, status, seconds, version)
+
+
+# Under --status (set by `sweep_main`), `load_or_run` records each run's state here instead of
+# running it.
+_STATES: list[RunState] | None = None
+
+
+def status_table(states: Sequence[RunState], root: str) -> str:
+  """A markdown table of `states` and a line of counts per state."""
+  rows = [
+    [
+      os.path.relpath(s.run_dir, root),
+      s.state if s.status in (None, 'completed') else f'{s.state} ({s.status})',
+      '-' if s.host_seconds is None else f'{s.host_seconds:,.0f}',
+      '-' if s.version is None else str(s.version),
+    ]
+    for s in states
+  ]
+  counts = {
+    state: sum(s.state == state for s in states)
+    for state in ('done', 'running', 'resumable', 'pending')
+  }
+  total = sum(s.host_seconds or 0.0 for s in states)
+  return (
+    markdown_table(['run', 'state', 'host s', 'last evaluated version'], rows)
+    + '\n\n'
+    + ', '.join(f'{n} {state}' for state, n in counts.items())
+    + f' of {len(states)} runs; host time so far {total:,.0f} s'
+  )
 
 
 def check_choice(name: str, value: Any, allowed: Sequence[Any]) -> None:
@@ -151,6 +236,10 @@ def load_or_run(
     dataset: returns the federated dataset to run on (called only when the run is needed,
       so a sweep builds each federation at most once and not at all when resuming).
   """
+  if _STATES is not None:  # --status: record where the run stands, run nothing
+    state = run_state(run_dir)
+    _STATES.append(state)
+    return None, state.state
   summary_path = os.path.join(run_dir, 'summary.json')
   if os.path.exists(summary_path):
     with open(summary_path, encoding='utf-8') as f:
@@ -323,6 +412,18 @@ def sweep_main(
   from fedsim_jax.data.errors import CorruptDatasetError, DatasetNotFoundError
 
   cli.quiet_logging()
+  if _STATUS.value:
+    global _STATES
+    _STATES = []
+    try:
+      with contextlib.redirect_stdout(io.StringIO()):  # the sweep's per-run lines
+        run_sweep(settings, workdir, data_dir)
+    except (ConfigError, DatasetNotFoundError, CorruptDatasetError) as error:
+      cli.fail(str(error))
+    finally:
+      states, _STATES = _STATES, None
+    print(status_table(states, workdir))
+    return
   output = output or os.path.join(workdir, 'tables.md')
   try:
     records = run_sweep(settings, workdir, data_dir)

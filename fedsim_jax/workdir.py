@@ -72,6 +72,22 @@ def clear_results(workdir: str | os.PathLike) -> None:
       os.remove(path)
 
 
+def in_use(workdir: str | os.PathLike) -> bool:
+  """Whether a running process holds `workdir`'s lock (a `WorkdirLock`)."""
+  path = os.path.join(workdir, LOCK_FILE)
+  if not os.path.exists(path):
+    return False
+  with open(path, encoding='utf-8') as f:
+    try:
+      fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as error:
+      if error.errno in (errno.EAGAIN, errno.EACCES):
+        return True
+      raise
+    fcntl.flock(f, fcntl.LOCK_UN)
+  return False
+
+
 class WorkdirLock:
   """An exclusive lock on a workdir for this process's run (released on `release` or exit).
 

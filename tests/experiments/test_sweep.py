@@ -204,3 +204,52 @@ def test_validated_checks_every_config_before_any_run():
   assert sweep.validated([good]) == [good]
   with pytest.raises(ConfigError, match=r'^algorithm.kwargs.buffer_size=0 is invalid'):
     sweep.validated([good, bad])
+
+
+def test_run_state_tells_done_running_resumable_and_pending_runs(tmp_path):
+  from fedsim_jax.workdir import WorkdirLock
+
+  def run(name, summary=None, rows=()):
+    path = tmp_path / name
+    path.mkdir()
+    (path / 'config.json').write_text('{}')
+    (path / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in rows))
+    if summary is not None:
+      (path / 'summary.json').write_text(json.dumps(summary))
+    return str(path)
+
+  done = run('done', {'status': 'completed', 'host': {'seconds': 12.5}}, [{'version': 40}])
+  diverged = run('diverged', {'status': 'diverged', 'host': {'seconds': 3.0}}, [{'version': 7}])
+  interrupted = run('interrupted', {'status': 'interrupted', 'host': {'seconds': 4.0}})
+  killed = run('killed', rows=[{'version': 0}, {'version': 10}])
+  running = run('running')
+  lock = WorkdirLock(running)
+  try:
+    states = [
+      sweep.run_state(d)
+      for d in (done, diverged, interrupted, killed, running, str(tmp_path / 'absent'))
+    ]
+  finally:
+    lock.release()
+  assert [(s.state, s.status, s.host_seconds, s.version) for s in states] == [
+    ('done', 'completed', 12.5, 40),
+    ('done', 'diverged', 3.0, 7),
+    ('resumable', 'interrupted', 4.0, None),
+    ('resumable', None, None, 10),
+    ('running', None, None, None),
+    ('pending', None, None, None),
+  ]
+  assert sweep.run_state(running).state == 'resumable'  # the lock is released
+  table = sweep.status_table(states, str(tmp_path))
+  assert '| diverged | done (diverged) | 3 | 7 |' in table
+  assert table.endswith(
+    '2 done, 1 running, 2 resumable, 1 pending of 6 runs; host time so far 20 s'
+  )
+
+
+def test_under_status_load_or_run_runs_nothing(tmp_path, monkeypatch):
+  monkeypatch.setattr(experiment, 'run_experiment', lambda *a, **k: pytest.fail('ran a run'))
+  monkeypatch.setattr(sweep, '_STATES', [])
+  summary, state = sweep.load_or_run(str(tmp_path / 'new'), 'cfg', lambda: pytest.fail('data'))
+  assert (summary, state) == (None, 'pending')
+  assert [s.state for s in sweep._STATES] == ['pending']
