@@ -299,11 +299,22 @@ def system_settings(
   return settings
 
 
+# The ablations without dynamic server weights (FedASMU-DA, FedASMU-0) aggregate with FedAsync's
+# static rule: the same alpha and staleness function as the FedAsync baseline, so that the
+# ablation isolates the dynamic weights.
+STATIC_WEIGHT_METHODS = ('fedasmu_da', 'fedasmu_0')
+
+
 def fedasmu_settings(method: str, column: tuple[str, str]) -> dict[str, Any]:
   """FedASMU and its ablations: Table 5's control-parameter learning rates for the column and
   the variant's fetch policy. The variant itself (dynamic or static server weights) is the
-  algorithm name; its static rule keeps the default FedAsync alpha (0.9)."""
-  return _kwargs(**FEDASMU_LEARNING_RATES[column], fetch_policy=FETCH_POLICY[method])
+  algorithm name; the static variants take the FedAsync baseline's alpha and staleness."""
+  settings = _kwargs(**FEDASMU_LEARNING_RATES[column], fetch_policy=FETCH_POLICY[method])
+  if method in STATIC_WEIGHT_METHODS:
+    settings.update(
+      _kwargs(alpha=FEDASYNC_ALPHA, staleness='polynomial', staleness_a=FEDASYNC_STALENESS_A)
+    )
+  return settings
 
 
 def fedavg_settings() -> dict[str, Any]:

@@ -46,6 +46,14 @@ def test_method_settings_name_each_section_once():
     _KW + 'fetch_policy': 'h2',
   }
   assert tables.fedasmu_settings('fedasmu_fa', _FMNIST)[_KW + 'fetch_policy'] == 'none'
+  # The static-weight ablations aggregate exactly as the FedAsync baseline does.
+  fedasync = tables.method_settings('fedasync', _FMNIST)
+  for method in ('fedasmu_da', 'fedasmu_0'):
+    static = tables.method_settings(method, _FMNIST)
+    for name in ('alpha', 'staleness', 'staleness_a'):
+      assert static[_KW + name] == fedasync[_KW + name], (method, name)
+    assert static[_KW + 'alpha'] == 0.6
+  assert _KW + 'alpha' not in tables.method_settings('fedasmu', _FMNIST)
   assert set(tables.fedasmu_settings('fedasmu', _FMNIST).values()) == {0.0001, 'learned'}
   assert tables.method_settings('fedprox', _FMNIST)[_KW + 'proximal_strength'] == 0.01
   assert tables.method_settings('moon', ('fedasmu_cnn', 'cifar10'))[_KW + 'mu'] == 5.0
