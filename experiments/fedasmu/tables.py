@@ -338,8 +338,9 @@ def moon_settings(column: tuple[str, str]) -> dict[str, Any]:
 
 
 def feddyn_settings() -> dict[str, Any]:
-  """FedDyn: the dynamic regulariser's alpha (FedDyn's searched grid {0.1, 0.01, 0.001})."""
-  return _kwargs(alpha=FEDDYN_ALPHA)
+  """FedDyn: the dynamic regulariser's alpha (FedDyn's searched grid {0.1, 0.01, 0.001}) and
+  Algorithm 1's unweighted average over the round's clients (1/|P_t|, as its h update)."""
+  return _kwargs(alpha=FEDDYN_ALPHA, weighting='uniform')
 
 
 def fedasync_settings() -> dict[str, Any]:

@@ -54,6 +54,8 @@ def test_method_settings_name_each_section_once():
       assert static[_KW + name] == fedasync[_KW + name], (method, name)
     assert static[_KW + 'alpha'] == 0.6
   assert _KW + 'alpha' not in tables.method_settings('fedasmu', _FMNIST)
+  # FedDyn averages 1/|P_t| (Algorithm 1), as its h update does: not by example counts.
+  assert tables.method_settings('feddyn', _FMNIST)[_KW + 'weighting'] == 'uniform'
   assert set(tables.fedasmu_settings('fedasmu', _FMNIST).values()) == {0.0001, 'learned'}
   assert tables.method_settings('fedprox', _FMNIST)[_KW + 'proximal_strength'] == 0.01
   assert tables.method_settings('moon', ('fedasmu_cnn', 'cifar10'))[_KW + 'mu'] == 5.0
