@@ -23,6 +23,7 @@ from fedsim_jax.algorithms.groups import (
 )
 from fedsim_jax.client import local_update
 from fedsim_jax.settings import decay, one_of, positive, setting
+from fedsim_jax.strategy.ema import WARMUPS as EMA_WARMUPS
 from fedsim_jax.strategy.ema import with_ema
 from fedsim_jax.strategy.fare_dust import (
   EMPTY_HISTORY_RULES,
@@ -39,6 +40,11 @@ class FareDustSettings(CohortSettings, LocalWorkSettings, ServerOptimizerSetting
   rho: float = setting(0.1, positive(allow_zero=True), 'distillation strength')
   temperature: float = setting(1.0, positive(), 'T of the distillation loss (not stated)')
   ema_decay: float = setting(0.99, decay(), 'beta of the evaluated EMA')
+  ema_warmup: str = setting(
+    'none',
+    one_of(EMA_WARMUPS),
+    "EMA start: the initial model, 'bias_correction' or TF's 'num_updates'",
+  )
   teacher_learning_rate: float | None = setting(
     None,
     positive(optional=True),
@@ -76,7 +82,7 @@ def fare_dust_algorithm(settings: FareDustSettings, context: BuildContext) -> Al
   )
   aggregator = server_update(settings.make_server_optimizer(settings.server_optimizer))
   if settings.ema_decay > 0:
-    aggregator = with_ema(aggregator, settings.ema_decay)
+    aggregator = with_ema(aggregator, settings.ema_decay, settings.ema_warmup)
   return Algorithm(
     scheduler=scheduler,
     aggregator=aggregator,

@@ -26,6 +26,7 @@ from fedsim_jax.settings import (
 )
 from fedsim_jax.strategy.asynchronous import AsynchronousScheduler
 from fedsim_jax.strategy.client_state import ClientState
+from fedsim_jax.strategy.ema import WARMUPS as EMA_WARMUPS
 from fedsim_jax.strategy.ema import with_ema
 from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.strategy.periodic_trigger import TRIGGER_TIMINGS, PeriodicTriggerScheduler
@@ -301,6 +302,13 @@ class ServerEmaSettings(Base):
   ema_decay: float | None = setting(
     None, number(minimum=0, below=1, optional=True), 'beta of the evaluated EMA'
   )
+  ema_warmup: str = setting(
+    'none',
+    one_of(EMA_WARMUPS),
+    "EMA start: the initial model, 'bias_correction' or TF's 'num_updates'",
+  )
 
   def with_ema(self, aggregator):
-    return aggregator if self.ema_decay is None else with_ema(aggregator, self.ema_decay)
+    if self.ema_decay is None:
+      return aggregator
+    return with_ema(aggregator, self.ema_decay, self.ema_warmup)
