@@ -4,7 +4,7 @@ Synchronous rounds in which each selected client trains with probability p_i (it
 budget) or skips. `ccfedavg`: a skipping client resends its last delta (Strategy 3);
 `ccfedavg_c` switches to Strategy 2 after `switch_round`; `ccfedavg_strategy1` ignores skipping
 clients, `ccfedavg_strategy2` resends their last local model; `fedavg_dropout` trains until the
-quota p_i T is used up; `fednova_budget` lets every selected client train floor(p_i K) >= 1 steps
+quota p_i T is used up; `fednova_budget` lets every selected client train ceil(p_i K) steps
 and averages FedNova-style (Sec. VI-D). The history lives on the clients (Alg. 1) or on the
 server (Alg. 2, `storage='server'`).
 """
@@ -41,6 +41,9 @@ ESTIMATOR_OF = {
 }
 
 
+FEDNOVA_ROUNDINGS = ('ceil', 'floor')
+
+
 @dataclasses.dataclass(frozen=True)
 class BudgetSettings(CohortSizeSettings, LocalWorkSettings, ClientTermsSettings, ServerEmaSettings):
   budget_rule: str = setting(
@@ -57,6 +60,9 @@ class BudgetSettings(CohortSizeSettings, LocalWorkSettings, ClientTermsSettings,
     100, positive(integer=True, allow_zero=True), 'ccfedavg_c: tau, Strategy 3 before, 2 after'
   )
   storage: str = setting('client', one_of(('client', 'server')), 'where histories live')
+  fednova_rounding: str = setting(
+    'ceil', one_of(FEDNOVA_ROUNDINGS), 'fednova_budget: p_i K steps rounded up, or floor'
+  )
 
   def check_run(self, name: str, run: RunFacts, prefix: str) -> None:
     super().check_run(name, run, prefix)
@@ -138,10 +144,15 @@ class _EverySelected:
 @register('fednova_budget', BudgetSettings)
 def fednova_budget_algorithm(settings: BudgetSettings, context: BuildContext) -> Algorithm:
   """FedNova as CC-FedAvg's 'reduce local iterations' baseline (Sec. VI-D): every selected
-  client trains floor(p_i K) >= 1 steps and the server averages FedNova-style (normalised by
-  each client's steps, times the mean step count)."""
+  client trains ceil(p_i K) steps (`fednova_rounding`; App. D: "when K = 10, the clients with
+  p_i = 1/8 would perform local iterations at most 2 times", a ceiling) and the server averages
+  FedNova-style (normalised by each client's steps, times the mean step count)."""
   p = settings.client_budgets(context.num_clients, context.seed)
-  per_client = np.maximum(1, np.floor(p * context.run.local_steps)).astype(np.int64)
+  # (1e-9: exact products such as 1/8 x 16 stay whole under float error)
+  rounding = np.ceil(p * context.run.local_steps - 1e-9)
+  if settings.fednova_rounding == 'floor':
+    rounding = np.floor(p * context.run.local_steps + 1e-9)
+  per_client = np.maximum(1, rounding).astype(np.int64)
   scheduler = BudgetedScheduler(
     settings.cohort_size,
     settings.local_work(context),

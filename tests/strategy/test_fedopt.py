@@ -218,6 +218,21 @@ def test_fednova_budget_server_update_is_fednova():
   np.testing.assert_array_equal(state.params['w'], [2.875, 2.75])
 
 
+@pytest.mark.parametrize('rounding, steps', [('ceil', [10, 5, 3, 2]), ('floor', [10, 5, 2, 1])])
+def test_fednova_budget_steps_follow_the_papers_example(rounding, steps):
+  # CC-FedAvg App. D: with K = 10, "the clients with p_i = 1/8 would perform local iterations
+  # at most 2 times": ceil(p_i K) for p = 1, 1/2, 1/4, 1/8 (beta = 4 levels over 4 clients).
+  facts = RunFacts(num_clients=4, local_steps=10)
+  settings = algorithms.resolve_settings(
+    'fednova_budget', {'cohort_size': 2, 'fednova_rounding': rounding}, facts
+  )
+  context = algorithms.BuildContext('fednova_budget', facts, np.array([4, 6, 8, 10]))
+  scheduler = algorithms.build(settings, context).scheduler
+  budgets = settings.client_budgets(4, context.seed)
+  assert budgets.tolist() == [1.0, 0.5, 0.25, 0.125]
+  assert scheduler.steps_per_client.tolist() == steps
+
+
 def _numpy_fedavg_reference(fed, w0, b0, lr, local_steps, rounds):
   """FedAvg (McMahan et al. 2017, Algorithm 1) for softmax regression, full-batch clients,
   full participation, weights n_k / n, in float64 numpy."""
