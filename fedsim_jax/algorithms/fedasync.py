@@ -1,6 +1,9 @@
 """FedAsync (Xie et al. 2019): one update at a time, mixed into the server model with rate
 alpha * s(staleness): w <- (1 - a) w + a w_client (`form='mixing'`), or the client's delta
-applied with its weight (`form='delta'`, the form of FedCompass's FedAsync baseline)."""
+applied with its weight (`form='delta'`, the form of FedCompass's FedAsync baseline).
+
+Xie et al.'s optional regularised local objective, f(x) + (rho / 2) ||x - x_downloaded||^2, is
+`algorithm.kwargs.proximal_strength` = rho (0, the default, trains f alone)."""
 
 from __future__ import annotations
 
