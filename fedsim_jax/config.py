@@ -505,6 +505,14 @@ def validate(config: ml_collections.ConfigDict) -> None:
       f'executor.devices={executor.devices} is invalid with executor.backend='
       f"{executor.backend!r}; allowed: devices > 1 with backend 'vmap'"
     )
+  address = run.coordinator_address
+  if address is not None:
+    host, _, port = address.rpartition(':')
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+      raise ConfigError(
+        f'run.coordinator_address={address!r} is invalid; allowed values: host:port with a '
+        'port 1..65535, or None'
+      )
   if (
     run.process_id is not None
     and run.num_processes is not None

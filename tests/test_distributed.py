@@ -108,3 +108,41 @@ def test_a_process_id_beyond_the_process_count_is_refused():
   config.run.process_id = 2
   with pytest.raises(ConfigError, match=r'run.process_id=2 is invalid .* allowed: 0..1'):
     validate(config)
+
+
+@pytest.mark.parametrize(
+  'path, value, message',
+  [
+    ('run.num_processes', 0, 'run.num_processes=0 is invalid'),
+    ('run.process_id', -1, 'run.process_id=-1 is invalid'),
+    ('run.coordinator_address', 'localhost', "run.coordinator_address='localhost' is invalid"),
+    ('run.coordinator_address', 'localhost:99999', 'port 1..65535'),
+  ],
+)
+def test_process_settings_are_checked(path, value, message):
+  # (booleans of the wrong type are refused by the config's types: tests/test_faults.py)
+  from fedsim_jax.config import set_by_path
+
+  config = make_tiny_config('fedavg')
+  set_by_path(config, path, value)
+  with pytest.raises(ConfigError, match=message) as error:
+    validate(config)
+  assert 'allowed' in str(error.value) and '\n' not in str(error.value)
+
+
+@pytest.mark.parametrize(
+  'algorithm, field, value',
+  [
+    ('fedbuff', 'ema_warmup', 'adam'),
+    ('fare_dust', 'ema_warmup', 'zero'),
+    ('fednova_budget', 'fednova_rounding', 'round'),
+    ('fedcompass_m', 'first_arrival_momentum', 'yes'),
+    ('fedcompass', 'speed_momentum', float('nan')),
+  ],
+)
+def test_new_algorithm_settings_are_checked(algorithm, field, value):
+  config = make_tiny_config(algorithm)
+  config.algorithm.kwargs[field] = value
+  with pytest.raises(ConfigError, match=f'algorithm.kwargs.{field}=') as error:
+    validate(config)
+  assert 'allowed' in str(error.value)
