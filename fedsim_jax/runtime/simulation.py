@@ -36,6 +36,7 @@ from fedsim_jax.runtime.latency import (
   available_clients,
 )
 from fedsim_jax.runtime.sampling import choose_one
+from fedsim_jax.runtime.statistics import busy_fraction
 from fedsim_jax.runtime.task_trace import TaskLog, skipped_record, task_record
 from fedsim_jax.runtime.updates import Aggregator, ResultRef, UpdateBatch, stack_results
 
@@ -905,9 +906,7 @@ class Simulation:
         'aggregated_per_client_max': int(self.aggregated_counts.max()),
       },
       'mean_update_wait_time': self.update_wait_time / aggregated,
-      'client_busy_fraction': (
-        float(self.busy_time.sum() / (self.num_clients * self.now)) if self.now > 0 else 0.0
-      ),
+      'client_busy_fraction': busy_fraction(self),
       'mean_client_idle_time': float(np.mean(self.now - self.busy_time)),
       'executor_batches': self.executor_batches,
       'mean_executed_batch_size': self.executed_tasks / max(self.executor_batches, 1),

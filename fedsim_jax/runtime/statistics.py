@@ -52,6 +52,11 @@ def jain_fairness(counts: np.ndarray) -> float | None:
   return float(counts.sum() ** 2 / (len(counts) * squares)) if squares > 0 else None
 
 
+def busy_fraction(sim: Simulation) -> float:
+  """The share of client virtual time spent on finished tasks (0 at time 0)."""
+  return float(sim.busy_time.sum() / (sim.num_clients * sim.now)) if sim.now > 0 else 0.0
+
+
 def _share(aggregated: np.ndarray, discarded: np.ndarray) -> float | None:
   resolved = int(aggregated.sum() + discarded.sum())
   return float(aggregated.sum() / resolved) if resolved else None
@@ -80,7 +85,7 @@ def statistics(
       (f'staleness_window_{name}', value)
       for name, value in staleness_summary(sim.window_staleness_counts).items()
     )
-  busy = float(sim.busy_time.sum() / (sim.num_clients * sim.now)) if sim.now > 0 else 0.0
+  busy = busy_fraction(sim)
   result.update(
     updates_per_client_min=int(aggregated.min()),
     updates_per_client_median=float(np.median(aggregated)),
