@@ -383,15 +383,37 @@ def _flatten(tree: Any, prefix: str = '') -> dict[str, Any]:
   return {prefix[:-1]: list(tree) if isinstance(tree, tuple) else tree}
 
 
-def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+def config_differences(
+  saved: dict[str, Any], current: dict[str, Any], defaults: dict[str, Any] | None = None
+) -> list[str]:
   """Dotted names of the settings in which two resolved configs differ, other than those a
-  resumed run may change (`RESUMABLE_CHANGES`)."""
+  resumed run may change (`RESUMABLE_CHANGES`).
+
+  A setting missing from `saved` (added to fedsim_jax after that run started) is no difference
+  when `current` holds its value in `defaults`: settings are added with defaults that keep the
+  earlier behaviour, so the checkpointed run used it."""
   old, new = _flatten(saved), _flatten(json.loads(json.dumps(current)))
+  added_defaults = _flatten(json.loads(json.dumps(defaults or {})))
+  missing = object()
   return sorted(
     name
     for name in set(old) | set(new)
-    if old.get(name) != new.get(name) and name not in RESUMABLE_CHANGES
+    if old.get(name, missing) != new.get(name, missing)
+    and name not in RESUMABLE_CHANGES
+    and not (name not in old and name in added_defaults and new.get(name) == added_defaults[name])
   )
+
+
+def default_settings(settings: Settings) -> dict[str, Any]:
+  """The resolved config of `base_config()` with `settings`' algorithm defaults: the values a
+  setting added after a run started is given by default (see `config_differences`)."""
+  defaults = config_lib.base_config().to_dict()
+  defaults['algorithm']['kwargs'] = {
+    field.name: field.default
+    for field in dataclasses.fields(settings)
+    if field.default is not dataclasses.MISSING
+  }
+  return defaults
 
 
 class PreparedRun:
@@ -586,7 +608,9 @@ class PreparedRun:
       if workdir_lib.holds_results(self.workdir):  # a run stopped before its first checkpoint
         logging.warning('--resume: no checkpoint in %s; starting from the beginning', self.workdir)
       return None
-    differing = config_differences(restored.meta['config'], resolved)
+    differing = config_differences(
+      restored.meta['config'], resolved, default_settings(self.algorithm_settings)
+    )
     if differing:
       raise config_lib.ConfigError(
         f'--resume: the config differs from the checkpointed run in {", ".join(differing)}; '

@@ -14,7 +14,13 @@ import pytest
 
 import fedsim_jax
 from fedsim_jax.config import ConfigError
-from fedsim_jax.experiment import PreparedRun, run_experiment
+from fedsim_jax.experiment import (
+  PreparedRun,
+  algorithm_settings,
+  config_differences,
+  default_settings,
+  run_experiment,
+)
 from fedsim_jax.runtime import StopCondition
 from tests.helpers import make_tiny_config
 
@@ -258,3 +264,22 @@ def test_load_run_gives_models_that_reproduce_the_reported_accuracy(digits_data_
   best = max(row['test_accuracy'] for row in run.metrics)
   logits = run.model.apply(run.params['best'], data.test_x)
   assert float(np.mean(np.argmax(logits, -1) == data.test_y)) == pytest.approx(best, abs=1e-6)
+
+
+def test_a_setting_added_after_the_checkpoint_resumes_at_its_default():
+  config = make_tiny_config('fare_dust')
+  settings = algorithm_settings(config)
+  current = config.to_dict()
+  current['algorithm']['kwargs'] = settings.as_dict()
+  saved = json.loads(json.dumps(current))
+  del saved['algorithm']['kwargs']['ema_warmup']  # a checkpoint older than the setting
+  del saved['run']['write_tasks']
+  defaults = default_settings(settings)
+  assert config_differences(saved, current, defaults) == []
+  # Without the defaults, or set away from its default, the added setting is a difference.
+  assert config_differences(saved, current) == ['algorithm.kwargs.ema_warmup', 'run.write_tasks']
+  current['algorithm']['kwargs']['ema_warmup'] = 'bias_correction'
+  assert config_differences(saved, current, defaults) == ['algorithm.kwargs.ema_warmup']
+  # A setting the current code no longer has is always a difference.
+  saved['algorithm']['kwargs']['retired_setting'] = 1
+  assert 'algorithm.kwargs.retired_setting' in config_differences(saved, current, defaults)
