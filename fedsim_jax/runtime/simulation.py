@@ -39,6 +39,7 @@ from fedsim_jax.runtime.sampling import choose_one
 from fedsim_jax.runtime.statistics import busy_fraction
 from fedsim_jax.runtime.task_trace import TaskLog, skipped_record, task_record
 from fedsim_jax.runtime.updates import Aggregator, ResultRef, UpdateBatch, stack_results
+from fedsim_jax.tree import row
 
 
 @dataclasses.dataclass(eq=False)
@@ -539,10 +540,11 @@ class Simulation:
       lambda start, delta: start + delta[ref.row], task.start_params, ref.batch.deltas
     )
 
-  def task_aux(self, handle: TaskHandle) -> dict[str, np.ndarray]:
-    """The `aux` results of `handle` (as `task_params`), one host value per key."""
+  def task_aux(self, handle: TaskHandle) -> dict[str, Any]:
+    """The `aux` results of `handle` (as `task_params`): its row of every aux value (an array
+    or a pytree, such as ASO-Fed's decayed gradient state)."""
     _, ref = self._result(handle)
-    return {name: np.asarray(values[ref.row]) for name, values in ref.batch.aux.items()}
+    return row(ref.batch.aux, ref.row)
 
   def _check_results_exist(self) -> None:
     if not self.aggregate:
@@ -805,8 +807,8 @@ class Simulation:
     batch = self.executor.run([h.task for h in pending])
     self.executor_batches += 1
     self.executed_tasks += len(pending)
-    for row, handle in enumerate(pending):
-      handle.result_ref = ResultRef(batch, batch.row_offset + row)
+    for index, handle in enumerate(pending):
+      handle.result_ref = ResultRef(batch, batch.row_offset + index)
       self._held_results[handle.task_id] = handle
 
   def _finish_task(self, handle: TaskHandle) -> None:

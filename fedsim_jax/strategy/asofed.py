@@ -67,7 +67,7 @@ from fedsim_jax.client.objective import Proximal, Term, cross_entropy
 from fedsim_jax.models import Model, Params
 from fedsim_jax.runtime.simulation import Simulation, TaskHandle
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
-from fedsim_jax.tree import row
+from fedsim_jax.strategy import client_table
 
 DECAY_GRADIENTS = ('current', 'previous')
 DELAY_MEASURES = ('training_time', 'staleness')
@@ -224,43 +224,48 @@ class AsoFedClients:
       )
     self.dynamic_step_size = dynamic_step_size
     self.delay_measure = delay_measure
-    self.states: dict[int, tuple[Params, Params]] = {}  # client -> (h, g_prev)
-    self.delay_sums: dict[int, float] = {}
-    self.delay_counts: dict[int, int] = {}
-    self._zeros: Params | None = None
+    # Per client: (h, g_prev) after its last task, zeros before (a `ClientTable` of
+    # `AsoFedInputs`-shaped pairs, created with the first task), and its delays so far.
+    self.states: client_table.ClientTable | None = None
+    self.delay_sums: np.ndarray | None = None
+    self.delay_counts: np.ndarray | None = None
+
+  def _create(self, sim: Simulation) -> None:
+    self.states = client_table.create((sim.params, sim.params), sim.num_clients)
+    self.delay_sums = np.zeros(sim.num_clients, np.float64)
+    self.delay_counts = np.zeros(sim.num_clients, np.int64)
 
   def step_scale(self, client: int) -> float:
-    count = self.delay_counts.get(client, 0)
+    if self.delay_counts is None or self.delay_sums is None:
+      return 1.0
+    count = self.delay_counts[client]
     if not self.dynamic_step_size or count == 0:
       return 1.0
-    return step_scale(self.delay_sums[client] / count)
+    return step_scale(float(self.delay_sums[client]) / int(count))
 
   def task_inputs(self, sim: Simulation, client: int) -> AsoFedInputs:
-    if client in self.states:
-      h, previous = self.states[client]
-    else:
-      if self._zeros is None:
-        self._zeros = jax.tree_util.tree_map(jnp.zeros_like, sim.params)
-      h = previous = self._zeros
+    if self.states is None:
+      self._create(sim)
+    assert self.states is not None
+    h, previous = client_table.read(self.states, client)
     return AsoFedInputs(
       h=h, previous_gradient=previous, step_scale=np.float32(self.step_scale(client))
     )
 
   def observe_arrival(self, sim: Simulation, handle: TaskHandle) -> None:
     """Records the task's delay and, if it trained, the client's new (h, g_prev)."""
+    if self.states is None:
+      self._create(sim)
+    assert self.states is not None and self.delay_sums is not None
+    assert self.delay_counts is not None
     if self.delay_measure == 'training_time':
       delay = handle.arrival_time - handle.dispatch_time
     else:
       delay = sim.version - handle.version
     client = handle.client_id
-    self.delay_sums[client] = self.delay_sums.get(client, 0.0) + float(delay)
-    self.delay_counts[client] = self.delay_counts.get(client, 0) + 1
+    self.delay_sums[client] += float(delay)
+    self.delay_counts[client] += 1
     if handle.num_steps == 0:
       return
-    if not handle.computed:
-      sim.updates([handle], [1.0])  # computes the pending tasks
-    ref = handle.result_ref
-    self.states[client] = (
-      row(ref.batch.aux['h'], ref.row),
-      row(ref.batch.aux['previous_gradient'], ref.row),
-    )
+    aux = sim.task_aux(handle)
+    self.states = client_table.write(self.states, client, (aux['h'], aux['previous_gradient']))

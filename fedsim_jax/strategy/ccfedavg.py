@@ -34,6 +34,7 @@ import numpy as np
 from fedsim_jax.models import Params
 from fedsim_jax.runtime.simulation import Simulation, TaskHandle
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
+from fedsim_jax.strategy import client_table
 from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.tree import row, stack
 
@@ -130,8 +131,10 @@ class BudgetedScheduler:
     self.round_index = -1
     self.trained_updates = 0  # per run: updates computed by training
     self.estimated_updates = 0  # per run: updates filled in by estimation
-    self._last_delta: dict[int, Params] = {}
-    self._last_model: dict[int, Params] = {}
+    # Each client's last trained update and model (start params + update), kept only for the
+    # estimators that read them; zeros before a client first trains.
+    self.last_delta: client_table.ClientTable | None = None
+    self.last_model: client_table.ClientTable | None = None
     self._has_trained: set[int] = set()
     self._training: list[TaskHandle] = []
     self._skipping: list[int] = []
@@ -143,6 +146,10 @@ class BudgetedScheduler:
         f'algorithm.kwargs.cohort_size={self.cohort_size} exceeds the federation '
         f'({sim.num_clients} clients)'
       )
+    if self.storage == 'client' and self.estimator in ('last_delta', 'switch'):
+      self.last_delta = client_table.create(sim.params, sim.num_clients)
+    if self.estimator in ('last_model', 'switch'):
+      self.last_model = client_table.create(sim.params, sim.num_clients)
     self._start_round(sim)
 
   def report(self) -> dict[str, int]:
@@ -191,11 +198,14 @@ class BudgetedScheduler:
     if trained:
       batch = sim.updates(trained, [1.0] * len(trained))
       rows = [row(batch.deltas, i) for i in range(len(trained))]
-      for handle, delta in zip(trained, rows):
-        self._last_delta[handle.client_id] = delta
-        self._last_model[handle.client_id] = jax.tree_util.tree_map(
-          jnp.add, handle.task.start_params, delta
-        )
+      models = (
+        [sim.task_params(handle) for handle in trained] if self.last_model is not None else []
+      )
+      for index, (handle, delta) in enumerate(zip(trained, rows)):
+        if self.last_delta is not None:
+          self.last_delta = client_table.write(self.last_delta, handle.client_id, delta)
+        if self.last_model is not None:
+          self.last_model = client_table.write(self.last_model, handle.client_id, models[index])
         self._has_trained.add(handle.client_id)
     else:
       rows = []
@@ -213,12 +223,15 @@ class BudgetedScheduler:
       if self.storage == 'server':
         estimates.append(zeros)  # the server fills in its stored delta (Algorithm 2)
       elif kind == 'last_delta':
-        estimates.append(self._last_delta.get(client, zeros))
+        assert self.last_delta is not None
+        estimates.append(client_table.read(self.last_delta, client))
       else:
-        model = self._last_model.get(client)
-        estimates.append(
-          zeros if model is None else jax.tree_util.tree_map(jnp.subtract, model, sim.params)
-        )
+        assert self.last_model is not None
+        if self.last_model.written[client]:
+          model = client_table.read(self.last_model, client)
+          estimates.append(jax.tree_util.tree_map(jnp.subtract, model, sim.params))
+        else:
+          estimates.append(zeros)
     deltas = stack(rows + estimates)
     count = len(rows) + len(estimates)
     # Weights 1/|S_t|: the mean over the selected clients; FedNova's reducer (`fednova_mean`)

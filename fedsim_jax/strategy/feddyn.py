@@ -61,6 +61,7 @@ from fedsim_jax.client.objective import Term, TermInputs, cross_entropy, squared
 from fedsim_jax.models import Model, Params
 from fedsim_jax.runtime.simulation import Simulation
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch, weighted_mean_delta
+from fedsim_jax.strategy import client_table
 from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.strategy.synchronous import AroundRounds, ClosingRound, SynchronousScheduler
 from fedsim_jax.tree import row
@@ -179,7 +180,8 @@ class FedDynScheduler(AroundRounds):
       `SynchronousScheduler`.
 
   Attributes:
-    client_gradients: client id -> grad L_k(theta_k) after its last aggregated round.
+    client_gradients: every client's grad L_k(theta_k) after its last aggregated round (zeros
+      before its first), a `ClientTable` created at the run's start (None before).
   """
 
   def __init__(
@@ -195,8 +197,7 @@ class FedDynScheduler(AroundRounds):
   ):
     _check_alpha(alpha)
     self.alpha = float(alpha)
-    self.client_gradients: dict[int, Params] = {}
-    self._zeros: Params | None = None
+    self.client_gradients: client_table.ClientTable | None = None
     self.rounds = SynchronousScheduler(
       cohort_size,
       local_work,
@@ -208,19 +209,23 @@ class FedDynScheduler(AroundRounds):
       round_closing=self._round_closing,
     )
 
+  def start(self, sim: Simulation) -> None:
+    self.client_gradients = client_table.create(sim.params, sim.num_clients)
+    super().start(sim)
+
   def _task_inputs(self, sim: Simulation, client: int) -> FedDynInputs:
-    if client not in self.client_gradients:
-      if self._zeros is None:
-        self._zeros = jax.tree_util.tree_map(jnp.zeros_like, sim.params)
-      return FedDynInputs(gradient=self._zeros)
-    return FedDynInputs(gradient=self.client_gradients[client])
+    assert self.client_gradients is not None
+    return FedDynInputs(gradient=client_table.read(self.client_gradients, client))
 
   def _round_closing(self, sim: Simulation, closing: ClosingRound) -> None:
     # The client-state update for the round's aggregated clients (the server's h and model
     # updates follow in the aggregator).
+    assert self.client_gradients is not None
     batch = sim.updates(closing.aggregated, closing.weights)
     for index, handle in enumerate(closing.aggregated):
-      gradient = self._task_inputs(sim, handle.client_id).gradient
-      self.client_gradients[handle.client_id] = _updated_client_gradient(
-        gradient, row(batch.deltas, index), alpha=self.alpha
+      gradient = client_table.read(self.client_gradients, handle.client_id)
+      self.client_gradients = client_table.write(
+        self.client_gradients,
+        handle.client_id,
+        _updated_client_gradient(gradient, row(batch.deltas, index), alpha=self.alpha),
       )

@@ -55,6 +55,7 @@ from fedsim_jax.client.local_update import ClientUpdate, local_update
 from fedsim_jax.client.objective import Term, TermInputs, cross_entropy
 from fedsim_jax.models import Model, Params
 from fedsim_jax.runtime.simulation import Simulation, TaskHandle
+from fedsim_jax.strategy import client_table
 from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.strategy.synchronous import AroundRounds, ClosingRound, SynchronousScheduler
 from fedsim_jax.tree import row
@@ -172,7 +173,8 @@ class MoonScheduler(AroundRounds):
     contrast: whether clients contrast (mu > 0); without it no previous models are kept or sent.
 
   Attributes:
-    previous_models: client id -> its latest local model w_i (after its last training).
+    previous_models: every client's latest local model w_i (after its last training), a
+      `ClientTable` created at the run's start (None before).
   """
 
   def __init__(
@@ -186,7 +188,8 @@ class MoonScheduler(AroundRounds):
     min_responses: int = 1,
     contrast: bool = True,
   ):
-    self.previous_models: dict[int, Params] = {}
+    self.contrast = contrast
+    self.previous_models: client_table.ClientTable | None = None
     self.rounds = SynchronousScheduler(
       cohort_size,
       local_work,
@@ -199,15 +202,26 @@ class MoonScheduler(AroundRounds):
       round_closing=self._round_closing if contrast else None,
     )
 
+  def start(self, sim: Simulation) -> None:
+    if self.contrast:
+      self.previous_models = client_table.create(sim.params, sim.num_clients)
+    super().start(sim)
+
   def _task_inputs(self, sim: Simulation, client: int) -> MoonInputs:
-    # First participation: the global model being sent (z_prev = z_glob, l_con constant).
-    return MoonInputs(previous=self.previous_models.get(client, sim.params))
+    assert self.previous_models is not None
+    if not self.previous_models.written[client]:
+      # First participation: the global model being sent (z_prev = z_glob, l_con constant).
+      return MoonInputs(previous=sim.params)
+    return MoonInputs(previous=client_table.read(self.previous_models, client))
 
   def _record(self, sim: Simulation, handles: list[TaskHandle]) -> None:
     """w_i^{t-1} <- w_i^t for the clients of `handles` (arrived tasks)."""
+    assert self.previous_models is not None
     batch = sim.updates(handles, [1.0] * len(handles), with_client_params=True)
     for index, handle in enumerate(handles):
-      self.previous_models[handle.client_id] = row(batch.client_params, index)
+      self.previous_models = client_table.write(
+        self.previous_models, handle.client_id, row(batch.client_params, index)
+      )
 
   def _round_closing(self, sim: Simulation, closing: ClosingRound) -> None:
     self._record(sim, closing.aggregated)

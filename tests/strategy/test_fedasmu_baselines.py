@@ -23,6 +23,7 @@ from fedsim_jax.strategy import (
   AsynchronousScheduler,
   LocalWork,
   SynchronousScheduler,
+  client_table,
   fedasync_delta,
   make_staleness,
   server_update,
@@ -205,7 +206,7 @@ class TestMoon:
     sim = moon_sim()
     fedavg = _simulation(_synchronous(), server_update(optax.sgd(1.0)), _sgd_update())
     _assert_trees_close(_run(sim, 1), _run(fedavg, 1), atol=1e-5)
-    assert sorted(sim.scheduler.previous_models) == list(range(8))
+    assert np.flatnonzero(sim.scheduler.previous_models.written).tolist() == list(range(8))
     # Round 2: clients now have a previous model that differs from the global one.
     assert _max_difference(_run(sim, 2), _run(fedavg, 2)) > 1e-4
 
@@ -230,7 +231,7 @@ class TestMoon:
     scheduler.rounds.round_closing = spy
     _run(sim, 1)
     for client, params in recorded.items():
-      _assert_trees_close(scheduler.previous_models[client], params)
+      _assert_trees_close(client_table.read(scheduler.previous_models, client), params)
       assert _max_difference(params, start) > 0
 
 
@@ -298,10 +299,15 @@ class TestFedDyn:
       feddyn_client_update(_model(), optax.sgd(LR), 4, alpha=alpha),
     )
     _run(sim, 4)
-    assert 3 <= len(scheduler.client_gradients) <= FED.num_clients
-    mean = jax.tree_util.tree_map(
-      lambda *g: sum(g) / FED.num_clients, *scheduler.client_gradients.values()
-    )
+    gradients = scheduler.client_gradients
+    assert 3 <= gradients.written.sum() <= FED.num_clients
+    # Clients never aggregated hold zeros: the mean over all m rows is the mean of all of them.
+    unwritten = np.flatnonzero(~gradients.written)
+    for client in unwritten:
+      assert all(
+        not np.any(leaf) for leaf in jax.tree_util.tree_leaves(client_table.read(gradients, client))
+      )
+    mean = jax.tree_util.tree_map(lambda g: g.sum(axis=0) / FED.num_clients, gradients.values)
     _assert_trees_close(sim.server_state.h, mean)
 
   def test_round_is_mean_model_minus_h_over_alpha(self):
@@ -315,8 +321,11 @@ class TestFedDyn:
     start = sim.params
     _run(sim, 1)
     # First round: every grad_k was 0, so grad_k = -alpha delta_k and h = -alpha/m sum delta_k.
+    gradients = scheduler.client_gradients
+    assert gradients.written.sum() == 3
     deltas = [
-      jax.tree_util.tree_map(lambda g: -g / alpha, g) for g in scheduler.client_gradients.values()
+      jax.tree_util.tree_map(lambda g: -g / alpha, client_table.read(gradients, client))
+      for client in np.flatnonzero(gradients.written)
     ]
     mean = jax.tree_util.tree_map(lambda *d: sum(d) / 3, *deltas)
     h = jax.tree_util.tree_map(lambda *d: -alpha / FED.num_clients * sum(d), *deltas)
@@ -537,9 +546,10 @@ class TestAsoFed:
 
     def task_inputs(sim_, client):
       inputs = original_task_inputs(sim_, client)
-      if client in clients.states:
-        assert inputs.h is clients.states[client][0]
-        assert inputs.previous_gradient is clients.states[client][1]
+      if clients.states.written[client]:
+        h, previous = client_table.read(clients.states, client)
+        _assert_trees_close(inputs.h, h, atol=0)
+        _assert_trees_close(inputs.previous_gradient, previous, atol=0)
         carried.append(client)
       np.testing.assert_allclose(inputs.step_scale, clients.step_scale(client), rtol=1e-6)
       return inputs
@@ -552,7 +562,7 @@ class TestAsoFed:
       np.testing.assert_allclose(
         clients.step_scale(client), max(1.0, math.log(np.mean(durations))), rtol=1e-6
       )
-      h, g_prev = clients.states[client]
+      h, g_prev = client_table.read(clients.states, client)
       assert _max_difference(h, jax.tree_util.tree_map(jnp.zeros_like, h)) > 0
     # A redispatched client's task carries its state and step scale.
     assert carried, 'no client was dispatched again after an arrival'
