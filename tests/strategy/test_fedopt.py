@@ -220,7 +220,7 @@ def test_fednova_budget_server_update_is_fednova():
 
 @pytest.mark.parametrize('rounding, steps', [('ceil', [10, 5, 3, 2]), ('floor', [10, 5, 2, 1])])
 def test_fednova_budget_steps_follow_the_papers_example(rounding, steps):
-  # CC-FedAvg App. D: with K = 10, "the clients with p_i = 1/8 would perform local iterations
+  # CC-FedAvg Sec. VI-D: with K = 10, "the clients with p_i = 1/8 would perform local iterations
   # at most 2 times": ceil(p_i K) for p = 1, 1/2, 1/4, 1/8 (beta = 4 levels over 4 clients).
   facts = RunFacts(num_clients=4, local_steps=10)
   settings = algorithms.resolve_settings(
