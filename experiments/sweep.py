@@ -16,6 +16,7 @@ import io
 import json
 import math
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -31,6 +32,13 @@ _STATUS = flags.DEFINE_bool(
   False,
   'Print each run of the sweep as done, running, resumable or pending, with its host time and '
   'last evaluated version, and exit; nothing runs and no table is written.',
+)
+_EXPORT = flags.DEFINE_string(
+  'export',
+  None,
+  'Also write the run records, compact, to this JSON file (one small file per sweep, e.g. '
+  'docs/results/data/fedasmu_600s.json): the file experiments/results_docs.py renders the '
+  'tables of docs/results/ from. With --only_existing it exports the finished runs.',
 )
 FINAL_STATUSES = ('completed', 'diverged', 'failed')
 
@@ -397,7 +405,8 @@ def sweep_main(
   output: str | None,
   data_dir: str | None,
 ) -> None:
-  """A reproduction binary's `main`: parse, sweep, write `results.jsonl` and the tables.
+  """A reproduction binary's `main`: parse, sweep, write `results.jsonl` and the tables, and,
+  with `--export`, the compact result file for docs/results (`experiments/results_data.py`).
 
   Invalid flags, configs and missing or corrupt data exit with code 2 and one stderr line.
   """
@@ -433,4 +442,16 @@ def sweep_main(
   write_outputs(records, settings, workdir, output, wall)
   print(f'results: {os.path.abspath(os.path.join(workdir, "results.jsonl"))}')
   print(f'tables: {os.path.abspath(output)}')
+  if _EXPORT.value:
+    from experiments import results_data
+
+    # The kit is the package of the table writer: experiments.<kit>.tables.
+    kit = write_outputs.__module__.split('.')[-2]
+    try:
+      path = results_data.export(
+        _EXPORT.value, kit, records, settings, results_data.command_line(sys.argv)
+      )
+    except results_data.ResultsDataError as error:
+      cli.fail(str(error))
+    print(f'exported: {os.path.abspath(path)} ({len(records)} runs)')
   print(f'total wall time {wall:.1f}s')

@@ -289,7 +289,9 @@ def run_sweep(
   settings: dict[str, Any], workdir: str, data_dir: str | None, log: Callable[[str], None] = print
 ) -> list[dict[str, Any]]:
   """Runs (or reuses) every run of the sweep; returns the run records. Also puts the
-  federation's one-epoch latency percentiles into `settings['latency_stats']`."""
+  federation's one-epoch latency percentiles into `settings['latency_stats']` (under
+  `--only_existing` only when the data dir is there)."""
+  from fedsim_jax.data.errors import CorruptDatasetError, DatasetNotFoundError
   from fedsim_jax.experiment import build_federated_dataset
 
   plan = [
@@ -307,8 +309,15 @@ def run_sweep(
   def dataset(config):
     return federation.get('federation', lambda: build_federated_dataset(config))
 
-  if not _ONLY_EXISTING.value:
+  # The federation's latency percentiles (Table 7) also under --only_existing, so that its
+  # tables and `--export` carry them, unless the data dir is missing there (nothing else needs it).
+  try:
     built = dataset(configs[0])
+  except (DatasetNotFoundError, CorruptDatasetError):
+    if not _ONLY_EXISTING.value:
+      raise
+    log('latency percentiles: not computed (no data dir; --only_existing)')
+  else:
     settings['latency_stats'] = {
       latency: tables.latency_percentiles(
         built.client_sizes, built.straggler_mask, latency, seed=settings['seeds'][0]

@@ -10,8 +10,9 @@ Pieces:
 * `results_table` / `curves_table` turn run records into a Table-20/21-style markdown table
   (straggler accuracy, total accuracy, total virtual time; median [5th, 95th percentile] over
   seeds, the paper's beside) and accuracy-against-virtual-time tables.
-* `synchronous_round_times` / `round_time_report` compute the CIFAR-100-shaped round time from
-  the latency model alone (no training) and set it beside the paper's implied figure.
+* `synchronous_round_times` / `round_time_table` / `round_time_report` compute the
+  CIFAR-100-shaped round time from the latency model alone (no training) and set it beside the
+  paper's implied figure.
 
 How the offline task differs from the paper's, and what was chosen where it is silent (each a
 named constant or `make_config` argument):
@@ -544,10 +545,10 @@ def synchronous_round_times(
   return np.sort(times, axis=1)[:, cohort_size - 1]
 
 
-def round_time_report(num_rounds: int = 10_000, seed: int = 0) -> str:
-  """Markdown: the CIFAR-100-shaped synchronous round time (500 clients x 100 examples, cohort
-  20, without and with over-selection to 24) under both latency models, simulated median and
-  mean beside the paper's implied mean (`PAPER_ROUND_TIMES`)."""
+def round_time_table(num_rounds: int = 10_000, seed: int = 0) -> str:
+  """Markdown table: the CIFAR-100-shaped synchronous round time (500 clients x 100 examples,
+  cohort 20, without and with over-selection to 24) under both latency models, simulated median
+  and mean beside the paper's implied mean (`PAPER_ROUND_TIMES`)."""
   rows = []
   for latency in LATENCY_MODELS:
     for selected in (CIFAR_COHORT, CIFAR_OVERSELECTED):
@@ -574,7 +575,7 @@ def round_time_report(num_rounds: int = 10_000, seed: int = 0) -> str:
           f'{source} / {CIFAR_ROUNDS:,} rounds',
         ]
       )
-  table = markdown_table(
+  return markdown_table(
     [
       'Latency model',
       'B of B_t',
@@ -586,13 +587,18 @@ def round_time_report(num_rounds: int = 10_000, seed: int = 0) -> str:
     ],
     rows,
   )
+
+
+def round_time_report(num_rounds: int = 10_000, seed: int = 0) -> str:
+  """Markdown: `round_time_table` after a paragraph saying what it is."""
   return (
     f'Round time = the B-th fastest of B_t one-epoch client latencies, {num_rounds:,} '
     f'simulated rounds (seed {seed}), {CIFAR_NUM_CLIENTS} clients x {CIFAR_EXAMPLES} '
     f'examples, batch {BATCH_SIZE}, {CIFAR_NUM_STRAGGLERS} stragglers under per-domain '
     'per-example. The paper reports only total times; divided by its 4,000 rounds '
     '(80,000 client updates / 20, Sec. 4.1) they give a mean round time, so compare the '
-    'mean; the median is lower because round times are right-skewed.\n\n' + table
+    'mean; the median is lower because round times are right-skewed.\n\n'
+    + round_time_table(num_rounds, seed)
   )
 
 
@@ -833,7 +839,7 @@ def write_outputs(
   stats = settings.get('latency_stats')
   parts += [
     "## One-epoch client latency of this federation: ours (paper's Table 7, EMNIST)",
-    latency_table(stats) if stats else 'Not computed (--only_existing).',
+    latency_table(stats) if stats else 'Not computed (--only_existing without the data dir).',
   ]
   parts += [
     '## CIFAR-100-shaped synchronous round time (latency model only)',

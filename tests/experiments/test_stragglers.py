@@ -511,10 +511,29 @@ def test_binary_end_to_end_on_a_tiny_federation(digits_data_dir, tmp_path):
   text = (tmp_path / 'tables.md').read_text(encoding='utf-8')
   assert _row(text, 'FedAvg + over-sel.')[1] == '53.2% [52.0%, 54.2%]'  # Table 21 beside ours
   assert 'per-domain per-example | straggler |' in text  # latency percentiles
-  # Resuming writes the same tables from the finished runs without running anything.
-  again = _run(*flags, '--only_existing', timeout=120)
+  # Resuming writes the same tables from the finished runs without running anything, the
+  # federation's latency percentiles included, and exports them for docs/results.
+  exported = tmp_path / 'data' / 'stragglers.json'
+  again = _run(*flags, '--only_existing', f'--export={exported}', timeout=120)
   assert again.returncode == 0, again.stderr
   assert again.stdout.count(': reused') == 2
+  assert 'per-domain per-example | straggler |' in (tmp_path / 'tables.md').read_text('utf-8')
+  from experiments import results_data, results_docs
+
+  data = results_data.load(str(exported))
+  assert data['kit'] == 'stragglers' and len(data['records']) == 2
+  assert set(data['settings']['latency_stats']) == {'per_example', 'per_domain_per_example'}
+  rendered = results_docs.render_file(str(exported), str(tmp_path))
+  assert '<!-- table: stragglers.table21 data/stragglers.json -->' in rendered
+  assert '<!-- table: stragglers.latency data/stragglers.json -->' in rendered
+  assert 'stragglers.table20' not in rendered  # no per-example run in the file
+  # Without the data dir, --only_existing still writes the run tables.
+  missing = _run(*flags, '--only_existing', f'--data_dir={tmp_path / "none"}', timeout=120)
+  assert missing.returncode == 0, missing.stderr
+  assert 'latency percentiles: not computed' in missing.stdout
+  assert 'Not computed (--only_existing without the data dir).' in (
+    tmp_path / 'tables.md'
+  ).read_text('utf-8')
 
 
 def _writer_emnist_dir(root, writers=24, per_writer=12):

@@ -1,0 +1,141 @@
+"""The small result files behind the tables of docs/results/: one JSON file per sweep.
+
+A reproduction binary run with `--export=PATH` (`experiments/sweep.py`) writes one: the kit
+(`fedasmu`, `fedcompass`, `stragglers`, `ccfedavg`), the exact command, the sweep's settings, the
+commit it was exported at, and one record per finished run as the kit's `run_sweep` returns it,
+with the run's directory replaced by the time its `summary.json` was written (`finished`).
+`experiments/results_docs.py` renders the docs' tables from these files through the kits' table
+functions, so a table in a doc is exactly what the committed records give.
+
+The file is JSON with one run record per line, so that a rerun shows in `git diff` run by run.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+KITS = ('fedasmu', 'fedcompass', 'stragglers', 'ccfedavg')
+FORMAT = 1  # bumped when the layout changes
+
+
+class ResultsDataError(ValueError):
+  """A result file that cannot be written or read; its message is one line."""
+
+
+def _commit(directory: str) -> str | None:
+  """'<short hash>' of the checkout holding `directory`, '+ changes' when it has uncommitted
+  changes; None outside a git checkout."""
+  try:
+    head = subprocess.run(
+      ['git', 'rev-parse', '--short', 'HEAD'],
+      cwd=directory,
+      capture_output=True,
+      text=True,
+      check=True,
+    ).stdout.strip()
+    dirty = subprocess.run(
+      ['git', 'status', '--porcelain', '--untracked-files=no'],
+      cwd=directory,
+      capture_output=True,
+      text=True,
+      check=True,
+    ).stdout.strip()
+  except (OSError, subprocess.CalledProcessError):
+    return None
+  return f'{head} + changes' if dirty else head
+
+
+def _finished(run_dir: str | None) -> str | None:
+  """When the run in `run_dir` wrote its summary (UTC, to the minute); None without one."""
+  path = os.path.join(run_dir, 'summary.json') if run_dir else None
+  if not path or not os.path.exists(path):
+    return None
+  stamp = datetime.datetime.fromtimestamp(os.path.getmtime(path), datetime.timezone.utc)
+  return stamp.strftime('%Y-%m-%d %H:%M UTC')
+
+
+def compact_record(record: dict[str, Any]) -> dict[str, Any]:
+  """`record` without its run directory (a path on the exporting machine), with `finished`."""
+  compact = {key: value for key, value in record.items() if key != 'workdir'}
+  compact['finished'] = _finished(record.get('workdir'))
+  return compact
+
+
+def command_line(argv: Sequence[str]) -> str:
+  """The shell command that ran this process, as `.venv/bin/python <script> <flags>` when run
+  from the checkout's venv."""
+  python = os.path.relpath(sys.executable)
+  if python.startswith('..'):
+    python = 'python'
+  script = os.path.relpath(argv[0]) if os.path.isabs(argv[0]) else argv[0]
+  return shlex.join([python, script, *argv[1:]])
+
+
+def export(
+  path: str,
+  kit: str,
+  records: Sequence[dict[str, Any]],
+  settings: dict[str, Any],
+  command: str,
+) -> str:
+  """Writes the result file of one sweep to `path`; returns `path`.
+
+  Raises:
+    ResultsDataError: an unknown kit, or no records (a wrong --workdir or flags would otherwise
+      blank the tables rendered from the file).
+  """
+  if kit not in KITS:
+    raise ResultsDataError(f'kit={kit!r} is not allowed; allowed values: {list(KITS)}')
+  if not records:
+    raise ResultsDataError(
+      f'--export={path}: the sweep has no finished run to export; check --workdir and the flags'
+    )
+  header = {
+    'format': FORMAT,
+    'kit': kit,
+    'command': command,
+    'exported': datetime.date.today().isoformat(),
+    'exported_at_commit': _commit(os.path.dirname(os.path.abspath(__file__))),
+    # JSON has no tuples; anything else unexpected is kept as its repr.
+    'settings': json.loads(json.dumps(settings, default=repr)),
+  }
+  lines = [
+    f'  {json.dumps(key)}: {json.dumps(value, sort_keys=True)},' for key, value in header.items()
+  ]
+  body = ',\n'.join(
+    '    ' + json.dumps(compact_record(dict(record)), sort_keys=True) for record in records
+  )
+  directory = os.path.dirname(path)
+  if directory:
+    os.makedirs(directory, exist_ok=True)
+  with open(path, 'w', encoding='utf-8') as f:
+    f.write('{\n' + '\n'.join(lines) + '\n  "records": [\n' + body + '\n  ]\n}\n')
+  return path
+
+
+def load(path: str) -> dict[str, Any]:
+  """The result file at `path` (as `export` wrote it).
+
+  Raises:
+    ResultsDataError: a missing or unreadable file, or one without a known kit and records.
+  """
+  try:
+    with open(path, encoding='utf-8') as f:
+      data = json.load(f)
+  except OSError as error:
+    raise ResultsDataError(f'{path}: cannot read the result file ({error.strerror})') from None
+  except ValueError as error:
+    raise ResultsDataError(f'{path}: not a JSON result file ({error})') from None
+  if not isinstance(data, dict) or data.get('kit') not in KITS or not data.get('records'):
+    raise ResultsDataError(
+      f'{path}: not a result file of experiments/results_data.py (needs "kit" among '
+      f'{list(KITS)} and "records")'
+    )
+  return data

@@ -1,0 +1,272 @@
+"""The tables of docs/results/ against the committed result files they are generated from."""
+
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from experiments import results_data, results_docs
+
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_SCRIPT = os.path.join(_REPO, 'experiments', 'results_docs.py')
+_FEDASMU = os.path.join(_REPO, 'experiments', 'fedasmu', 'reproduce.py')
+# The docs whose tables are results (performance.md holds dated host measurements instead).
+_TABLE_DOCS = ('ccfedavg.md', 'fedasmu.md', 'fedcompass_mnist.md', 'latency.md', 'stragglers.md')
+_RECORDED_NOTE = 'Recorded with an earlier version of the code; not yet regenerable.'
+
+
+def _run(*flags, timeout=120):
+  return subprocess.run(
+    [sys.executable, *flags], capture_output=True, text=True, cwd=_REPO, timeout=timeout
+  )
+
+
+def _read(path):
+  with open(path, encoding='utf-8') as f:
+    return f.read()
+
+
+def test_every_generated_table_is_what_its_committed_data_give():
+  diffs = results_docs.check(_REPO)
+  assert not diffs, ''.join(diffs) + '\nrun .venv/bin/python experiments/results_docs.py --write'
+
+
+def test_every_table_is_generated_or_marked_recorded():
+  generated = set()
+  for name in _TABLE_DOCS:
+    path = os.path.join(_REPO, 'docs', 'results', name)
+    text = _read(path)
+    found = results_docs.regions(text, path)
+    inside = [(r.start, r.end) for r in found]
+    offset = 0
+    for number, line in enumerate(text.splitlines(keepends=True), 1):
+      if line.startswith('|'):
+        assert any(start <= offset < end for start, end in inside), (
+          f'{name}:{number}: a table outside <!-- table: ... --> / <!-- recorded table --> markers'
+        )
+      offset += len(line)
+    for region in found:
+      if region.spec is None:
+        assert _RECORDED_NOTE in region.body, f'{name}:{region.line}: recorded without its note'
+      else:
+        generated.add(name)
+  # Tables regenerate in these docs now: FedASMU's rerun, the two latency-model tables.
+  assert generated == {'fedasmu.md', 'latency.md', 'stragglers.md'}
+
+
+def test_commands_in_the_results_docs_are_written_in_full():
+  for path in glob.glob(os.path.join(_REPO, 'docs', 'results', '*.md')):
+    for block in re.findall(r'```(?:bash)?\n(.*?)```', _read(path), re.DOTALL):
+      assert '...' not in block and not re.search(r'<[a-z][^>]*>', block), (path, block)
+      assert not re.search(r'^\s*\$\w', block, re.MULTILINE), (path, block)  # no $P shorthands
+
+
+def test_committed_result_files_are_small_and_each_feeds_a_table():
+  paths = sorted(glob.glob(os.path.join(_REPO, 'docs', 'results', 'data', '*.json')))
+  assert paths
+  markers = ''.join(_read(p) for p in glob.glob(os.path.join(_REPO, 'docs', 'results', '*.md')))
+  for path in paths:
+    assert os.path.getsize(path) < 100_000, path
+    data = results_data.load(path)
+    assert data['command'].startswith('.venv/bin/python experiments/')
+    assert all('workdir' not in record and record['finished'] for record in data['records'])
+    relative = os.path.relpath(path, _REPO)
+    assert re.search(rf'<!-- table: \S+ {re.escape(relative)}', markers), relative
+
+
+def test_fedasmu_result_file_holds_the_three_finished_runs_of_the_600_second_sweep():
+  data = results_data.load(os.path.join(_REPO, 'docs', 'results', 'data', 'fedasmu_600s.json'))
+  assert data['kit'] == 'fedasmu'
+  assert data['settings']['max_virtual_time'] == 600.0 and data['settings']['eval_every'] == 10
+  assert [(r['method'], r['seed']) for r in data['records']] == [
+    ('fedasmu', 0),
+    ('fedasync', 0),
+    ('fedbuff', 0),
+  ]
+  assert data['records'][0]['final_accuracy'] == 0.7279
+  # The doc's command is the one that wrote the file.
+  doc = _read(os.path.join(_REPO, 'docs', 'results', 'fedasmu.md'))
+  flags = data['command'].split()[2:]
+  commands = [c.replace('\\\n', ' ') for c in re.findall(r'```bash\n(.*?)```', doc, re.DOTALL)]
+  assert any(all(flag in c.split() for flag in flags) for c in commands)
+
+
+def _copy_fedasmu_doc(root):
+  """A repository root in `root` holding fedasmu.md and its result file."""
+  for relative in ('docs/results/fedasmu.md', 'docs/results/data/fedasmu_600s.json'):
+    os.makedirs(os.path.dirname(root / relative), exist_ok=True)
+    shutil.copy(os.path.join(_REPO, relative), root / relative)
+  return root / 'docs' / 'results' / 'data' / 'fedasmu_600s.json'
+
+
+def test_a_changed_number_in_the_data_fails_the_check_until_the_doc_is_rewritten(tmp_path):
+  data_path = _copy_fedasmu_doc(tmp_path)
+  check = (_SCRIPT, '--check', f'--root={tmp_path}')
+  result = _run(*check)
+  assert result.returncode == 0, result.stdout + result.stderr
+  assert result.stdout.strip() == '1 doc(s) match their data'
+
+  text = data_path.read_text(encoding='utf-8')
+  assert text.count('"final_accuracy": 0.7279') == 1
+  data_path.write_text(text.replace('"final_accuracy": 0.7279', '"final_accuracy": 0.7012'))
+  result = _run(*check)
+  assert result.returncode == 1
+  assert '-| FedASMU | 0.728 |' in result.stdout and '+| FedASMU | 0.701 |' in result.stdout
+  assert '1 doc(s) differ from their data' in result.stdout
+
+  result = _run(_SCRIPT, '--write', f'--root={tmp_path}')
+  assert result.returncode == 0, result.stderr
+  assert '| FedASMU | 0.701 |' in (tmp_path / 'docs/results/fedasmu.md').read_text('utf-8')
+  assert _run(*check).returncode == 0
+
+
+def test_a_changed_number_in_the_doc_fails_the_check(tmp_path):
+  _copy_fedasmu_doc(tmp_path)
+  doc = tmp_path / 'docs' / 'results' / 'fedasmu.md'
+  doc.write_text(
+    doc.read_text('utf-8').replace('| FedAsync | 0.720 |', '| FedAsync | 0.721 |'), 'utf-8'
+  )
+  diffs = results_docs.check(str(tmp_path))
+  assert len(diffs) == 1 and '+| FedAsync | 0.720 |' in diffs[0]
+
+
+@pytest.mark.parametrize(
+  'flags, message',
+  [
+    ((), 'give exactly one of --check, --write and --render'),
+    (('--check', '--write'), 'give exactly one of'),
+    (('--render=/no/such/file.json',), 'cannot read the result file'),
+  ],
+)
+def test_binary_errors_are_one_line_with_exit_code_2(flags, message):
+  result = _run(_SCRIPT, *flags)
+  assert result.returncode == 2
+  assert result.stderr.startswith('error: ') and message in result.stderr
+  assert len(result.stderr.strip().splitlines()) == 1
+
+
+def _doc(tmp_path, spec, body=''):
+  path = tmp_path / 'doc.md'
+  path.write_text(f'# Doc\n\n<!-- table: {spec} -->\n\n{body}\n\n<!-- end table -->\n', 'utf-8')
+  return str(path)
+
+
+def test_markers_name_a_known_renderer_and_a_result_file_of_its_kit(tmp_path):
+  data = os.path.relpath(os.path.join(_REPO, 'docs', 'results', 'data', 'fedasmu_600s.json'), _REPO)
+  cases = [
+    ('fedasmu.no_such_table ' + data, 'is not allowed; allowed values'),
+    ('fedasmu.results', 'needs a result file'),
+    ('stragglers.table21 ' + data, 'renders stragglers results'),
+    ('stragglers.round_time ' + data, 'is computed from code alone'),
+    (f'fedasmu.results {data} seed=7', 'no record of'),
+  ]
+  for spec, message in cases:
+    with pytest.raises(results_docs.DocsError, match=message):
+      results_docs.check(_REPO, [_doc(tmp_path, spec)])
+  with pytest.raises(results_data.ResultsDataError, match='cannot read'):
+    results_docs.check(_REPO, [_doc(tmp_path, 'fedasmu.results docs/results/data/none.json')])
+  unterminated = tmp_path / 'open.md'
+  unterminated.write_text('<!-- recorded table -->\n\n| a |\n', 'utf-8')
+  with pytest.raises(results_docs.DocsError, match=r'open.md:1: table marker without'):
+    results_docs.check(_REPO, [str(unterminated)])
+
+
+def test_filters_keep_the_matching_records(tmp_path):
+  data = 'docs/results/data/fedasmu_600s.json'
+  text = results_docs.render_spec(f'fedasmu.results {data} method=fedbuff seed=0', _REPO)
+  assert '| FedBuff | 0.734 |' in text and 'FedASMU |' not in text
+
+
+def test_export_refuses_no_records_and_load_refuses_other_files(tmp_path):
+  with pytest.raises(results_data.ResultsDataError, match='no finished run'):
+    results_data.export(str(tmp_path / 'x.json'), 'fedasmu', [], {}, 'cmd')
+  with pytest.raises(results_data.ResultsDataError, match='kit='):
+    results_data.export(str(tmp_path / 'x.json'), 'fedavg', [{'a': 1}], {}, 'cmd')
+  (tmp_path / 'other.json').write_text('{"records": [1]}', 'utf-8')
+  with pytest.raises(results_data.ResultsDataError, match='not a result file'):
+    results_data.load(str(tmp_path / 'other.json'))
+
+
+def _fake_run(run_dir, final, best, time_to_target, status='completed'):
+  os.makedirs(run_dir)
+  summary = {
+    'status': status,
+    'final_accuracy': final,
+    'best_accuracy': best,
+    'time_to_target': time_to_target,
+    'target_accuracy': 0.7,
+    'final_version': 120,
+    'final_virtual_time': 600.0,
+    'client_updates': 120,
+    'host': {'seconds': 50.0},
+  }
+  with open(os.path.join(run_dir, 'summary.json'), 'w', encoding='utf-8') as f:
+    json.dump(summary, f)
+
+
+def test_binary_exports_the_finished_runs_and_render_prints_their_tables(tmp_path):
+  runs = tmp_path / 'runs'
+  column = runs / 'fashion_mnist' / 'lenet5'
+  _fake_run(column / 'fedasmu' / 'seed0', 0.71, 0.72, 450.0)
+  _fake_run(column / 'fedasmu' / 'seed1', 0.69, 0.70, None)
+  _fake_run(column / 'fedavg' / 'seed0', 0.65, 0.66, None)
+  (column / 'fedavg' / 'seed1').mkdir()  # started, never finished: not exported
+  exported = tmp_path / 'data' / 'fedasmu_test.json'
+  result = _run(
+    _FEDASMU,
+    '--num_rounds=500',
+    '--max_virtual_time=600',
+    f'--workdir={runs}',
+    '--methods=fedasmu,fedavg',
+    '--seeds=0,1',
+    '--only_existing',
+    f'--export={exported}',
+  )
+  assert result.returncode == 0, result.stderr
+  assert f'exported: {exported} (3 runs)' in result.stdout
+  data = results_data.load(str(exported))
+  assert data['kit'] == 'fedasmu' and data['settings']['seeds'] == [0, 1]
+  assert '--only_existing' in data['command'] and data['command'].endswith(f'--export={exported}')
+  assert [(r['method'], r['seed'], r['final_accuracy']) for r in data['records']] == [
+    ('fedasmu', 0, 0.71),
+    ('fedavg', 0, 0.65),
+    ('fedasmu', 1, 0.69),
+  ]
+  assert all('workdir' not in r and r['finished'].endswith('UTC') for r in data['records'])
+  # One record per line: a rerun shows in git diff run by run.
+  assert len(exported.read_text('utf-8').splitlines()) == 8 + 3 + 2
+
+  rendered = _run(_SCRIPT, f'--render={exported}', f'--root={tmp_path}')
+  assert rendered.returncode == 0, rendered.stderr
+  out = rendered.stdout
+  for name in ('fedasmu.results', 'fedasmu.ordering', 'fedasmu.ablations'):
+    assert f'<!-- table: {name} data/fedasmu_test.json -->' in out
+  assert out.count('<!-- end table -->') == 3
+  assert '| FedASMU | 0.700±0.014 | 0.829 | 0.710 | / |' in out  # missed on one of two seeds
+  assert '| FedAvg | 0.650 | 0.706 | 0.660 | / |' in out
+
+  # Pasted into a doc, the rendered tables check clean, and fail once a run changes.
+  doc = tmp_path / 'doc.md'
+  doc.write_text('# Doc\n\n' + out, 'utf-8')
+  assert results_docs.check(str(tmp_path), [str(doc)]) == []
+  exported.write_text(exported.read_text('utf-8').replace('0.65', '0.55'), 'utf-8')
+  assert results_docs.check(str(tmp_path), [str(doc)])
+
+
+def test_binary_without_finished_runs_refuses_to_export(tmp_path):
+  result = _run(
+    _FEDASMU,
+    '--num_rounds=500',
+    f'--workdir={tmp_path / "runs"}',
+    '--methods=fedasmu',
+    '--only_existing',
+    f'--export={tmp_path / "x.json"}',
+  )
+  assert result.returncode == 2
+  assert 'no finished run to export' in result.stderr
+  assert not (tmp_path / 'x.json').exists()
