@@ -4,7 +4,8 @@
 package itself loads no JAX):
 
   the runtime       fs.Simulation, fs.StopCondition, fs.TaskHandle, fs.Scheduler (the protocol
-                    a scheduler follows), fs.Aggregator, fs.UpdateBatch, fs.PerStepLatency, ...
+                    a scheduler follows), fs.SchedulerContext (what it sees and may do),
+                    fs.Aggregator, fs.UpdateBatch, fs.PerStepLatency, ...
   execution         fs.Executor, fs.NoTrainingExecutor, fs.sgd_client_update, fs.local_update
   strategies        every name of `fedsim_jax.strategy`: the schedulers
                     (fs.SynchronousScheduler, fs.AsynchronousScheduler, ...), the aggregators
@@ -118,6 +119,7 @@ _EXPORTS: dict[str, str] = {
       'TaskAccounting',
       'SimulationStalled',
       'Scheduler',
+      'SchedulerContext',
       'Aggregator',
       'UpdateBatch',
       'weighted_mean_delta',

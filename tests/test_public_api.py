@@ -26,6 +26,7 @@ def test_every_public_name_resolves_and_is_listed():
     'StopCondition',
     'TaskHandle',
     'Scheduler',
+    'SchedulerContext',
     'Aggregator',
     'Executor',
     'UpdateBatch',

@@ -9,6 +9,7 @@ from fedsim_jax.runtime.latency import (
   PerStepLatency,
   TaskLatency,
 )
+from fedsim_jax.runtime.scheduler_context import SchedulerContext
 from fedsim_jax.runtime.simulation import (
   Scheduler,
   Simulation,
@@ -36,6 +37,7 @@ __all__ = [
   'PerStepLatency',
   'TaskLatency',
   'Scheduler',
+  'SchedulerContext',
   'Simulation',
   'SimulationStalled',
   'StopCondition',

@@ -1,8 +1,10 @@
 """The virtual-time runtime: an event loop that schedulers drive and that defers training.
 
-A scheduler reacts to events (`start`, `on_arrival`, `on_timer`, `on_dropout`) by calling the
-simulation: `dispatch` a client task, `set_timer`, `apply_updates`, `discard` (and, for updates
-the server uses without a new version, `fold_in` and `update_server_state`). Dispatching draws
+A scheduler reacts to events (`start`, `on_arrival`, `on_timer`, `on_dropout`) through the
+`SchedulerContext` it is given (runtime/scheduler_context.py): it reads a view of the run and
+asks for actions, which the simulation executes: `dispatch` a client task, `set_timer`,
+`apply_updates`, `discard` (and, for updates the server uses without a new version, `fold_in`
+and `update_server_state`). Dispatching draws
 the task's latency and queues its arrival (or, if the client goes offline first, its dropout);
 the training itself is deferred: a task is computed only when its result is first needed
 (typically at aggregation), together with every other pending task, in one executor batch
@@ -36,6 +38,7 @@ from fedsim_jax.runtime.latency import (
   available_clients,
 )
 from fedsim_jax.runtime.sampling import choose_one
+from fedsim_jax.runtime.scheduler_context import SchedulerContext
 from fedsim_jax.runtime.statistics import busy_fraction
 from fedsim_jax.runtime.task_trace import TaskLog, skipped_record, task_record
 from fedsim_jax.runtime.updates import Aggregator, ResultRef, UpdateBatch, stack_results
@@ -105,13 +108,15 @@ class Scheduler(Protocol):
   """Host-side policy: who trains, how much, and when to aggregate.
 
   A scheduler is any object with the three methods below (no base class). The simulation
-  calls them as virtual time advances; they react by calling the simulation back. They run in
-  plain Python on the host, never jitted; the training they ask for is computed later, in
-  batches (the simulation's deferred execution), so dispatching is cheap.
+  calls them as virtual time advances, passing a `SchedulerContext` (`sim` below): a read-only
+  view of the run and the actions the scheduler may take, which the simulation executes at
+  once (`help(fedsim_jax.runtime.SchedulerContext)`). Schedulers run in plain Python on the
+  host, never jitted; the training they ask for is computed later, in batches (the
+  simulation's deferred execution), so dispatching is cheap.
 
   What each method receives:
 
-  - `start(sim)`: once, at virtual time 0 (`sim.now`), when `sim.run` is first called.
+  - `start(sim)`: once, at virtual time 0 (`sim.now`), when `Simulation.run` is first called.
     Dispatch the first tasks and/or set the first timers here.
   - `on_arrival(sim, handle)`: a client task came back at `sim.now` (its `TaskHandle`:
     `client_id`, `num_steps`, `version` of the model it downloaded, `dispatch_time`,
@@ -127,7 +132,7 @@ class Scheduler(Protocol):
   simply lost), and, for schedulers that split tasks into segments,
   `on_segment_end(sim, handle)` (see `Simulation.dispatch`).
 
-  What it may call on the simulation:
+  What `sim` offers:
 
   - read: `sim.now` (virtual seconds), `sim.version` (server versions so far),
     `sim.num_clients`, `sim.client_sizes` (examples per client, for weights), `sim.params`
@@ -146,6 +151,10 @@ class Scheduler(Protocol):
     updates without a new version), `sim.advance_version()` (a round with nothing to apply),
     `sim.task_params(handle)` / `sim.task_aux(handle)` (read one client's result),
     `sim.record_skipped(client)` (trace a selected client that does not train).
+
+  Per-client model-valued state (a previous local model, a gradient state) belongs in a
+  `fedsim_jax.strategy.client_table.ClientTable` (`[num_clients, ...]`, updated by pure
+  functions), not in dicts of pytrees.
 
   The scheduler is saved in checkpoints with the rest of the simulation (it is pickled): keep
   its state in plain attributes (numbers, lists, numpy arrays, `TaskHandle`s), define its
@@ -202,11 +211,11 @@ class Scheduler(Protocol):
   (README, "New algorithm").
   """
 
-  def start(self, sim: Simulation) -> None: ...
+  def start(self, sim: SchedulerContext) -> None: ...
 
-  def on_arrival(self, sim: Simulation, handle: TaskHandle) -> None: ...
+  def on_arrival(self, sim: SchedulerContext, handle: TaskHandle) -> None: ...
 
-  def on_timer(self, sim: Simulation, payload: Any) -> None: ...
+  def on_timer(self, sim: SchedulerContext, payload: Any) -> None: ...
 
 
 @dataclasses.dataclass
@@ -381,6 +390,7 @@ class Simulation:
     self._next_task_id = 0
     self._started = False
     self._pause_requested = False
+    self._context = SchedulerContext(self)  # what the scheduler's callbacks receive
 
   # ---- State -----------------------------------------------------------------------------
 
@@ -722,7 +732,15 @@ class Simulation:
   # ---- Pausing and checkpoints -----------------------------------------------------------
 
   # Built from the config, never saved: code and data (the executor holds the federation).
-  _BUILT = ('executor', 'aggregator', '_apply', 'on_version', 'task_log', '_pause_requested')
+  _BUILT = (
+    'executor',
+    'aggregator',
+    '_apply',
+    'on_version',
+    'task_log',
+    '_pause_requested',
+    '_context',
+  )
 
   def request_pause(self) -> None:
     """Makes `run` return once the current event is processed (for a checkpoint, or an
@@ -821,7 +839,7 @@ class Simulation:
   def _end_segment(self, handle: TaskHandle) -> None:
     handle.status = 'segment_done'
     # An optional hook, not part of the `Scheduler` protocol (see its docstring).
-    self.scheduler.on_segment_end(self, handle)  # type: ignore[attr-defined]
+    self.scheduler.on_segment_end(self._context, handle)  # type: ignore[attr-defined]
     if handle.status != 'continued':
       raise RuntimeError(
         f'task {handle.task_id}: on_segment_end did not dispatch the next '
@@ -834,7 +852,7 @@ class Simulation:
     self._pause_requested = False
     if not self._started:
       self._started = True
-      self.scheduler.start(self)
+      self.scheduler.start(self._context)
     # `stop.reached(self)`, unrolled: this loop runs a few times per client update.
     max_versions, max_time, max_updates = (
       math.inf if limit is None else limit
@@ -872,7 +890,7 @@ class Simulation:
         handle.status = 'arrived'
         self.accounting.arrived += 1
         self.accounting.waiting += 1
-        self.scheduler.on_arrival(self, handle)
+        self.scheduler.on_arrival(self._context, handle)
       elif event.kind is EventKind.DROPOUT:
         handle = event.payload
         self._finish_task(handle)
@@ -889,9 +907,9 @@ class Simulation:
           )
         on_dropout = getattr(self.scheduler, 'on_dropout', None)
         if on_dropout is not None:
-          on_dropout(self, handle)
+          on_dropout(self._context, handle)
       else:
-        self.scheduler.on_timer(self, event.payload)
+        self.scheduler.on_timer(self._context, event.payload)
 
   # ---- Reporting -------------------------------------------------------------------------
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from fedsim_jax.runtime.sampling import choose_without_replacement
-from fedsim_jax.runtime.simulation import Simulation, TaskHandle
+from fedsim_jax.runtime.scheduler_context import SchedulerContext
+from fedsim_jax.runtime.simulation import TaskHandle
 from fedsim_jax.strategy.client_state import ClientState
 from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.strategy.synchronous import check_weighting, update_weights
@@ -61,20 +62,20 @@ class AsynchronousScheduler:
     self._in_flight = 0
     self._refill_at = float('inf')  # time of the earliest pending refill timer
 
-  def start(self, sim: Simulation) -> None:
+  def start(self, sim: SchedulerContext) -> None:
     if self.concurrency > sim.num_clients:
       raise ValueError(
         f'concurrency={self.concurrency} exceeds the federation ({sim.num_clients} clients)'
       )
     self._refill(sim)
 
-  def _schedule_refill(self, sim: Simulation, time: float | None = None) -> None:
+  def _schedule_refill(self, sim: SchedulerContext, time: float | None = None) -> None:
     time = sim.now if time is None else time
     if time < self._refill_at:
       self._refill_at = time
       sim.set_timer(time, ('refill', time))
 
-  def _refill(self, sim: Simulation) -> None:
+  def _refill(self, sim: SchedulerContext) -> None:
     free = self.concurrency - self._in_flight
     if free <= 0:
       return
@@ -102,7 +103,7 @@ class AsynchronousScheduler:
       if retry != float('inf'):
         self._schedule_refill(sim, retry)
 
-  def on_arrival(self, sim: Simulation, handle: TaskHandle) -> None:
+  def on_arrival(self, sim: SchedulerContext, handle: TaskHandle) -> None:
     if self.client_state is not None:
       self.client_state.observe_arrival(sim, handle)
     self._in_flight -= 1
@@ -119,12 +120,12 @@ class AsynchronousScheduler:
       buffer, self.buffer = self.buffer, []
       sim.apply_updates(buffer, update_weights(sim, buffer, self.weighting))
 
-  def on_dropout(self, sim: Simulation, handle: TaskHandle) -> None:
+  def on_dropout(self, sim: SchedulerContext, handle: TaskHandle) -> None:
     del handle
     self._in_flight -= 1
     self._schedule_refill(sim)
 
-  def on_timer(self, sim: Simulation, payload: Any) -> None:
+  def on_timer(self, sim: SchedulerContext, payload: Any) -> None:
     kind, time = payload
     if kind == 'refill' and time == self._refill_at:  # later timers were superseded
       self._refill_at = float('inf')

@@ -32,7 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedsim_jax.models import Params
-from fedsim_jax.runtime.simulation import Simulation, TaskHandle
+from fedsim_jax.runtime.scheduler_context import SchedulerContext
+from fedsim_jax.runtime.simulation import TaskHandle
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
 from fedsim_jax.strategy import client_table
 from fedsim_jax.strategy.local_work import LocalWork
@@ -140,7 +141,7 @@ class BudgetedScheduler:
     self._skipping: list[int] = []
     self._outstanding = 0
 
-  def start(self, sim: Simulation) -> None:
+  def start(self, sim: SchedulerContext) -> None:
     if self.cohort_size > sim.num_clients:
       raise ValueError(
         f'algorithm.kwargs.cohort_size={self.cohort_size} exceeds the federation '
@@ -156,7 +157,7 @@ class BudgetedScheduler:
     """Compute accounting for the run summary: updates trained vs estimated."""
     return {'trained_updates': self.trained_updates, 'estimated_updates': self.estimated_updates}
 
-  def _start_round(self, sim: Simulation) -> None:
+  def _start_round(self, sim: SchedulerContext) -> None:
     self.round_index += 1
     cohort = np.sort(sim.rng.choice(sim.num_clients, self.cohort_size, replace=False))
     self._training, self._skipping = [], []
@@ -176,12 +177,12 @@ class BudgetedScheduler:
     if not self._training:  # nobody trains: the round closes at once
       sim.set_timer(sim.now, ('close', self.round_index))
 
-  def on_arrival(self, sim: Simulation, handle: TaskHandle) -> None:
+  def on_arrival(self, sim: SchedulerContext, handle: TaskHandle) -> None:
     self._outstanding -= 1
     if self._outstanding == 0:
       self._close_round(sim)
 
-  def on_timer(self, sim: Simulation, payload: Any) -> None:
+  def on_timer(self, sim: SchedulerContext, payload: Any) -> None:
     kind, round_index = payload
     if kind == 'close' and round_index == self.round_index:
       self._close_round(sim)
@@ -191,7 +192,7 @@ class BudgetedScheduler:
       return 'last_delta' if self.round_index < self.switch_round else 'last_model'
     return self.estimator
 
-  def _close_round(self, sim: Simulation) -> None:
+  def _close_round(self, sim: SchedulerContext) -> None:
     trained = sorted(self._training, key=lambda h: h.task_id)
     kind = self._estimate_kind()
     skipping = [] if kind == 'ignore' else self._skipping

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from fedsim_jax.runtime.simulation import Simulation, TaskHandle
+from fedsim_jax.runtime.scheduler_context import SchedulerContext
+from fedsim_jax.runtime.simulation import TaskHandle
 
 
 class ClientState(Protocol):
   """Per-client task inputs and an arrival observer."""
 
-  def task_inputs(self, sim: Simulation, client: int) -> Any:
+  def task_inputs(self, sim: SchedulerContext, client: int) -> Any:
     """The `task_inputs` of a task dispatched to `client`."""
 
-  def observe_arrival(self, sim: Simulation, handle: TaskHandle) -> None:
+  def observe_arrival(self, sim: SchedulerContext, handle: TaskHandle) -> None:
     """Called with each arrived task before the scheduler handles it."""

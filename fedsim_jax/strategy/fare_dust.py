@@ -71,7 +71,8 @@ import optax
 from fedsim_jax.client.local_update import ClientUpdate, local_update
 from fedsim_jax.client.objective import TeacherInputs, Term, regularised_objective
 from fedsim_jax.models import Model, Params
-from fedsim_jax.runtime.simulation import Simulation, TaskHandle
+from fedsim_jax.runtime.scheduler_context import SchedulerContext
+from fedsim_jax.runtime.simulation import TaskHandle
 from fedsim_jax.runtime.updates import UpdateBatch
 from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.strategy.synchronous import (
@@ -235,12 +236,12 @@ class FareDustScheduler(AroundRounds):
 
   # ---- Algorithm 1 -----------------------------------------------------------------------
 
-  def _round_closing(self, sim: Simulation, closing: ClosingRound) -> None:
+  def _round_closing(self, sim: SchedulerContext, closing: ClosingRound) -> None:
     # Lines 10-17: the fast updates form Delta_t (b_t = B); round t joins `Deltas`.
     delta_sum, weight_sum = weighted_delta_sum(sim.updates(closing.aggregated, closing.weights))
     self.history.push(closing.index, delta_sum, float(weight_sum), len(closing.aggregated))
 
-  def _late_update(self, sim: Simulation, handle: TaskHandle) -> None:
+  def _late_update(self, sim: SchedulerContext, handle: TaskHandle) -> None:
     # Lines 18-20: a straggler of round t' is summed into Delta_t' while t' is kept.
     if handle.num_steps == 0:
       sim.discard(handle, 'no_local_steps')
@@ -255,7 +256,7 @@ class FareDustScheduler(AroundRounds):
     sim.fold_in([handle])
     self.folded += 1
 
-  def _teacher_inputs(self, sim: Simulation, client: int) -> TeacherInputs:
+  def _teacher_inputs(self, sim: SchedulerContext, client: int) -> TeacherInputs:
     # Lines 6-7: one uniformly drawn historical delta per client, on the latest weights.
     del client
     version, cache = self._teacher_cache

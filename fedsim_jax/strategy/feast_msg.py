@@ -59,7 +59,8 @@ import jax.numpy as jnp
 import optax
 
 from fedsim_jax.models import Params
-from fedsim_jax.runtime.simulation import Simulation, TaskHandle
+from fedsim_jax.runtime.scheduler_context import SchedulerContext
+from fedsim_jax.runtime.simulation import TaskHandle
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
 from fedsim_jax.strategy.fare_dust import weighted_delta_sum
 from fedsim_jax.strategy.fedopt import server_update
@@ -242,13 +243,13 @@ class FeastScheduler:
 
   # ---- Scheduler protocol ----------------------------------------------------------------
 
-  def start(self, sim: Simulation) -> None:
+  def start(self, sim: SchedulerContext) -> None:
     self.rounds.start(sim)
 
-  def on_arrival(self, sim: Simulation, handle: TaskHandle) -> None:
+  def on_arrival(self, sim: SchedulerContext, handle: TaskHandle) -> None:
     self.rounds.on_arrival(sim, handle)
 
-  def on_timer(self, sim: Simulation, payload: Any) -> None:
+  def on_timer(self, sim: SchedulerContext, payload: Any) -> None:
     if isinstance(payload, tuple) and payload[0] == _WINDOW_TIMER:
       window = self._open.get(payload[1])
       if window is not None:  # else it already closed with every straggler in
@@ -256,7 +257,7 @@ class FeastScheduler:
       return
     self.rounds.on_timer(sim, payload)
 
-  def on_dropout(self, sim: Simulation, handle: TaskHandle) -> None:
+  def on_dropout(self, sim: SchedulerContext, handle: TaskHandle) -> None:
     window = self._window_of(handle)
     if window is not None:
       window.pending.discard(handle)
@@ -270,7 +271,7 @@ class FeastScheduler:
     round_index = self._pending_round.pop(handle, None)
     return None if round_index is None else self._open.get(round_index)
 
-  def _round_closing(self, sim: Simulation, closing: ClosingRound) -> None:
+  def _round_closing(self, sim: SchedulerContext, closing: ClosingRound) -> None:
     # Line 11: Delta_t^+ starts as the fast clients' Delta_t; w_t is the current model.
     delta_sum, weight_sum = weighted_delta_sum(sim.updates(closing.aggregated, closing.weights))
     window = StragglerWindow(
@@ -292,7 +293,7 @@ class FeastScheduler:
     else:
       sim.set_timer(end, (_WINDOW_TIMER, window.round_index))
 
-  def _late_update(self, sim: Simulation, handle: TaskHandle) -> None:
+  def _late_update(self, sim: SchedulerContext, handle: TaskHandle) -> None:
     # Lines 12-15: a straggler within tau_max of its round's start joins Delta_t^+.
     window = self._window_of(handle)
     if window is None or sim.now - window.start_time > self.tau_max:
@@ -312,7 +313,7 @@ class FeastScheduler:
       if not window.pending and self.close_when_complete:
         self._close(sim, window)
 
-  def _close(self, sim: Simulation, window: StragglerWindow) -> None:
+  def _close(self, sim: SchedulerContext, window: StragglerWindow) -> None:
     window.closed = True
     self._open.pop(window.round_index, None)
     for handle in window.pending:  # still training: they will arrive beyond tau_max

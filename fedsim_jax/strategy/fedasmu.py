@@ -110,7 +110,8 @@ from fedsim_jax.client.local_update import ClientUpdate, local_update
 from fedsim_jax.client.objective import cross_entropy
 from fedsim_jax.models import Model, Params
 from fedsim_jax.runtime.latency import TaskLatency
-from fedsim_jax.runtime.simulation import Simulation, TaskHandle
+from fedsim_jax.runtime.scheduler_context import SchedulerContext
+from fedsim_jax.runtime.simulation import TaskHandle
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
 from fedsim_jax.strategy.fedasmu_fetch import (
   FetchPolicy,
@@ -600,7 +601,7 @@ class FedasmuScheduler(PeriodicTriggerScheduler):
       return self.local_work.steps
     return int(self.local_work.epochs)
 
-  def start(self, sim: Simulation) -> None:
+  def start(self, sim: SchedulerContext) -> None:
     self.gamma = np.full(sim.num_clients, self.gamma_0, np.float32)
     self.v = np.full(sim.num_clients, self.v_0, np.float32)
     super().start(sim)
@@ -614,7 +615,7 @@ class FedasmuScheduler(PeriodicTriggerScheduler):
 
   def _inputs(
     self,
-    sim: Simulation,
+    sim: SchedulerContext,
     client: int,
     global_params: Params,
     *,
@@ -631,7 +632,7 @@ class FedasmuScheduler(PeriodicTriggerScheduler):
       download_version=download_version,
     )
 
-  def start_task(self, sim: Simulation, client: int) -> None:
+  def start_task(self, sim: SchedulerContext, client: int) -> None:
     latency = sim.sample_latency(client)
     num_examples = int(sim.client_sizes[client])
     total = self.local_work.num_steps(num_examples, latency)
@@ -659,17 +660,13 @@ class FedasmuScheduler(PeriodicTriggerScheduler):
       planned_steps=total,
     )
 
-  def _fetch_download_time(self, sim: Simulation, client: int, latency: TaskLatency) -> float:
-    extra = getattr(sim.latency, 'extra_download_time', None)
-    return float(extra(client)) if extra is not None else latency.communication / 2
-
-  def on_segment_end(self, sim: Simulation, handle: TaskHandle) -> None:
+  def on_segment_end(self, sim: SchedulerContext, handle: TaskHandle) -> None:
     """Alg. 2 lines 4-8: the server answers the request with w_g if g > o."""
     client, latency = handle.client_id, handle.metadata['task_latency']
     fresh_version, download_version = sim.version, handle.version
     fresh = fresh_version > download_version
     local = sim.task_params(handle)
-    download = self._fetch_download_time(sim, client, latency) if fresh else 0.0
+    download = sim.download_time(client, latency) if fresh else 0.0
     segment = TaskLatency(
       communication=download + latency.communication / 2, overhead=0.0, per_step=latency.per_step
     )
@@ -699,7 +696,7 @@ class FedasmuScheduler(PeriodicTriggerScheduler):
     self.fetches += 1
     self.blends += int(fresh)
 
-  def on_arrival(self, sim: Simulation, handle: TaskHandle) -> None:
+  def on_arrival(self, sim: SchedulerContext, handle: TaskHandle) -> None:
     if handle.metadata.get('blended'):
       # The device's Formula 9 step and Alg. 2 line 12's reward, delivered with the upload.
       aux = sim.task_aux(handle)
@@ -711,11 +708,9 @@ class FedasmuScheduler(PeriodicTriggerScheduler):
       self.fetch_policy.observe(client, handle.metadata['fetch_epoch'], reward)
     super().on_arrival(sim, handle)
 
-  def aggregate(self, sim: Simulation, buffer: Sequence[TaskHandle]) -> None:
+  def aggregate(self, sim: SchedulerContext, buffer: Sequence[TaskHandle]) -> None:
     """Formula 1 with 𝓛 = the whole task's steps (a segmented task's last segment ran fewer)."""
-    batch = sim.updates(
-      buffer, [1.0] * len(buffer), with_client_params=sim.aggregator.needs_client_params
-    )
+    batch = sim.updates(buffer, [1.0] * len(buffer), with_client_params=None)
     steps = np.zeros(np.shape(batch.num_steps), np.int32)
     steps[: len(buffer)] = [h.metadata['total_steps'] for h in buffer]
     sim.apply_update_batch(batch.replace(num_steps=steps), buffer)

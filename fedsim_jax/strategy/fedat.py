@@ -24,7 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedsim_jax.models import Params
-from fedsim_jax.runtime.simulation import Simulation, TaskHandle
+from fedsim_jax.runtime.scheduler_context import SchedulerContext
+from fedsim_jax.runtime.simulation import TaskHandle
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
 from fedsim_jax.strategy.local_work import LocalWork
 
@@ -104,11 +105,11 @@ class TieredScheduler:
     self._outstanding: dict[int, set[TaskHandle]] = {}
     self._arrived: dict[int, list[TaskHandle]] = {}
 
-  def start(self, sim: Simulation) -> None:
+  def start(self, sim: SchedulerContext) -> None:
     for tier in range(len(self.tiers)):
       self._start_round(sim, tier)
 
-  def _start_round(self, sim: Simulation, tier: int) -> None:
+  def _start_round(self, sim: SchedulerContext, tier: int) -> None:
     members = self.tiers[tier]
     idle = np.intersect1d(members, sim.idle_clients())
     size = min(self.cohort_size, len(members))
@@ -126,7 +127,7 @@ class TieredScheduler:
         sim.dispatch(client, steps, latency=latency, metadata={'group': tier})
       )
 
-  def _end_round(self, sim: Simulation, tier: int) -> None:
+  def _end_round(self, sim: SchedulerContext, tier: int) -> None:
     arrived = sorted(self._arrived[tier], key=lambda h: h.task_id)  # arrival-order free
     usable = [h for h in arrived if h.num_steps > 0]
     for h in arrived:
@@ -136,20 +137,20 @@ class TieredScheduler:
       sim.apply_updates(usable, [float(sim.client_sizes[h.client_id]) for h in usable])
     self._start_round(sim, tier)
 
-  def on_arrival(self, sim: Simulation, handle: TaskHandle) -> None:
+  def on_arrival(self, sim: SchedulerContext, handle: TaskHandle) -> None:
     tier = handle.metadata['group']
     self._outstanding[tier].discard(handle)
     self._arrived[tier].append(handle)
     if not self._outstanding[tier]:
       self._end_round(sim, tier)
 
-  def on_dropout(self, sim: Simulation, handle: TaskHandle) -> None:
+  def on_dropout(self, sim: SchedulerContext, handle: TaskHandle) -> None:
     tier = handle.metadata['group']
     self._outstanding[tier].discard(handle)
     if not self._outstanding[tier]:
       self._end_round(sim, tier)
 
-  def on_timer(self, sim: Simulation, payload: Any) -> None:
+  def on_timer(self, sim: SchedulerContext, payload: Any) -> None:
     kind, tier = payload
     if kind == 'retry' and not self._outstanding[tier] and not self._arrived[tier]:
       self._start_round(sim, tier)

@@ -40,7 +40,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedsim_jax.runtime.simulation import Simulation, TaskHandle
+from fedsim_jax.runtime.scheduler_context import SchedulerContext
+from fedsim_jax.runtime.simulation import TaskHandle
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
 from fedsim_jax.strategy.fedopt import server_update
 from fedsim_jax.strategy.reducers import Reducer, staleness_scaled, weighted_sum
@@ -160,7 +161,7 @@ class CompassScheduler:
 
   # ---- Algorithm 1 -----------------------------------------------------------------------
 
-  def start(self, sim: Simulation) -> None:
+  def start(self, sim: SchedulerContext) -> None:
     sizes = sim.client_sizes.astype(float)
     self._weights = (
       list(sizes / sizes.sum())
@@ -171,7 +172,7 @@ class CompassScheduler:
       self.clients[client] = ClientRecord()
       self._train(sim, client, self.q_min)
 
-  def _train(self, sim: Simulation, client: int, steps: int) -> None:
+  def _train(self, sim: SchedulerContext, client: int, steps: int) -> None:
     record = self.clients[client]
     record.steps = steps
     record.start_time = sim.now
@@ -187,7 +188,7 @@ class CompassScheduler:
         self.speed_momentum * measured + (1 - self.speed_momentum) * record.step_time
       )
 
-  def on_arrival(self, sim: Simulation, handle: TaskHandle) -> None:
+  def on_arrival(self, sim: SchedulerContext, handle: TaskHandle) -> None:
     client = handle.client_id
     record = self.clients[client]
     self._record_speed(client, sim.now)  # line 12
@@ -214,14 +215,14 @@ class CompassScheduler:
       if not group.pending:
         self._group_aggregate(sim, group_id)
 
-  def on_timer(self, sim: Simulation, payload: Any) -> None:
+  def on_timer(self, sim: SchedulerContext, payload: Any) -> None:
     kind, group_id = payload
     if kind == 'latest_arrival':
       self._group_aggregate(sim, group_id)
 
   # ---- Algorithm 3 -----------------------------------------------------------------------
 
-  def _group_aggregate(self, sim: Simulation, group_id: int) -> None:
+  def _group_aggregate(self, sim: SchedulerContext, group_id: int) -> None:
     group = self.groups.get(group_id)
     if group is None or group.aggregated:
       return
@@ -247,14 +248,14 @@ class CompassScheduler:
   def _floor(x: float) -> int:
     return math.floor(x + 1e-9)
 
-  def _assign_group(self, sim: Simulation, client: int) -> None:
+  def _assign_group(self, sim: SchedulerContext, client: int) -> None:
     if not self._join_group(sim, client):
       self._create_group(sim, client)
 
   def _open_groups(self):
     return [(g, group) for g, group in self.groups.items() if not group.aggregated]
 
-  def _join_group(self, sim: Simulation, client: int) -> bool:
+  def _join_group(self, sim: SchedulerContext, client: int) -> bool:
     step_time = self.clients[client].step_time
     best_group, best_steps = -1, -1
     for g, group in self._open_groups():
@@ -268,7 +269,7 @@ class CompassScheduler:
     record.group, record.steps = best_group, best_steps
     return True
 
-  def _create_group(self, sim: Simulation, client: int) -> None:
+  def _create_group(self, sim: SchedulerContext, client: int) -> None:
     step_time = self.clients[client].step_time
     candidates = []
     for _, group in self._open_groups():

@@ -59,7 +59,7 @@ import optax
 from fedsim_jax.client.local_update import ClientUpdate, local_update
 from fedsim_jax.client.objective import Term, TermInputs, cross_entropy, squared_distance
 from fedsim_jax.models import Model, Params
-from fedsim_jax.runtime.simulation import Simulation
+from fedsim_jax.runtime.scheduler_context import SchedulerContext
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch, weighted_mean_delta
 from fedsim_jax.strategy import client_table
 from fedsim_jax.strategy.local_work import LocalWork
@@ -209,15 +209,15 @@ class FedDynScheduler(AroundRounds):
       round_closing=self._round_closing,
     )
 
-  def start(self, sim: Simulation) -> None:
+  def start(self, sim: SchedulerContext) -> None:
     self.client_gradients = client_table.create(sim.params, sim.num_clients)
     super().start(sim)
 
-  def _task_inputs(self, sim: Simulation, client: int) -> FedDynInputs:
+  def _task_inputs(self, sim: SchedulerContext, client: int) -> FedDynInputs:
     assert self.client_gradients is not None
     return FedDynInputs(gradient=client_table.read(self.client_gradients, client))
 
-  def _round_closing(self, sim: Simulation, closing: ClosingRound) -> None:
+  def _round_closing(self, sim: SchedulerContext, closing: ClosingRound) -> None:
     # The client-state update for the round's aggregated clients (the server's h and model
     # updates follow in the aggregator).
     assert self.client_gradients is not None

@@ -54,7 +54,8 @@ import optax
 from fedsim_jax.client.local_update import ClientUpdate, local_update
 from fedsim_jax.client.objective import Term, TermInputs, cross_entropy
 from fedsim_jax.models import Model, Params
-from fedsim_jax.runtime.simulation import Simulation, TaskHandle
+from fedsim_jax.runtime.scheduler_context import SchedulerContext
+from fedsim_jax.runtime.simulation import TaskHandle
 from fedsim_jax.strategy import client_table
 from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.strategy.synchronous import AroundRounds, ClosingRound, SynchronousScheduler
@@ -202,19 +203,19 @@ class MoonScheduler(AroundRounds):
       round_closing=self._round_closing if contrast else None,
     )
 
-  def start(self, sim: Simulation) -> None:
+  def start(self, sim: SchedulerContext) -> None:
     if self.contrast:
       self.previous_models = client_table.create(sim.params, sim.num_clients)
     super().start(sim)
 
-  def _task_inputs(self, sim: Simulation, client: int) -> MoonInputs:
+  def _task_inputs(self, sim: SchedulerContext, client: int) -> MoonInputs:
     assert self.previous_models is not None
     if not self.previous_models.written[client]:
       # First participation: the global model being sent (z_prev = z_glob, l_con constant).
       return MoonInputs(previous=sim.params)
     return MoonInputs(previous=client_table.read(self.previous_models, client))
 
-  def _record(self, sim: Simulation, handles: list[TaskHandle]) -> None:
+  def _record(self, sim: SchedulerContext, handles: list[TaskHandle]) -> None:
     """w_i^{t-1} <- w_i^t for the clients of `handles` (arrived tasks)."""
     assert self.previous_models is not None
     batch = sim.updates(handles, [1.0] * len(handles), with_client_params=True)
@@ -223,10 +224,10 @@ class MoonScheduler(AroundRounds):
         self.previous_models, handle.client_id, row(batch.client_params, index)
       )
 
-  def _round_closing(self, sim: Simulation, closing: ClosingRound) -> None:
+  def _round_closing(self, sim: SchedulerContext, closing: ClosingRound) -> None:
     self._record(sim, closing.aggregated)
 
-  def _late_update(self, sim: Simulation, handle: TaskHandle) -> None:
+  def _late_update(self, sim: SchedulerContext, handle: TaskHandle) -> None:
     if handle.num_steps > 0:
       self._record(sim, [handle])
     sim.discard(handle, 'straggler')

@@ -46,7 +46,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from fedsim_jax.runtime.sampling import choose_without_replacement
-from fedsim_jax.runtime.simulation import Simulation, TaskHandle
+from fedsim_jax.runtime.scheduler_context import SchedulerContext
+from fedsim_jax.runtime.simulation import TaskHandle
 from fedsim_jax.strategy.client_state import ClientState
 from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.strategy.synchronous import check_weighting, update_weights
@@ -121,7 +122,7 @@ class PeriodicTriggerScheduler:
 
   # ---- Triggering (Alg. 1 lines 1-6) ----------------------------------------------------------
 
-  def start(self, sim: Simulation) -> None:
+  def start(self, sim: SchedulerContext) -> None:
     if self.concurrency > sim.num_clients:
       raise ValueError(
         f'algorithm.kwargs.concurrency={self.concurrency} exceeds the federation '
@@ -129,11 +130,11 @@ class PeriodicTriggerScheduler:
       )
     self._check(sim)
 
-  def _schedule_check(self, sim: Simulation, time: float) -> None:
+  def _schedule_check(self, sim: SchedulerContext, time: float) -> None:
     self._check_id += 1
     sim.set_timer(time, ('trigger', self._check_id))
 
-  def _check(self, sim: Simulation) -> None:
+  def _check(self, sim: SchedulerContext) -> None:
     """Line 2-4: trigger if fewer than the cap train, then sleep 𝒯."""
     started = self._trigger(sim)
     if self.timing == 'periodic':
@@ -148,10 +149,10 @@ class PeriodicTriggerScheduler:
         self._schedule_check(sim, online)
 
   @staticmethod
-  def _may_start_later(sim: Simulation) -> bool:
+  def _may_start_later(sim: SchedulerContext) -> bool:
     return len(sim.idle_clients()) > 0 or sim.next_availability_time() != math.inf
 
-  def _trigger(self, sim: Simulation) -> int:
+  def _trigger(self, sim: SchedulerContext) -> int:
     free = self.concurrency - self.in_flight
     if free <= 0:
       return 0
@@ -167,14 +168,14 @@ class PeriodicTriggerScheduler:
     self.triggered += count
     return count
 
-  def start_task(self, sim: Simulation, client: int) -> None:
+  def start_task(self, sim: SchedulerContext, client: int) -> None:
     """Line 3: the device downloads the current model and trains (subclasses split tasks)."""
     latency = sim.sample_latency(client)
     steps = self.local_work.num_steps(int(sim.client_sizes[client]), latency)
     inputs = None if self.client_state is None else self.client_state.task_inputs(sim, client)
     sim.dispatch(client, steps, latency=latency, task_inputs=inputs)
 
-  def _device_freed(self, sim: Simulation) -> None:
+  def _device_freed(self, sim: SchedulerContext) -> None:
     self.in_flight -= 1
     if self._waiting:
       self._waiting = False
@@ -182,7 +183,7 @@ class PeriodicTriggerScheduler:
 
   # ---- Aggregation (Alg. 1 lines 7-16) -----------------------------------------------------
 
-  def on_arrival(self, sim: Simulation, handle: TaskHandle) -> None:
+  def on_arrival(self, sim: SchedulerContext, handle: TaskHandle) -> None:
     if self.client_state is not None:
       self.client_state.observe_arrival(sim, handle)
     self._device_freed(sim)
@@ -197,15 +198,15 @@ class PeriodicTriggerScheduler:
       buffer, self.buffer = self.buffer, []
       self.aggregate(sim, buffer)
 
-  def aggregate(self, sim: Simulation, buffer: Sequence[TaskHandle]) -> None:
+  def aggregate(self, sim: SchedulerContext, buffer: Sequence[TaskHandle]) -> None:
     """One server update from a full buffer (subclasses change how)."""
     sim.apply_updates(buffer, update_weights(sim, buffer, self.weighting))
 
-  def on_dropout(self, sim: Simulation, handle: TaskHandle) -> None:
+  def on_dropout(self, sim: SchedulerContext, handle: TaskHandle) -> None:
     del handle
     self._device_freed(sim)
 
-  def on_timer(self, sim: Simulation, payload: Any) -> None:
+  def on_timer(self, sim: SchedulerContext, payload: Any) -> None:
     kind, check_id = payload
     if kind == 'trigger' and check_id == self._check_id:  # later checks superseded it
       self._check(sim)

@@ -20,13 +20,14 @@ from typing import Any
 
 import numpy as np
 
-from fedsim_jax.runtime.simulation import Simulation, TaskHandle
+from fedsim_jax.runtime.scheduler_context import SchedulerContext
+from fedsim_jax.runtime.simulation import TaskHandle
 from fedsim_jax.strategy.local_work import LocalWork
 
 WEIGHTINGS = ('num_examples', 'uniform')
 
-LateUpdateHandler = Callable[[Simulation, TaskHandle], None]
-TaskInputs = Callable[[Simulation, int], Any]
+LateUpdateHandler = Callable[[SchedulerContext, TaskHandle], None]
+TaskInputs = Callable[[SchedulerContext, int], Any]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,10 +49,10 @@ class ClosingRound:
   stragglers: list[TaskHandle]
 
 
-RoundClosing = Callable[[Simulation, ClosingRound], None]
+RoundClosing = Callable[[SchedulerContext, ClosingRound], None]
 
 
-def update_weights(sim: Simulation, handles: list[TaskHandle], weighting: str) -> list[float]:
+def update_weights(sim: SchedulerContext, handles: list[TaskHandle], weighting: str) -> list[float]:
   """Aggregation weights p_k: the client's share of the federation's examples (n_k / n) or 1
   per update. Normalised averages do not depend on the scale; sums ('sum' normalization, as
   FedCompass's FedAsync and FedBuff use) need p_k to be shares."""
@@ -122,7 +123,7 @@ class SynchronousScheduler:
     self._round_open = False
     self._waiting_for_clients = False
 
-  def start(self, sim: Simulation) -> None:
+  def start(self, sim: SchedulerContext) -> None:
     if self.num_selected > sim.num_clients:
       raise ValueError(
         f'algorithm.kwargs.num_selected={self.num_selected} exceeds the federation '
@@ -130,7 +131,7 @@ class SynchronousScheduler:
       )
     self._start_round(sim)
 
-  def _start_round(self, sim: Simulation) -> None:
+  def _start_round(self, sim: SchedulerContext) -> None:
     idle = sim.idle_clients()
     if len(idle) < self.num_selected:
       # Too few clients online and idle: try again when a straggler finishes or another
@@ -159,7 +160,7 @@ class SynchronousScheduler:
     if self.deadline is not None:
       sim.set_timer(sim.now + self.deadline, ('deadline', self.round_index))
 
-  def _close_round(self, sim: Simulation) -> None:
+  def _close_round(self, sim: SchedulerContext) -> None:
     # Aggregate in dispatch order, so that the result never depends on arrival order.
     arrived = sorted(self._arrived, key=lambda h: h.task_id)
     stragglers = sorted(self._outstanding, key=lambda h: h.task_id)
@@ -182,7 +183,7 @@ class SynchronousScheduler:
         sim.discard(h, 'too_few_responses')
     self._start_round(sim)
 
-  def on_arrival(self, sim: Simulation, handle: TaskHandle) -> None:
+  def on_arrival(self, sim: SchedulerContext, handle: TaskHandle) -> None:
     if handle not in self._outstanding:
       if self.late_update_handler is not None:
         self.late_update_handler(sim, handle)
@@ -195,7 +196,7 @@ class SynchronousScheduler:
     if len(self._arrived) == self.cohort_size or not self._outstanding:
       self._close_round(sim)
 
-  def on_dropout(self, sim: Simulation, handle: TaskHandle) -> None:
+  def on_dropout(self, sim: SchedulerContext, handle: TaskHandle) -> None:
     if handle in self._outstanding:
       self._outstanding.discard(handle)
       if not self._outstanding and self.deadline is None:
@@ -203,11 +204,11 @@ class SynchronousScheduler:
     else:
       self._retry_if_waiting(sim)
 
-  def _retry_if_waiting(self, sim: Simulation) -> None:
+  def _retry_if_waiting(self, sim: SchedulerContext) -> None:
     if self._waiting_for_clients:
       self._start_round(sim)
 
-  def on_timer(self, sim: Simulation, payload: Any) -> None:
+  def on_timer(self, sim: SchedulerContext, payload: Any) -> None:
     kind, round_index = payload
     if kind == 'retry':
       self._retry_if_waiting(sim)
@@ -223,14 +224,14 @@ class AroundRounds:
 
   rounds: SynchronousScheduler
 
-  def start(self, sim: Simulation) -> None:
+  def start(self, sim: SchedulerContext) -> None:
     self.rounds.start(sim)
 
-  def on_arrival(self, sim: Simulation, handle: TaskHandle) -> None:
+  def on_arrival(self, sim: SchedulerContext, handle: TaskHandle) -> None:
     self.rounds.on_arrival(sim, handle)
 
-  def on_timer(self, sim: Simulation, payload: Any) -> None:
+  def on_timer(self, sim: SchedulerContext, payload: Any) -> None:
     self.rounds.on_timer(sim, payload)
 
-  def on_dropout(self, sim: Simulation, handle: TaskHandle) -> None:
+  def on_dropout(self, sim: SchedulerContext, handle: TaskHandle) -> None:
     self.rounds.on_dropout(sim, handle)
