@@ -30,9 +30,16 @@ class AsoFedSettings(AsynchronousSettings, LocalWorkSettings, ServerEmaSettings)
   proximal: float = setting(0.01, positive(allow_zero=True), 'lambda, the local constraint')
   decay: float = setting(0.5, decay(), 'beta, decay of the gradient average h')
   decay_gradient: str = setting('current', one_of(DECAY_GRADIENTS), 'gradient entering h')
-  dynamic_step_size: bool = setting(True, boolean, 'r_k = max(1, log(mean delay)); else 1')
+  dynamic_step_size: bool = setting(
+    True, boolean, 'r_k = max(1, log(mean delay / delay_unit)); else 1'
+  )
   delay_measure: str = setting(
     'training_time', one_of(DELAY_MEASURES), "delay in virtual seconds, or 'staleness'"
+  )
+  delay_unit: float = setting(
+    1.0,
+    positive(),
+    "virtual seconds that make one unit of delay inside r_k's log (training_time; 1 = seconds)",
   )
 
   def client_tables(self, num_clients: int) -> list[HeldModels]:
@@ -42,7 +49,9 @@ class AsoFedSettings(AsynchronousSettings, LocalWorkSettings, ServerEmaSettings)
 @register('asofed', AsoFedSettings)
 def asofed_algorithm(settings: AsoFedSettings, context: BuildContext) -> Algorithm:
   clients = AsoFedClients(
-    dynamic_step_size=settings.dynamic_step_size, delay_measure=settings.delay_measure
+    dynamic_step_size=settings.dynamic_step_size,
+    delay_measure=settings.delay_measure,
+    delay_unit=settings.delay_unit,
   )
   return Algorithm(
     scheduler=settings.asynchronous_scheduler(context, 1, client_state=clients),

@@ -22,7 +22,7 @@ Client k, on the regularised local loss s_k(w) = F_k(w) + (lambda / 2)||w - w^t|
   h = beta h_prev + (1 - beta) g                      (decay coefficient beta)
   g_prev <- g
   w <- w - r_k * (optimizer step on grad zeta)        (dynamic step size)
-  r_k = max(1, log(mean delay of client k))
+  r_k = max(1, log(mean delay of client k / delay unit))
 
 The client's (h, g_prev) persist across its tasks (an online client keeps its state), and r_k
 grows with the client's average delay, so slow clients take larger steps.
@@ -38,6 +38,11 @@ Choices where the sources are silent or differ (settings: `algorithm.kwargs` of 
     to upload; FedASMU's "average local training time") or 'staleness' (server versions between
     download and upload, unitless). The log is natural (FedOpt's code uses log10 of the mean
     gap in versions between a client's downloads). A client's first task has r_k = 1.
+  * `delay_unit`: a log of a time depends on its unit, and virtual seconds are only as
+    meaningful as the latency model's scale. The paper measures real seconds; `delay_unit`
+    (virtual seconds per unit, default 1) states which unit r_k uses, so that a latency model
+    scaled by c with `delay_unit` scaled by c gives the same step sizes. Choose it so that a
+    typical delay means what the paper's second meant (e.g. the run's time per local epoch).
   * State initialisation: h = g_prev = 0 before a client's first task.
   * Server n: the federation's total examples (the online setting's growing data is not
     modelled: a client's data is fixed).
@@ -65,7 +70,8 @@ import optax
 from fedsim_jax.client.local_update import ClientUpdate, local_update
 from fedsim_jax.client.objective import Proximal, Term, cross_entropy
 from fedsim_jax.models import Model, Params
-from fedsim_jax.runtime.simulation import Simulation, TaskHandle
+from fedsim_jax.runtime.scheduler_context import SchedulerContext
+from fedsim_jax.runtime.simulation import TaskHandle
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
 from fedsim_jax.strategy import client_table
 
@@ -215,22 +221,32 @@ class AsoFedClients:
   Args:
     dynamic_step_size: use r_k (else r_k = 1).
     delay_measure: 'training_time' or 'staleness' (DELAY_MEASURES).
+    delay_unit: virtual seconds per unit of a 'training_time' delay inside r_k's log.
   """
 
-  def __init__(self, *, dynamic_step_size: bool = True, delay_measure: str = 'training_time'):
+  def __init__(
+    self,
+    *,
+    dynamic_step_size: bool = True,
+    delay_measure: str = 'training_time',
+    delay_unit: float = 1.0,
+  ):
     if delay_measure not in DELAY_MEASURES:
       raise ValueError(
         f'algorithm.kwargs.delay_measure={delay_measure!r}; allowed: {DELAY_MEASURES}'
       )
+    if not delay_unit > 0:
+      raise ValueError(f'algorithm.kwargs.delay_unit={delay_unit}; allowed: > 0')
     self.dynamic_step_size = dynamic_step_size
     self.delay_measure = delay_measure
+    self.delay_unit = float(delay_unit)
     # Per client: (h, g_prev) after its last task, zeros before (a `ClientTable` of
     # `AsoFedInputs`-shaped pairs, created with the first task), and its delays so far.
     self.states: client_table.ClientTable | None = None
     self.delay_sums: np.ndarray | None = None
     self.delay_counts: np.ndarray | None = None
 
-  def _create(self, sim: Simulation) -> None:
+  def _create(self, sim: SchedulerContext) -> None:
     self.states = client_table.create((sim.params, sim.params), sim.num_clients)
     self.delay_sums = np.zeros(sim.num_clients, np.float64)
     self.delay_counts = np.zeros(sim.num_clients, np.int64)
@@ -243,7 +259,7 @@ class AsoFedClients:
       return 1.0
     return step_scale(float(self.delay_sums[client]) / int(count))
 
-  def task_inputs(self, sim: Simulation, client: int) -> AsoFedInputs:
+  def task_inputs(self, sim: SchedulerContext, client: int) -> AsoFedInputs:
     if self.states is None:
       self._create(sim)
     assert self.states is not None
@@ -252,14 +268,14 @@ class AsoFedClients:
       h=h, previous_gradient=previous, step_scale=np.float32(self.step_scale(client))
     )
 
-  def observe_arrival(self, sim: Simulation, handle: TaskHandle) -> None:
+  def observe_arrival(self, sim: SchedulerContext, handle: TaskHandle) -> None:
     """Records the task's delay and, if it trained, the client's new (h, g_prev)."""
     if self.states is None:
       self._create(sim)
     assert self.states is not None and self.delay_sums is not None
     assert self.delay_counts is not None
     if self.delay_measure == 'training_time':
-      delay = handle.arrival_time - handle.dispatch_time
+      delay = (handle.arrival_time - handle.dispatch_time) / self.delay_unit
     else:
       delay = sim.version - handle.version
     client = handle.client_id

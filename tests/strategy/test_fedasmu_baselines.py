@@ -4,6 +4,7 @@ hand-computable case, and the degenerate cases where a baseline equals FedAvg or
 import importlib.util
 import math
 import pathlib
+import types
 
 import jax
 import jax.numpy as jnp
@@ -650,3 +651,30 @@ def test_shipped_configs_are_valid_and_use_lenet5(name):
   assert isinstance(config, ml_collections.ConfigDict)
   assert config.algorithm.name == name and config.model.name == 'lenet5'
   experiment.validate(config)
+
+
+class TestAsoFedDelayUnit:
+  """r_k = max(1, log(mean delay / delay_unit)): the unit of virtual time is explicit."""
+
+  @staticmethod
+  def _step_scales(delay_unit, durations):
+    clients = AsoFedClients(delay_unit=delay_unit)
+    sim = types.SimpleNamespace(params={'w': jnp.zeros(2)}, num_clients=2, version=0)
+    for client, duration in durations:
+      handle = types.SimpleNamespace(
+        client_id=client, dispatch_time=1.0, arrival_time=1.0 + duration, num_steps=0, version=0
+      )
+      clients.observe_arrival(sim, handle)
+    return [clients.step_scale(client) for client in range(2)]
+
+  def test_step_scale_is_the_log_of_the_mean_delay_in_units(self):
+    durations = [(0, 20.0), (0, 40.0), (1, 2.0)]
+    assert self._step_scales(1.0, durations) == pytest.approx([math.log(30.0), 1.0])
+    assert self._step_scales(3.0, durations) == pytest.approx([math.log(10.0), 1.0])
+
+  def test_scaling_time_and_its_unit_together_changes_nothing(self):
+    durations = [(0, 20.0), (0, 40.0), (1, 7.0), (1, 9.0)]
+    scaled = [(client, 0.01 * duration) for client, duration in durations]
+    assert self._step_scales(1.0, durations) == pytest.approx(self._step_scales(0.01, scaled))
+    # Without the unit, the same schedule in hundredths of the time gives r_k = 1 throughout.
+    assert self._step_scales(1.0, scaled) == [1.0, 1.0]
