@@ -144,9 +144,10 @@ class _EverySelected:
 @register('fednova_budget', BudgetSettings)
 def fednova_budget_algorithm(settings: BudgetSettings, context: BuildContext) -> Algorithm:
   """FedNova as CC-FedAvg's 'reduce local iterations' baseline (Sec. VI-D): every selected
-  client trains ceil(p_i K) steps (`fednova_rounding`; App. D: "when K = 10, the clients with
-  p_i = 1/8 would perform local iterations at most 2 times", a ceiling) and the server averages
-  FedNova-style (normalised by each client's steps, times the mean step count)."""
+  client trains ceil(p_i K) steps (`fednova_rounding`; Sec. VI-D's example: "when K = 10, the
+  clients with p_i = 1/8 would perform local iterations at most 2 times", a ceiling) and the
+  server averages FedNova-style (normalised by each client's steps, times the mean step
+  count)."""
   p = settings.client_budgets(context.num_clients, context.seed)
   # (1e-9: exact products such as 1/8 x 16 stay whole under float error)
   rounding = np.ceil(p * context.run.local_steps - 1e-9)

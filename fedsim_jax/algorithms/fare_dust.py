@@ -3,8 +3,14 @@
 Synchronous rounds with over-selection: the server applies FedAdam (`server_optimizer`)
 to the fastest B of B_t; late stragglers are summed into a ring of the last k rounds' deltas;
 each client distils (strength rho) from a historical teacher w_t - eta_g Delta_t' / b_t' drawn
-from that ring; an EMA of the server weights is evaluated. Defaults: the EMNIST values of
-Tables 16 and 17.
+from that ring; an EMA of the server weights is evaluated.
+
+Defaults: the EMNIST values of Tables 16 and 17 (k 50, rho 0.1, beta 0.99) on FedAdam with App.
+G.1's EMNIST values (G.3: "Default values for FedAdam from Appendix G.1 were used"; Table 11:
+eta_g 0.003, beta_1 0.9, beta_2 0.99, epsilon 1e-4; its client learning rate 0.03 is
+`client.learning_rate`, not an algorithm setting), and Algorithm 1's unweighted sums
+(`weighting='uniform'`). The teacher's eta_g (`teacher_learning_rate`) defaults to
+`server_learning_rate`, as Algorithm 1 line 7 uses the same eta_g as line 15.
 """
 
 from __future__ import annotations
@@ -32,10 +38,20 @@ from fedsim_jax.strategy.fare_dust import (
 )
 from fedsim_jax.strategy.fedopt import server_update
 from fedsim_jax.strategy.server_optimizers import SERVER_OPTIMIZERS
+from fedsim_jax.strategy.synchronous import WEIGHTINGS
 
 
 @dataclasses.dataclass(frozen=True)
 class FareDustSettings(CohortSettings, LocalWorkSettings, ServerOptimizerSettings):
+  weighting: str = setting(
+    'uniform', one_of(WEIGHTINGS), 'update weights (Alg. 1 sums the deltas unweighted)'
+  )
+  server_learning_rate: float = setting(
+    0.003, positive(), 'eta_g of FedAdam and (by default) the teacher (Table 11, EMNIST)'
+  )
+  eps: float = setting(
+    1e-4, positive(), "FedAdam's epsilon, tau of Reddi et al. (Table 11, EMNIST)"
+  )
   history_length: int = setting(50, positive(integer=True), 'k: rounds of summed deltas kept')
   rho: float = setting(0.1, positive(allow_zero=True), 'distillation strength')
   temperature: float = setting(1.0, positive(), 'T of the distillation loss (not stated)')

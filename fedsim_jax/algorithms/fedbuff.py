@@ -29,8 +29,13 @@ from fedsim_jax.strategy.server_optimizers import SERVER_OPTIMIZERS
 
 # The `normalization` setting: what the buffer's sum_k p_k s_k delta_k is divided by. sum_k p_k
 # ('weights': the weighted mean; K under uniform weighting), K ('count': needs uniform
-# weighting), 1 ('sum', FedCompass's FedBuff with example shares p_k = n_k / n); 'steps' is
-# FedNova-style.
+# weighting), 1 ('sum', FedCompass's FedBuff with example shares p_k = n_k / n). 'steps' is the
+# step-normalised counterpart of 'sum', not of 'weights': a FedNova-normalised *sum*
+# tau_eff sum_k p_k s_k delta_k / Q_k, tau_eff = sum_k p_k Q_k / sum_k p_k (Q_k: the update's
+# local steps), with nothing dividing by sum_k p_k (`fednova_mean`, as FedCompass+N uses it).
+# It is FedNova's average only when the buffer's p_k sum to 1; with uniform weights (p_k = 1) it
+# is K times FedNova's average over the buffer (with the SGD server, `server_learning_rate` / K
+# gives the average), and with equal Q_k it equals 'sum'. No paper defines FedBuff with it.
 REDUCERS: dict[str, Callable[[], Reducer]] = {
   'weights': weighted_mean,
   'count': count_mean,
@@ -50,7 +55,11 @@ class FedBuffSettings(
 ):
   buffer_size: int = setting(10, positive(integer=True), 'K: arrivals per server update')
   server_optimizer: str = setting('sgd', one_of(SERVER_OPTIMIZERS), 'the server optimizer')
-  normalization: str = setting('weights', one_of(REDUCERS), 'what the buffer sum is divided by')
+  normalization: str = setting(
+    'weights',
+    one_of(REDUCERS),
+    "what the buffer sum is divided by: sum p_k, K, 1, or 'steps' (a FedNova-normalised sum)",
+  )
 
   def check(self, prefix: str) -> None:
     super().check(prefix)

@@ -1,6 +1,7 @@
 """FedDyn (Acar et al. 2021, Algorithm 1): synchronous rounds; clients minimise the dynamic
 regulariser L_k(theta) - <g_k, theta> + (alpha / 2)||theta - theta^{t-1}||^2; the server keeps
-h and corrects the average with it."""
+h and corrects the average with it. The model average is Algorithm 1's unweighted
+(1 / |P_t|) sum by default (`weighting='uniform'`); 'num_examples' weights it by examples."""
 
 from __future__ import annotations
 
@@ -15,12 +16,16 @@ from fedsim_jax.algorithms.groups import (
   ServerEmaSettings,
 )
 from fedsim_jax.client import cross_entropy, local_update
-from fedsim_jax.settings import ConfigError, positive, setting
+from fedsim_jax.settings import ConfigError, one_of, positive, setting
 from fedsim_jax.strategy.feddyn import FedDynScheduler, dynamic_regulariser, feddyn_aggregator
+from fedsim_jax.strategy.synchronous import WEIGHTINGS
 
 
 @dataclasses.dataclass(frozen=True)
 class FedDynSettings(DeadlineSettings, LocalWorkSettings, ServerEmaSettings):
+  weighting: str = setting(
+    'uniform', one_of(WEIGHTINGS), 'weights of the model average (Alg. 1: 1 / |P_t|)'
+  )
   alpha: float = setting(0.01, positive(), 'alpha (the paper tunes over {0.1, 0.01, 0.001})')
 
   def check_run(self, name: str, run: RunFacts, prefix: str) -> None:

@@ -62,8 +62,11 @@ def fednova_mean() -> Reducer:
   baseline use it: sum_k (c_k / Q_k) delta_k times tau_eff = sum_k w_k Q_k / sum_k w_k, with
   Q_k the local steps of row k (at least 1).
 
-  The weights play FedNova's p_k: nothing divides by their sum, so they should sum to 1 (the
-  example shares n_k / n of FedCompass, CC-FedAvg's 1 / |S_t|).
+  The weights play FedNova's p_k: nothing divides by their sum, so it is FedNova's average
+  only when they sum to 1 (CC-FedAvg's 1 / |S_t|). Otherwise it is a FedNova-normalised *sum*,
+  the step-normalised counterpart of `weighted_sum`: FedCompass's example shares n_k / n over
+  a buffer (FedCompass+N), or FedBuff's `normalization='steps'`, where uniform weights w_k = 1
+  give K times FedNova's average over a buffer of K.
   """
 
   def reduce(updates: UpdateBatch, scale: jax.Array) -> Params:

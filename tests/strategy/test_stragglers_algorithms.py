@@ -809,7 +809,7 @@ def test_server_optimizer_of_fare_dust_is_fedadam():
   # FARe-DUST's global update is FedAdam's (G.3), built from the server optimizer settings.
   config = base_config()
   config.algorithm.name = 'fare_dust'
-  config.algorithm.kwargs.update(ema_decay=0.0, server_learning_rate=0.01)
+  config.algorithm.kwargs.update(ema_decay=0.0, server_learning_rate=0.01, eps=1e-3)
   context = algorithms.BuildContext(
     'fare_dust', experiment.run_facts(config), FED.client_sizes, None
   )
