@@ -131,6 +131,24 @@ def test_sizes_and_shapes(loaded) -> None:
   assert len(loaded.client_names) == NUM_CLIENTS
 
 
+# An independent count of the same corpus: LEAF's Shakespeare (Caldas et al. 2018, Table 1)
+# parses the same Gutenberg plays by speaking role into 1,129 users and 4,226,158 next-character
+# samples (one per character after each role's first 80). Its totals bound ours.
+LEAF_USERS = 1129
+LEAF_CHARACTERS = 4_226_158 + 80 * LEAF_USERS
+
+
+def test_counts_agree_with_leafs_independent_parse(loaded) -> None:
+  windows = NUM_TRAIN + NUM_TEST
+  # Each role loses its last partial window (under 80 characters, about 40 on average).
+  characters = windows * text.SEQUENCE_LENGTH + NUM_CLIENTS * text.SEQUENCE_LENGTH // 2
+  assert len(loaded.train_x) + len(loaded.test_x) == windows
+  assert 0.95 <= characters / LEAF_CHARACTERS <= 1.05
+  # LEAF's parser keeps about 9% more roles (its rules for role names differ in details); losing
+  # or splitting plays wholesale would move the count far outside this band.
+  assert 0.85 <= len(loaded.client_names) / LEAF_USERS <= 1.0
+
+
 def test_vocabulary(loaded) -> None:
   assert loaded.vocabulary == text.SHAKESPEARE_VOCABULARY
   assert loaded.num_classes == len(loaded.vocabulary) == 82
