@@ -97,8 +97,12 @@ def test_fedasmu_result_file_holds_the_three_finished_runs_of_the_600_second_swe
 
 
 def _copy_fedasmu_doc(root):
-  """A repository root in `root` holding fedasmu.md and its result file."""
-  for relative in ('docs/results/fedasmu.md', 'docs/results/data/fedasmu_600s.json'):
+  """A repository root in `root` holding fedasmu.md and its result files."""
+  data_dir = os.path.join(_REPO, 'docs', 'results', 'data')
+  relatives = ['docs/results/fedasmu.md'] + [
+    f'docs/results/data/{name}' for name in os.listdir(data_dir) if name.startswith('fedasmu_')
+  ]
+  for relative in relatives:
     os.makedirs(os.path.dirname(root / relative), exist_ok=True)
     shutil.copy(os.path.join(_REPO, relative), root / relative)
   return root / 'docs' / 'results' / 'data' / 'fedasmu_600s.json'
