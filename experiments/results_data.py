@@ -32,21 +32,15 @@ class ResultsDataError(ValueError):
 def _commit(directory: str) -> str | None:
   """'<short hash>' of the checkout holding `directory`, '+ changes' when it has uncommitted
   changes; None outside a git checkout."""
+
+  def git(*args: str) -> str:
+    return subprocess.run(
+      ['git', *args], cwd=directory, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
   try:
-    head = subprocess.run(
-      ['git', 'rev-parse', '--short', 'HEAD'],
-      cwd=directory,
-      capture_output=True,
-      text=True,
-      check=True,
-    ).stdout.strip()
-    dirty = subprocess.run(
-      ['git', 'status', '--porcelain', '--untracked-files=no'],
-      cwd=directory,
-      capture_output=True,
-      text=True,
-      check=True,
-    ).stdout.strip()
+    head = git('rev-parse', '--short', 'HEAD')
+    dirty = git('status', '--porcelain', '--untracked-files=no')
   except (OSError, subprocess.CalledProcessError):
     return None
   return f'{head} + changes' if dirty else head
