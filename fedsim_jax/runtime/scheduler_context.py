@@ -56,6 +56,9 @@ class SchedulerContext:
 
   def __init__(self, simulation: Simulation) -> None:
     self._simulation = simulation
+    # Fixed for a run (a restored simulation holds equal sizes): one read-only view, since
+    # refills read it at every dispatch.
+    self._client_sizes = _read_only(simulation.client_sizes)
 
   # ---- Actions (each executed by the simulation as it is called) -----------------------------
 
@@ -153,7 +156,7 @@ class SchedulerContext:
 
   @property
   def client_sizes(self) -> np.ndarray:
-    return self._simulation.client_sizes
+    return self._client_sizes
 
   @property
   def params(self) -> Params:

@@ -72,6 +72,9 @@ def test_the_context_does_not_expose_the_simulations_state():
   with pytest.raises(AttributeError):
     context.version = 5  # the view is read-only
   assert (context.num_clients, context.client_sizes.tolist()) == (2, [5, 7])
+  for counts in (context.client_sizes, context.aggregated_counts, context.dispatch_counts):
+    with pytest.raises(ValueError, match='read-only'):
+      counts[0] = 1
 
 
 def test_download_time_reads_the_latency_model():
