@@ -16,6 +16,7 @@ import io
 import json
 import math
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -258,7 +259,16 @@ def load_or_run(
     return None, 'missing'
   from fedsim_jax.experiment import run_experiment  # Deferred: JAX start-up after flag checks.
 
-  return run_experiment(config, run_dir, dataset=dataset(), resume=True), 'ran'
+  summary = run_experiment(config, run_dir, dataset=dataset(), resume=True)
+  if summary.get('status') == 'interrupted':
+    # SIGINT/SIGTERM stopped the run at a checkpoint: the sweep stops too (the next call
+    # continues the run), rather than starting the next run or tabulating a partial one.
+    print(
+      f'interrupted: {run_dir} (checkpointed); rerun the same command to continue the sweep',
+      file=sys.stderr,
+    )
+    raise SystemExit(128 + int(summary.get('signal') or signal.SIGINT))
+  return summary, 'ran'
 
 
 def _setting_value(config: Any, path: str) -> Any:

@@ -75,6 +75,22 @@ def test_load_or_run_reuses_a_finished_run_and_runs_a_missing_one(tmp_path, monk
   assert (summary, status) == ({'best_accuracy': 0.5}, 'ran') and len(calls) == 2
 
 
+@pytest.mark.parametrize('signal_number, code', [(2, 130), (15, 143)])
+def test_a_run_interrupted_by_a_signal_stops_the_sweep(
+  tmp_path, monkeypatch, capsys, signal_number, code
+):
+  monkeypatch.setattr(
+    experiment,
+    'run_experiment',
+    lambda *a, **k: {'status': 'interrupted', 'signal': signal_number, 'best_accuracy': 0.3},
+  )
+  with pytest.raises(SystemExit) as stopped:
+    sweep.load_or_run(str(tmp_path / 'run'), 'cfg', lambda: 'data')
+  assert stopped.value.code == code  # the shell's code for the signal, not the next run
+  message = capsys.readouterr().err
+  assert message.count('\n') == 1 and 'rerun the same command' in message
+
+
 def test_load_or_run_can_skip_missing_runs(tmp_path):
   summary, status = sweep.load_or_run(
     str(tmp_path / 'absent'), 'cfg', lambda: pytest.fail('built a dataset'), run_missing=False
