@@ -80,3 +80,33 @@ def test_a_name_cannot_be_registered_twice_by_different_factories():
   spec = algorithms.get_spec('fedavg')
   with pytest.raises(ValueError, match='already registered'):
     algorithms.register('fedavg', spec.settings)(lambda settings, context: None)
+
+
+@pytest.mark.parametrize('name', ALGORITHMS)
+def test_every_numeric_setting_refuses_nan_and_inf_in_one_line(name):
+  settings = algorithms.get_spec(name).settings
+  numeric = [
+    field
+    for field in dataclasses.fields(settings)
+    if isinstance(field.default, float) and not isinstance(field.default, bool)
+  ]
+  for field in numeric:
+    for bad in (float('nan'), float('inf')):
+      with pytest.raises(ConfigError) as error:
+        algorithms.resolve_settings(name, {**_kwargs(name), field.name: bad}, _run_facts(name))
+      message = str(error.value)
+      assert '\n' not in message and f'algorithm.kwargs.{field.name}=' in message, message
+
+
+def test_asofed_delay_unit_must_be_a_positive_number():
+  for bad in (0.0, -1.0, 'seconds', True):
+    with pytest.raises(
+      ConfigError, match=r'^algorithm.kwargs.delay_unit=.* allowed values: a number > 0'
+    ):
+      algorithms.resolve_settings(
+        'asofed', {**_kwargs('asofed'), 'delay_unit': bad}, _run_facts('asofed')
+      )
+  settings = algorithms.resolve_settings(
+    'asofed', {**_kwargs('asofed'), 'delay_unit': 0.1}, _run_facts('asofed')
+  )
+  assert settings.delay_unit == 0.1
