@@ -106,12 +106,35 @@ def export(
   body = ',\n'.join(
     '    ' + json.dumps(compact_record(dict(record)), sort_keys=True) for record in records
   )
-  directory = os.path.dirname(path)
-  if directory:
-    os.makedirs(directory, exist_ok=True)
-  with open(path, 'w', encoding='utf-8') as f:
-    f.write('{\n' + '\n'.join(lines) + '\n  "records": [\n' + body + '\n  ]\n}\n')
+  from fedsim_jax.metrics.writers import write_text  # Deferred: it loads JAX.
+
+  prepare_path(path)
+  text = '{\n' + '\n'.join(lines) + '\n  "records": [\n' + body + '\n  ]\n}\n'
+  try:
+    write_text(path, text)
+  except OSError as error:
+    raise ResultsDataError(f'--export={path}: cannot write it ({error.strerror})') from None
   return path
+
+
+def prepare_path(path: str) -> None:
+  """Checks that a result file can be written at `path`, creating its folder (a sweep calls it
+  before its first run, so that a bad --export stops it then, not after hours of runs).
+
+  Raises:
+    ResultsDataError: an empty path, a folder, or a folder that cannot be created.
+  """
+  if not path.strip() or path.endswith(os.sep) or os.path.isdir(path):
+    raise ResultsDataError(f'--export={path!r} is invalid; allowed values: a file path (.json)')
+  directory = os.path.dirname(os.path.abspath(path))
+  try:
+    os.makedirs(directory, exist_ok=True)
+  except OSError as error:
+    raise ResultsDataError(
+      f'--export={path}: cannot create its folder {directory} ({error.strerror})'
+    ) from None
+  if not os.access(directory, os.W_OK | os.X_OK):
+    raise ResultsDataError(f'--export={path}: its folder {directory} is not writable')
 
 
 def load(path: str) -> dict[str, Any]:

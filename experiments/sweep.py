@@ -397,12 +397,13 @@ def write_results(records: Sequence[dict[str, Any]], workdir: str) -> str:
 
 
 def write_text(path: str, text: str) -> None:
-  """Writes `text` to `path`, creating its directory."""
+  """Writes `text` to `path` atomically, creating its directory."""
+  from fedsim_jax.metrics.writers import write_text as write_atomically
+
   directory = os.path.dirname(path)
   if directory:
     os.makedirs(directory, exist_ok=True)
-  with open(path, 'w', encoding='utf-8') as f:
-    f.write(text)
+  write_atomically(path, text)
 
 
 def sweep_main(
@@ -444,6 +445,13 @@ def sweep_main(
     print(status_table(states, workdir))
     return
   output = output or os.path.join(workdir, 'tables.md')
+  if _EXPORT.value is not None:
+    from experiments import results_data
+
+    try:
+      results_data.prepare_path(_EXPORT.value)
+    except results_data.ResultsDataError as error:
+      cli.fail(str(error))
   try:
     records = run_sweep(settings, workdir, data_dir)
   except (ConfigError, DatasetNotFoundError, CorruptDatasetError) as error:

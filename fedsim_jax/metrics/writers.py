@@ -132,15 +132,14 @@ def summarize(
   return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in summary.items()}
 
 
-def write_json(path: str | os.PathLike, obj: Any) -> None:
-  """Writes `obj` as JSON to `path` atomically: readers (and a crash, or a full disk) only
-  ever leave the old file or the new one, never a partial one."""
+def write_text(path: str | os.PathLike, text: str) -> None:
+  """Writes `text` to `path` atomically: readers (and a crash, or a full disk) only ever leave
+  the old file or the new one, never a partial one."""
   directory = os.path.dirname(os.path.abspath(path))
-  descriptor, temporary = tempfile.mkstemp(dir=directory, prefix='.tmp-', suffix='.json')
+  descriptor, temporary = tempfile.mkstemp(dir=directory, prefix='.tmp-')
   try:
     with os.fdopen(descriptor, 'w', encoding='utf-8') as f:
-      json.dump(obj, f, indent=2, sort_keys=True)
-      f.write('\n')
+      f.write(text)
       f.flush()
       os.fsync(f.fileno())
     os.replace(temporary, path)
@@ -148,3 +147,8 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
     if os.path.exists(temporary):
       os.remove(temporary)
     raise
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+  """Writes `obj` as JSON to `path` atomically (`write_text`)."""
+  write_text(path, json.dumps(obj, indent=2, sort_keys=True) + '\n')

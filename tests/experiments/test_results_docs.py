@@ -274,3 +274,29 @@ def test_binary_without_finished_runs_refuses_to_export(tmp_path):
   assert result.returncode == 2
   assert 'no finished run to export' in result.stderr
   assert not (tmp_path / 'x.json').exists()
+
+
+@pytest.mark.parametrize('export', ['', 'folder/', 'a_file/x.json'])
+def test_an_unusable_export_path_stops_the_sweep_before_any_run(tmp_path, export):
+  (tmp_path / 'a_file').write_text('not a folder', 'utf-8')
+  (tmp_path / 'folder').mkdir()
+  result = _run(
+    _FEDASMU,
+    '--num_rounds=500',
+    f'--workdir={tmp_path / "runs"}',
+    '--methods=fedasmu',
+    f'--export={tmp_path / export}' if export else '--export=',
+  )
+  assert result.returncode == 2, result.stderr
+  assert result.stderr.count('\n') == 1 and result.stderr.startswith('error: --export=')
+  assert not (tmp_path / 'runs').exists()  # refused before the first run wrote anything
+
+
+def test_export_replaces_the_file_whole(tmp_path, monkeypatch):
+  path = tmp_path / 'x.json'
+  path.write_text('old', 'utf-8')
+  monkeypatch.setattr(os, 'fsync', lambda fd: (_ for _ in ()).throw(OSError(28, 'No space')))
+  with pytest.raises(results_data.ResultsDataError, match='cannot write it'):
+    results_data.export(str(path), 'fedasmu', [{'method': 'fedasmu'}], {}, 'cmd')
+  assert path.read_text('utf-8') == 'old'  # a failed write leaves the previous file
+  assert [p.name for p in tmp_path.iterdir()] == ['x.json']  # and no temporary file
