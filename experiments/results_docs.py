@@ -35,7 +35,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 # As a script, Python puts this file's folder on sys.path, not the repo root with `experiments`.
@@ -264,13 +264,19 @@ def doc_paths(root: str, docs: Sequence[str] = ()) -> list[str]:
   return list(docs) or sorted(glob.glob(os.path.join(root, 'docs', 'results', '*.md')))
 
 
-def check(root: str, docs: Sequence[str] = ()) -> list[str]:
-  """A unified diff per doc whose generated tables differ from what their data give."""
-  diffs, cache = [], {}
+def _rendered_docs(root: str, docs: Sequence[str]) -> Iterator[tuple[str, str, str]]:
+  """`(path, text, rendered)` of every doc: its text now and with its tables rendered anew."""
+  cache: dict[str, Any] = {}
   for path in doc_paths(root, docs):
     with open(path, encoding='utf-8') as f:
       text = f.read()
-    new = rendered_doc(text, path, root, cache)
+    yield path, text, rendered_doc(text, path, root, cache)
+
+
+def check(root: str, docs: Sequence[str] = ()) -> list[str]:
+  """A unified diff per doc whose generated tables differ from what their data give."""
+  diffs = []
+  for path, text, new in _rendered_docs(root, docs):
     if new != text:
       name = os.path.relpath(path, root)
       diffs.append(
@@ -287,15 +293,14 @@ def check(root: str, docs: Sequence[str] = ()) -> list[str]:
 
 
 def write(root: str, docs: Sequence[str] = ()) -> list[str]:
-  """Rewrites the generated tables of the docs; returns the paths that changed."""
-  changed, cache = [], {}
-  for path in doc_paths(root, docs):
-    with open(path, encoding='utf-8') as f:
-      text = f.read()
-    new = rendered_doc(text, path, root, cache)
+  """Rewrites the generated tables of the docs (each file atomically); returns the paths that
+  changed."""
+  from fedsim_jax.metrics.writers import write_text  # Deferred: it loads JAX.
+
+  changed = []
+  for path, text, new in _rendered_docs(root, docs):
     if new != text:
-      with open(path, 'w', encoding='utf-8') as f:
-        f.write(new)
+      write_text(path, new)
       changed.append(path)
   return changed
 
