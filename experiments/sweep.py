@@ -253,7 +253,7 @@ def load_or_run(
   if os.path.exists(summary_path):
     with open(summary_path, encoding='utf-8') as f:
       summary = json.load(f)
-    if summary.get('status', 'completed') != 'interrupted':
+    if summary.get('status', 'completed') in FINAL_STATUSES:
       return summary, 'reused'
   if not run_missing:
     return None, 'missing'
