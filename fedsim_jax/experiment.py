@@ -408,11 +408,7 @@ def default_settings(settings: Settings) -> dict[str, Any]:
   """The resolved config of `base_config()` with `settings`' algorithm defaults: the values a
   setting added after a run started is given by default (see `config_differences`)."""
   defaults = config_lib.base_config().to_dict()
-  defaults['algorithm']['kwargs'] = {
-    field.name: field.default
-    for field in dataclasses.fields(settings)
-    if field.default is not dataclasses.MISSING
-  }
+  defaults['algorithm']['kwargs'] = type(settings)().as_dict()
   return defaults
 
 
