@@ -75,12 +75,13 @@ def compass_aggregator(
   if optimize_first_arrivals:
     return optimized
 
+  def apply_plain(state: Any, updates: UpdateBatch) -> Any:
+    return state.replace(params=optax.apply_updates(state.params, reduce(updates, updates.weights)))
+
   def apply(state: Any, updates: UpdateBatch) -> Any:
-    grouped = optimized.apply(state, updates)
-    delta = reduce(updates, updates.weights)
-    plain = state.replace(params=optax.apply_updates(state.params, delta))
     first_arrival = jnp.all(jnp.where(updates.mask, updates.group < 0, True))
-    return jax.tree_util.tree_map(lambda p, g: jnp.where(first_arrival, p, g), plain, grouped)
+    # Only the taken branch runs: a batch is either one first arrival or a group's updates.
+    return jax.lax.cond(first_arrival, apply_plain, optimized.apply, state, updates)
 
   return Aggregator(init=optimized.init, apply=apply)
 
