@@ -43,7 +43,9 @@ from typing import Any
 
 __version__ = '0.1.0'
 
-# Public name -> the module that defines it (relative to this package).
+# Public name -> the module that defines it (relative to this package). The strategy names are
+# listed here, not read from `strategy.__all__`, because reading it would import JAX with the
+# package; tests/test_public_api.py checks that every name of `strategy.__all__` is here.
 _STRATEGY = (
   'AsynchronousScheduler',
   'EMAState',
