@@ -83,14 +83,13 @@ def emnist_fedavg(strategy: str, workload: EmnistWorkload, max_seconds: float) -
   projection to `workload.rounds`."""
   import harness_lib  # next to this script
   import jax
-  import numpy as np
   import optax
 
   from fedsim_jax.client.local_update import sgd_client_update
   from fedsim_jax.data.synthetic import toy_federation
   from fedsim_jax.models import get_model
-  from fedsim_jax.runtime import PerStepLatency, Simulation, StopCondition
-  from fedsim_jax.strategy import LocalWork, SynchronousScheduler, server_update
+  from fedsim_jax.runtime import StopCondition
+  from fedsim_jax.strategy import LocalWork
 
   fed = toy_federation(
     num_clients=workload.num_clients,
@@ -103,17 +102,13 @@ def emnist_fedavg(strategy: str, workload: EmnistWorkload, max_seconds: float) -
   model = get_model('emnist_cnn', fed.input_shape, fed.num_classes)
   update = sgd_client_update(model, optax.sgd(0.1), workload.batch_size)
   executor = harness_lib.fedsim_executor(strategy, update, fed)
-  sim = Simulation(
-    executor=executor,
-    scheduler=SynchronousScheduler(
-      workload.clients_per_round,
-      LocalWork(epochs=workload.epochs, batch_size=workload.batch_size),
-    ),
-    aggregator=server_update(optax.sgd(1.0)),
-    latency=PerStepLatency(fed.num_clients, np.random.default_rng(0)),
-    init_params=model.init(jax.random.PRNGKey(0)),
-    client_sizes=fed.client_sizes,
-    rng=np.random.default_rng(1),
+  sim = harness_lib.fedavg_simulation(
+    executor,
+    fed,
+    model,
+    workload.clients_per_round,
+    LocalWork(epochs=workload.epochs, batch_size=workload.batch_size),
+    seeds=(0, 1),
   )
 
   def one_round() -> float:

@@ -474,6 +474,28 @@ def _rounds(sizes: SyncSizes) -> dict[str, Any]:
   return dict(min_seconds=sizes.min_seconds, min_units=1, max_units=sizes.max_rounds)
 
 
+def fedavg_simulation(
+  executor: Any,
+  fed: FederatedDataset,
+  model: Model,
+  clients_per_round: int,
+  local_work: LocalWork,
+  seeds: tuple[int, int] = (2, 3),
+) -> Simulation:
+  """FedAvg's rounds over `fed` (`clients_per_round` clients, `local_work` each, server SGD at
+  1.0, per-step latency), the simulation the synchronous benchmark cases time. `seeds`: of the
+  latency draws and of the scheduler."""
+  return Simulation(
+    executor=executor,
+    scheduler=SynchronousScheduler(clients_per_round, local_work),
+    aggregator=server_update(optax.sgd(1.0)),
+    latency=PerStepLatency(fed.num_clients, np.random.default_rng(seeds[0])),
+    init_params=model.init(jax.random.PRNGKey(0)),
+    client_sizes=fed.client_sizes,
+    rng=np.random.default_rng(seeds[1]),
+  )
+
+
 def _fedsim_sync(
   case: str, strategy: str, fed: FederatedDataset, model: Model, sizes: SyncSizes
 ) -> dict[str, Any]:
@@ -482,17 +504,12 @@ def _fedsim_sync(
   rss = max_rss_mb()
   client_update = sgd_client_update(model, optax.sgd(CLIENT_LEARNING_RATE), sizes.batch_size)
   executor = fedsim_executor(strategy, client_update, fed)
-  scheduler = SynchronousScheduler(
-    sizes.clients_per_round, LocalWork(steps=sizes.local_steps, batch_size=sizes.batch_size)
-  )
-  sim = Simulation(
-    executor=executor,
-    scheduler=scheduler,
-    aggregator=server_update(optax.sgd(1.0)),
-    latency=PerStepLatency(fed.num_clients, np.random.default_rng(2)),
-    init_params=model.init(jax.random.PRNGKey(0)),
-    client_sizes=fed.client_sizes,
-    rng=np.random.default_rng(3),
+  sim = fedavg_simulation(
+    executor,
+    fed,
+    model,
+    sizes.clients_per_round,
+    LocalWork(steps=sizes.local_steps, batch_size=sizes.batch_size),
   )
 
   def one_round() -> Work:
