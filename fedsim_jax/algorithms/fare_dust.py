@@ -26,10 +26,10 @@ from fedsim_jax.algorithms.groups import (
   HeldModels,
   LocalWorkSettings,
   ServerOptimizerSettings,
+  ema_warmup_setting,
 )
 from fedsim_jax.client import local_update
 from fedsim_jax.settings import decay, one_of, positive, setting
-from fedsim_jax.strategy.ema import WARMUPS as EMA_WARMUPS
 from fedsim_jax.strategy.ema import with_ema
 from fedsim_jax.strategy.fare_dust import (
   EMPTY_HISTORY_RULES,
@@ -56,11 +56,7 @@ class FareDustSettings(CohortSettings, LocalWorkSettings, ServerOptimizerSetting
   rho: float = setting(0.1, positive(allow_zero=True), 'distillation strength')
   temperature: float = setting(1.0, positive(), 'T of the distillation loss (not stated)')
   ema_decay: float = setting(0.99, decay(), 'beta of the evaluated EMA')
-  ema_warmup: str = setting(
-    'none',
-    one_of(EMA_WARMUPS),
-    "EMA start: the initial model, 'bias_correction' or TF's 'num_updates'",
-  )
+  ema_warmup: str = ema_warmup_setting()
   teacher_learning_rate: float | None = setting(
     None,
     positive(optional=True),

@@ -295,6 +295,15 @@ class ClientTermsSettings(Base):
     return functools.partial(local_update, objective=self.client_objective(), prelude=prelude)
 
 
+def ema_warmup_setting() -> Any:
+  """The `ema_warmup` setting of every algorithm that evaluates an EMA (`strategy/ema.py`)."""
+  return setting(
+    'none',
+    one_of(EMA_WARMUPS),
+    "EMA start: the initial model, 'bias_correction' or TF's 'num_updates'",
+  )
+
+
 @dataclasses.dataclass(frozen=True)
 class ServerEmaSettings(Base):
   """Evaluate an exponential moving average of the server weights (FedBuff `+ EMA`)."""
@@ -302,11 +311,7 @@ class ServerEmaSettings(Base):
   ema_decay: float | None = setting(
     None, number(minimum=0, below=1, optional=True), 'beta of the evaluated EMA'
   )
-  ema_warmup: str = setting(
-    'none',
-    one_of(EMA_WARMUPS),
-    "EMA start: the initial model, 'bias_correction' or TF's 'num_updates'",
-  )
+  ema_warmup: str = ema_warmup_setting()
 
   def with_ema(self, aggregator):
     if self.ema_decay is None:
