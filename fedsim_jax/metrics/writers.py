@@ -7,8 +7,8 @@ import logging
 import math
 import os
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TextIO
 
 
 class MetricsWriter:
@@ -132,14 +132,14 @@ def summarize(
   return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in summary.items()}
 
 
-def write_text(path: str | os.PathLike, text: str) -> None:
-  """Writes `text` to `path` atomically: readers (and a crash, or a full disk) only ever leave
-  the old file or the new one, never a partial one."""
+def _replace_atomically(path: str | os.PathLike, write: Callable[[TextIO], object]) -> None:
+  """Calls `write` on a temporary file beside `path`, then renames it over `path`: readers (and
+  a crash, or a full disk) only ever leave the old file or the new one, never a partial one."""
   directory = os.path.dirname(os.path.abspath(path))
   descriptor, temporary = tempfile.mkstemp(dir=directory, prefix='.tmp-')
   try:
     with os.fdopen(descriptor, 'w', encoding='utf-8') as f:
-      f.write(text)
+      write(f)
       f.flush()
       os.fsync(f.fileno())
     os.replace(temporary, path)
@@ -149,6 +149,16 @@ def write_text(path: str | os.PathLike, text: str) -> None:
     raise
 
 
+def write_text(path: str | os.PathLike, text: str) -> None:
+  """Writes `text` to `path` atomically."""
+  _replace_atomically(path, lambda f: f.write(text))
+
+
 def write_json(path: str | os.PathLike, obj: Any) -> None:
-  """Writes `obj` as JSON to `path` atomically (`write_text`)."""
-  write_text(path, json.dumps(obj, indent=2, sort_keys=True) + '\n')
+  """Writes `obj` as JSON to `path` atomically."""
+
+  def write(f: TextIO) -> None:
+    json.dump(obj, f, indent=2, sort_keys=True)
+    f.write('\n')
+
+  _replace_atomically(path, write)
