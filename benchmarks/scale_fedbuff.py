@@ -1,6 +1,7 @@
 """FedBuff at federated-EMNIST scale: 3,400 clients, 100,000 client updates, one command.
 
   .venv/bin/python benchmarks/scale_fedbuff.py [--updates=100000] [--clients=3400] [--lazy]
+      [--concurrency=100] [--min_size=100 --max_size=300] [--max_batch_tasks=0]
 
 The federation is synthetic and shaped like federated EMNIST (Caldas et al. 2018; Reddi et al.
 2021): 3,400 clients of 28x28x1 uint8 images over 62 classes, client sizes uniform in
@@ -52,15 +53,22 @@ _SERVER_LR = flags.DEFINE_float('server_learning_rate', 0.5, 'FedBuff: server SG
 _BACKEND = flags.DEFINE_enum('backend', 'auto', ['auto', 'vmap', 'loop'], 'Executor backend.')
 _LAZY = flags.DEFINE_bool('lazy', False, 'Keep examples on the host (LazyFederation).')
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of data, model and scheduling.')
+_MIN_SIZE = flags.DEFINE_integer('min_size', 100, 'Fewest examples of a client.')
+_MAX_SIZE = flags.DEFINE_integer('max_size', 300, 'Most examples of a client.')
+_MAX_BATCH_TASKS = flags.DEFINE_integer(
+  'max_batch_tasks', 0, 'Simulation(max_batch_tasks=): 0 = automatic, -1 = no limit.'
+)
 
-NUM_CLASSES, IMAGE_SHAPE, MIN_SIZE, MAX_SIZE, NUM_TEST = 62, (28, 28, 1), 100, 300, 10_000
+NUM_CLASSES, IMAGE_SHAPE, NUM_TEST = 62, (28, 28, 1), 10_000
 LOCAL_STEPS, BATCH_SIZE, LEARNING_RATE = 10, 20, 0.05
 
 
-def emnist_shaped(num_clients: int, seed: int, lazy: bool):
+def emnist_shaped(
+  num_clients: int, seed: int, lazy: bool, min_size: int = 100, max_size: int = 300
+):
   """The synthetic federation (built in uint8 throughout: 680k images are 533 MB)."""
   rng = np.random.default_rng(seed)
-  sizes = rng.integers(MIN_SIZE, MAX_SIZE + 1, num_clients)
+  sizes = rng.integers(min_size, max_size + 1, num_clients)
   total = int(sizes.sum())
   y = rng.integers(0, NUM_CLASSES, total + NUM_TEST).astype(np.int32)
   x = rng.integers(0, 60, (total + NUM_TEST, *IMAGE_SHAPE), dtype=np.uint8)
@@ -91,8 +99,15 @@ def main(argv):
       cli.fail(f'--{name}={flag.value}; allowed: an integer >= 1')
   if _CONCURRENCY.value > _CLIENTS.value:
     cli.fail(f'--concurrency={_CONCURRENCY.value}; allowed: at most --clients')
+  if not BATCH_SIZE <= _MIN_SIZE.value <= _MAX_SIZE.value:
+    cli.fail(
+      f'--min_size, --max_size={_MIN_SIZE.value}, {_MAX_SIZE.value}; allowed: '
+      f'{BATCH_SIZE} <= min_size <= max_size'
+    )
+  if _MAX_BATCH_TASKS.value < -1:
+    cli.fail(f'--max_batch_tasks={_MAX_BATCH_TASKS.value}; allowed: -1, 0 or a positive integer')
   start = time.perf_counter()
-  fed = emnist_shaped(_CLIENTS.value, _SEED.value, _LAZY.value)
+  fed = emnist_shaped(_CLIENTS.value, _SEED.value, _LAZY.value, _MIN_SIZE.value, _MAX_SIZE.value)
   model = get_model('mlp', IMAGE_SHAPE, NUM_CLASSES)
   params = model.init(jax.random.PRNGKey(_SEED.value))
   backend, step_loop = resolve_execution(_BACKEND.value, 'auto')
@@ -121,8 +136,10 @@ def main(argv):
     init_params=params,
     client_sizes=fed.client_sizes,
     rng=np.random.default_rng(_SEED.value + 2),
+    max_batch_tasks=None if _MAX_BATCH_TASKS.value == -1 else _MAX_BATCH_TASKS.value,
   )
   setup_s = time.perf_counter() - start
+  setup_rss_mb = peak_rss_mb()  # the federation, its device copy and the model
   start = time.perf_counter()
   sim.run(StopCondition(max_client_updates=_UPDATES.value))
   simulate_s = time.perf_counter() - start
@@ -139,12 +156,15 @@ def main(argv):
     'backend': backend,
     'threads': executor.threads,
     'lazy': _LAZY.value,
+    'concurrency': _CONCURRENCY.value,
+    'max_batch_tasks': sim.max_batch_tasks,
     'setup_s': round(setup_s, 1),
     'simulate_s': round(simulate_s, 1),
     'evaluate_s': round(evaluate_s, 1),
     'updates_per_s': round(sim.client_updates / simulate_s, 1),
     'examples_per_s': round(sim.gradient_steps * BATCH_SIZE / simulate_s, 1),
     'mean_executed_batch_size': round(report['mean_executed_batch_size'], 1),
+    'setup_peak_rss_mb': round(setup_rss_mb, 1),
     'peak_rss_mb': round(peak_rss_mb(), 1),
     'test_accuracy': round(float(accuracy), 4),
   }

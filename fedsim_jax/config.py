@@ -126,6 +126,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.executor.devices = 1  # local devices the task axis is sharded over (vmap backend)
   c.executor.threads = 0  # loop backend: tasks run at once, each from its own host
   # thread; 0 = one per CPU core on CPU, 1 on accelerators
+  # Most tasks computed in one batch, hence most client updates held at once: larger rounds
+  # are summed in chunks (linear aggregators). 0 = as many as fit in 1 GiB (16 to 4096).
+  c.executor.max_batch_tasks = 0
 
   c.run = ml_collections.ConfigDict()
   c.run.num_rounds = config_dict.FieldReference(100, field_type=int)  # server versions
@@ -401,6 +404,11 @@ FIELDS: dict[str, tuple[Check, str]] = {
   'executor.threads': (
     positive(integer=True, allow_zero=True),
     'loop backend: tasks run at once; 0 = one per CPU core (1 on accelerators)',
+  ),
+  'executor.max_batch_tasks': (
+    positive(integer=True, allow_zero=True),
+    'most tasks computed at once, hence client updates held; larger rounds are summed in '
+    'chunks (linear aggregators); 0 = as many as fit in 1 GiB (16 to 4096)',
   ),
   'run.num_rounds': (positive(integer=True, optional=True), 'server versions to run'),
   'run.max_virtual_time': (positive(optional=True), 'virtual seconds to run'),

@@ -33,7 +33,11 @@ from fedsim_jax.data.federated import FederatedDataset
 from fedsim_jax.data.lazy import LazyFederation
 from fedsim_jax.data.loading import load_dataset
 from fedsim_jax.executor import Executor
-from fedsim_jax.executor.choice import model_has_convolution, resolve_execution, resolve_threads
+from fedsim_jax.executor.choice import (
+  model_has_convolution,
+  resolve_execution,
+  resolve_threads,
+)
 from fedsim_jax.metrics import MetricsWriter, make_evaluator, summarize, write_json
 from fedsim_jax.metrics.tensorboard import TensorBoardWriter, tensorboard_available
 from fedsim_jax.metrics.writers import TaskTraceWriter
@@ -327,6 +331,7 @@ def build_simulation(
     deferred=config.executor.deferred,
     on_version=on_version,
     bucket_bits=config.executor.bucket_bits,
+    max_batch_tasks=config.executor.max_batch_tasks,
   )
 
 
@@ -468,6 +473,19 @@ class PreparedRun:
     # that config.json alone describes (and reruns) the run.
     resolved = config.to_dict()
     resolved['algorithm']['kwargs'] = self.algorithm_settings.as_dict()
+
+    def on_version(sim: Simulation) -> None:
+      if sim.version % config.run.eval_every == 0:
+        self.record(sim)
+      if self._periodic_checkpoints and self._checkpoint_due(sim):
+        self._checkpoint_requested = True
+        sim.request_pause()  # the checkpoint is written once the current event is done
+
+    # Built before anything is written (building writes nothing): the memory check reads
+    # what the built run will hold.
+    self.simulation = build_simulation(
+      config, dataset, model, on_version, settings=self.algorithm_settings
+    )
     if config.run.check_memory:
       self._check_memory(config, dataset, model)
     self.checkpoints = Checkpoints(checkpoint_dir, keep=config.run.keep_checkpoints)
@@ -527,16 +545,6 @@ class PreparedRun:
     self.checkpoint_seconds = 0.0  # host time spent writing checkpoints (this process)
     self.checkpoints_written = 0
 
-    def on_version(sim: Simulation) -> None:
-      if sim.version % config.run.eval_every == 0:
-        self.record(sim)
-      if self._periodic_checkpoints and self._checkpoint_due(sim):
-        self._checkpoint_requested = True
-        sim.request_pause()  # the checkpoint is written once the current event is done
-
-    self.simulation = build_simulation(
-      config, dataset, model, on_version, settings=self.algorithm_settings
-    )
     self.simulation.task_log = self.task_trace
     self.stop = stop_condition(config)
     executor = self.simulation.executor
@@ -544,6 +552,7 @@ class PreparedRun:
       backend=executor.backend,
       step_loop=executor.step_loop,
       threads=executor.threads,
+      max_batch_tasks=self.simulation.max_batch_tasks,
       devices=executor.devices,
       processes=jax.process_count(),
       compilation_cache=compilation_cache.in_use(cache_dir),
@@ -592,6 +601,8 @@ class PreparedRun:
       data_bytes=0 if lazy else dataset.train_x.nbytes + dataset.train_y.nbytes,
       # The vmap backend trains a whole batch at once; the loop backend a few tasks.
       training_at_once=None if config.executor.backend == 'vmap' else os.cpu_count() or 1,
+      max_batch_tasks=self.simulation.max_batch_tasks,
+      sums_in_chunks=self.simulation.aggregator.linear is not None,
     )
     memory_estimate.check_fits(needs, memory_estimate.available_bytes())
 

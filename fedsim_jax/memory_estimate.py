@@ -1,11 +1,14 @@
 """Refuse a run that cannot fit in memory before it starts, naming the setting responsible.
 
-The estimate counts the model-sized arrays a run holds at its peak: the server state, for every
-task in flight its start model and computed update, the training workspace of the tasks that
-train at once (parameters, gradients and optimizer state), and the per-client tables or
-histories its algorithm keeps (`Base.tasks_in_flight`, `Base.client_tables`), plus a device
-copy of the training data. It is a lower bound on what the run needs (activations and
-compiled programs come on top), so a refused run would certainly not have fit.
+The estimate counts the model-sized arrays a run holds at its peak: the server state, the start
+models of the tasks in flight (one for a synchronous round, whose cohort downloads one model),
+their computed updates, the training workspace of the tasks that train at once (parameters,
+gradients and optimizer state), and the per-client tables or histories its algorithm keeps
+(`Base.tasks_in_flight`, `Base.client_tables`), plus a device copy of the training data.
+Updates are computed at most `executor.max_batch_tasks` at a time; a synchronous round holds
+all of its updates only when its aggregator cannot sum them in chunks (no linear form). It is a
+lower bound on what the run needs (activations and compiled programs come on top), so a refused
+run would certainly not have fit.
 """
 
 from __future__ import annotations
@@ -64,6 +67,8 @@ def estimate(
   model_bytes: int,
   data_bytes: int,
   training_at_once: int | None,
+  max_batch_tasks: int | None = None,
+  sums_in_chunks: bool = False,
 ) -> list[Need]:
   """The parts of a run's peak memory (see the module docstring).
 
@@ -74,19 +79,23 @@ def estimate(
     data_bytes: the training data held on the device.
     training_at_once: tasks that train at the same time (None: all tasks in flight, as the
       vmap backend trains a whole batch at once).
+    max_batch_tasks: the most tasks computed at once (None: no limit).
+    sums_in_chunks: the aggregator sums a large round in chunks (`Aggregator.linear`).
   """
   needs = [Need('model.name', 4 * model_bytes, 'server model and optimizer state')]
   tasks_hook = getattr(settings, 'tasks_in_flight', None)
   tasks = tasks_hook(num_clients) if tasks_hook is not None else None
   if tasks is not None:
-    needs.append(
-      Need(
-        f'{tasks.setting}={tasks.copies:g}',
-        2 * tasks.copies * model_bytes,
-        f'{tasks.what}: start model and update of each',
-      )
-    )
-    training = tasks.copies if training_at_once is None else min(training_at_once, tasks.copies)
+    setting = f'{tasks.setting}={tasks.copies:g}'
+    batch = tasks.copies if max_batch_tasks is None else min(tasks.copies, max_batch_tasks)
+    if tasks.shared_start:  # one start model; a round's updates unless summed in chunks
+      needs.append(Need(setting, model_bytes, f'{tasks.what}: their start model'))
+      held = batch if sums_in_chunks else tasks.copies
+    else:  # each task its own start model; updates computed a batch at a time
+      needs.append(Need(setting, tasks.copies * model_bytes, f'{tasks.what}: start models'))
+      held = batch
+    needs.append(Need(setting, held * model_bytes, f'{tasks.what}: computed updates'))
+    training = batch if training_at_once is None else min(training_at_once, batch)
     needs.append(
       Need(
         f'{tasks.setting}={tasks.copies:g}',

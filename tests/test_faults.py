@@ -45,6 +45,7 @@ def _one_error_line(result):
     ('--config.latency.per_step.mean=inf', 'latency.per_step.mean=inf is invalid'),
     ('--config.model.hidden_sizes=(0,)', 'model.hidden_sizes=0 is invalid'),
     ('--config.seed=99999999999999999999', 'seed=99999999999999999999 is invalid'),
+    ('--config.executor.max_batch_tasks=-1', 'executor.max_batch_tasks=-1 is invalid'),
     ('--config.client.learning_rat=0.1', "did you mean 'learning_rate'"),
     ('--workdir=', '--workdir is empty'),
   ],

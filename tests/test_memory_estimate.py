@@ -14,36 +14,76 @@ def _settings(name, **kwargs):
 
 
 def _by_what(needs):
-  return {need.what.split(':')[0]: need for need in needs}
+  return {need.what: need for need in needs}
 
 
-def test_asynchronous_tasks_in_flight_hold_a_start_model_and_an_update_each():
+def test_asynchronous_tasks_hold_their_start_models_and_a_batch_of_updates():
   needs = memory_estimate.estimate(
     _settings('fedbuff', concurrency=50),
     num_clients=100,
     model_bytes=MB,
     data_bytes=7 * MB,
     training_at_once=2,
+    max_batch_tasks=20,
   )
   parts = _by_what(needs)
-  assert parts['client tasks in flight'].nbytes == 2 * 50 * MB
-  assert parts['client tasks in flight'].setting == 'algorithm.kwargs.concurrency=50'
+  assert parts['client tasks in flight: start models'].nbytes == 50 * MB
+  assert parts['client tasks in flight: start models'].setting == (
+    'algorithm.kwargs.concurrency=50'
+  )
+  assert parts['client tasks in flight: computed updates'].nbytes == 20 * MB
   assert parts['training workspace (parameters, gradients, optimizer state)'].nbytes == 6 * MB
   assert parts['training data on the device'].nbytes == 7 * MB
   assert parts['server model and optimizer state'].nbytes == 4 * MB
-
-
-def test_the_vmap_backend_trains_every_task_at_once():
-  needs = memory_estimate.estimate(
-    _settings('fedavg', cohort_size=10, num_selected=12),
-    num_clients=100,
-    model_bytes=MB,
-    data_bytes=0,
-    training_at_once=None,
+  unbounded = _by_what(
+    memory_estimate.estimate(
+      _settings('fedbuff', concurrency=50),
+      num_clients=100,
+      model_bytes=MB,
+      data_bytes=0,
+      training_at_once=2,
+    )
   )
-  parts = _by_what(needs)
-  assert parts['client tasks per round'].setting == 'algorithm.kwargs.num_selected=12'
-  assert parts['training workspace (parameters, gradients, optimizer state)'].nbytes == 36 * MB
+  assert unbounded['client tasks in flight: computed updates'].nbytes == 50 * MB
+
+
+@pytest.mark.parametrize('sums_in_chunks, held', [(True, 100), (False, 1000)])
+def test_a_round_holds_one_start_model_and_its_updates_unless_summed_in_chunks(
+  sums_in_chunks, held
+):
+  parts = _by_what(
+    memory_estimate.estimate(
+      _settings('fedavg', cohort_size=1000),
+      num_clients=10_000,
+      model_bytes=MB,
+      data_bytes=0,
+      training_at_once=2,
+      max_batch_tasks=100,
+      sums_in_chunks=sums_in_chunks,
+    )
+  )
+  assert parts['client tasks per round: their start model'].nbytes == MB
+  assert parts['client tasks per round: computed updates'].nbytes == held * MB
+
+
+def test_the_vmap_backend_trains_a_whole_batch_at_once():
+  def workspace(max_batch_tasks):
+    needs = memory_estimate.estimate(
+      _settings('fedavg', cohort_size=10, num_selected=12),
+      num_clients=100,
+      model_bytes=MB,
+      data_bytes=0,
+      training_at_once=None,
+      max_batch_tasks=max_batch_tasks,
+    )
+    parts = _by_what(needs)
+    assert parts['client tasks per round: computed updates'].setting == (
+      'algorithm.kwargs.num_selected=12'
+    )
+    return parts['training workspace (parameters, gradients, optimizer state)'].nbytes
+
+  assert workspace(None) == 36 * MB
+  assert workspace(4) == 12 * MB
 
 
 @pytest.mark.parametrize(

@@ -43,11 +43,14 @@ class HeldModels:
     setting: the setting that decides how many (e.g. 'algorithm.kwargs.concurrency').
     copies: how many model-sized arrays.
     what: what they are, in a few words.
+    shared_start: the copies are tasks that all start from one model (a synchronous round's
+      cohort), rather than each from the model of its own dispatch.
   """
 
   setting: str
   copies: float
   what: str
+  shared_start: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,8 +125,12 @@ class CohortSizeSettings(Base):
   def tasks_in_flight(self, num_clients: int) -> HeldModels | None:
     selected = getattr(self, 'num_selected', None)
     if selected is not None:
-      return HeldModels('algorithm.kwargs.num_selected', selected, 'client tasks per round')
-    return HeldModels('algorithm.kwargs.cohort_size', self.cohort_size, 'client tasks per round')
+      return HeldModels(
+        'algorithm.kwargs.num_selected', selected, 'client tasks per round', shared_start=True
+      )
+    return HeldModels(
+      'algorithm.kwargs.cohort_size', self.cohort_size, 'client tasks per round', shared_start=True
+    )
 
   def check_run(self, name: str, run: RunFacts, prefix: str) -> None:
     super().check_run(name, run, prefix)

@@ -27,7 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedsim_jax.distributed import host_value
-from fedsim_jax.executor import ClientTask
+from fedsim_jax.executor import ClientTask, round_up_to_bucket
+from fedsim_jax.executor.choice import resolve_max_batch_tasks
 from fedsim_jax.models import Params
 from fedsim_jax.runtime.events import EventKind, EventQueue
 from fedsim_jax.runtime.latency import (
@@ -41,7 +42,13 @@ from fedsim_jax.runtime.sampling import choose_one
 from fedsim_jax.runtime.scheduler_context import SchedulerContext
 from fedsim_jax.runtime.statistics import busy_fraction
 from fedsim_jax.runtime.task_trace import TaskLog, skipped_record, task_record
-from fedsim_jax.runtime.updates import Aggregator, ResultRef, UpdateBatch, stack_results
+from fedsim_jax.runtime.updates import (
+  Aggregator,
+  ResultRef,
+  UpdateBatch,
+  stack_results,
+  update_scalars,
+)
 from fedsim_jax.tree import row
 
 
@@ -102,6 +109,24 @@ def _grown(counts: np.ndarray, size: int) -> np.ndarray:
   grown = np.zeros(size, counts.dtype)
   grown[: len(counts)] = counts
   return grown
+
+
+def _jitted_linear_form(aggregator: Aggregator) -> tuple[Callable, Callable, Callable] | None:
+  """The jitted (numerators, accumulate, apply_sum) of an aggregator's linear form."""
+  linear = aggregator.linear
+  if linear is None:
+    return None
+
+  def accumulate(total: Params, coefficients: jax.Array, deltas: Params) -> Params:
+    return jax.tree_util.tree_map(
+      lambda t, d: t + jnp.tensordot(coefficients, d, axes=1), total, deltas
+    )
+
+  return (
+    jax.jit(linear.numerators),
+    jax.jit(accumulate, donate_argnums=0),
+    jax.jit(linear.apply_sum),
+  )
 
 
 class Scheduler(Protocol):
@@ -323,6 +348,15 @@ class Simulation:
       succeed end with a message instead of running forever.
     task_log: receives a record per task as its outcome becomes final
       (`runtime.task_trace`); settable later as the `task_log` attribute.
+    max_batch_tasks: the most tasks computed in one executor batch once more are pending
+      (0, the default: as many as 1 GiB of updates of this model holds, within 16..4096,
+      `executor.choice.resolve_max_batch_tasks`; None: no limit). It bounds the updates held at once: the tasks a result is needed for
+      are computed first, the batch filled up with those that arrive soonest, and a round
+      larger than this whose aggregator has a linear form (`Aggregator.linear`:
+      `server_update` with a built-in reducer, FedAvg, FedOpt, FedBuff and their kin) is
+      summed chunk by chunk, each chunk's updates freed before the next is computed. Such a
+      sum adds in another order than one pass over the whole round, so its results differ in
+      rounding from an unbounded run's.
   """
 
   def __init__(
@@ -342,6 +376,7 @@ class Simulation:
     aggregate: bool = True,
     stall_events: int | None = 100_000,
     task_log: TaskLog | None = None,
+    max_batch_tasks: int | None = 0,
   ) -> None:
     self.executor = executor
     self.scheduler = scheduler
@@ -357,7 +392,12 @@ class Simulation:
     self.stall_events = stall_events
     self.task_log = task_log
     self._events_since_version = 0
+    if max_batch_tasks is not None:
+      model_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(init_params))
+      max_batch_tasks = resolve_max_batch_tasks(max_batch_tasks, model_bytes)
+    self.max_batch_tasks = max_batch_tasks
     self._apply = jax.jit(aggregator.apply)
+    self._linear = _jitted_linear_form(aggregator)
     self.server_state = aggregator.init(init_params)
     self.queue = EventQueue()
     self.now = 0.0
@@ -571,7 +611,7 @@ class Simulation:
         'ended segments have readable results'
       )
     if not handle.computed:
-      self._compute_pending()
+      self._compute_pending([handle])
     return _computed(handle)
 
   def set_timer(self, time: float, payload: Any = None) -> None:
@@ -596,7 +636,7 @@ class Simulation:
     """
     self._check_results_exist()
     if any(not h.computed for h in handles):
-      self._compute_pending()
+      self._compute_pending(handles)
     results = [_computed(h) for h in handles]
     start = None
     if with_client_params:
@@ -628,9 +668,54 @@ class Simulation:
       self._check_arrived(handles, 'aggregate')
       self._new_version(handles)
       return
+    limit = self.max_batch_tasks
+    if self._linear is not None and limit is not None and len(handles) > limit:
+      self._apply_in_chunks(handles, weights, staleness)
+      return
     self.apply_update_batch(
       self.updates(handles, weights, self.aggregator.needs_client_params, staleness), handles
     )
+
+  def _apply_in_chunks(
+    self,
+    handles: Sequence[TaskHandle],
+    weights: Sequence[float],
+    staleness: Sequence[int] | None,
+  ) -> None:
+    """`apply_updates` for a round larger than `max_batch_tasks` with a linear aggregator:
+    sum_k a_k delta_k chunk by chunk (each chunk computed, summed and freed in turn), then
+    one server step from the sum."""
+    self._check_arrived(handles, 'aggregate')
+    assert self._linear is not None and self.max_batch_tasks is not None
+    numerators_of, accumulate, apply_sum = self._linear
+    if staleness is None:
+      staleness = [self.version - h.version for h in handles]
+    weights, staleness = list(weights), list(staleness)
+    scalars = update_scalars(
+      weights,
+      staleness,
+      [h.num_steps for h in handles],
+      [h.metadata.get('group', 0) for h in handles],
+      [h.client_id for h in handles],
+      round_up_to_bucket(len(handles), self.bucket_bits),
+    )
+    numerators = np.asarray(numerators_of(scalars), np.float32)
+    total = jax.tree_util.tree_map(jnp.zeros_like, self.params)
+    limit = self.max_batch_tasks
+    for start in range(0, len(handles), limit):
+      part = handles[start : start + limit]
+      chunk = self.updates(
+        part, weights[start : start + limit], False, staleness[start : start + limit]
+      )
+      coefficients = np.zeros(len(chunk.weights), np.float32)
+      coefficients[: len(part)] = numerators[start : start + len(part)]
+      total = accumulate(total, coefficients, chunk.deltas)
+      del chunk
+      for handle in part:  # summed: free the update before the next chunk is computed
+        handle.result_ref = None
+        self._held_results.pop(handle.task_id, None)
+    self.server_state = apply_sum(self.server_state, total, scalars)
+    self._new_version(handles)
 
   def apply_update_batch(self, batch: UpdateBatch, handles: Sequence[TaskHandle] = ()) -> None:
     """Applies a prepared `UpdateBatch` (which may hold rows that are not task results, e.g.
@@ -735,7 +820,9 @@ class Simulation:
   _BUILT = (
     'executor',
     'aggregator',
+    'max_batch_tasks',
     '_apply',
+    '_linear',
     'on_version',
     'task_log',
     '_pause_requested',
@@ -817,15 +904,33 @@ class Simulation:
     handle.result_ref = None
     self._held_results.pop(handle.task_id, None)
 
-  def _compute_pending(self) -> None:
+  def _compute_pending(self, needed: Sequence[TaskHandle] = ()) -> None:
+    """Computes the pending tasks: all of them at once, or, when more than `max_batch_tasks`
+    are pending, those of `needed` that are, in batches of at most `max_batch_tasks` filled up
+    with the other pending tasks that arrive soonest."""
     pending = [h for h in self._pending if h.status in ('in_flight', 'arrived', 'segment_done')]
-    self._pending = []
-    if not pending:
+    limit = self.max_batch_tasks
+    if limit is None or len(pending) <= limit:
+      self._pending = []
+      if pending:
+        self._run_tasks(pending)
       return
-    batch = self.executor.run([h.task for h in pending])
+    wanted = {h.task_id for h in needed}
+    first = [h for h in pending if h.task_id in wanted]
+    soonest = sorted(
+      (h for h in pending if h.task_id not in wanted), key=lambda h: (h.arrival_time, h.task_id)
+    )
+    order = first + soonest
+    count = max(1, -(-len(first) // limit)) * limit  # whole batches until `needed` is computed
+    for start in range(0, min(count, len(order)), limit):
+      self._run_tasks(order[start : start + limit])
+    self._pending = [h for h in pending if not h.computed]
+
+  def _run_tasks(self, tasks: list[TaskHandle]) -> None:
+    batch = self.executor.run([h.task for h in tasks])
     self.executor_batches += 1
-    self.executed_tasks += len(pending)
-    for index, handle in enumerate(pending):
+    self.executed_tasks += len(tasks)
+    for index, handle in enumerate(tasks):
       handle.result_ref = ResultRef(batch, batch.row_offset + index)
       self._held_results[handle.task_id] = handle
 

@@ -111,6 +111,23 @@ class Aggregator(NamedTuple):
   init: Callable[[Params], Any]
   apply: Callable[[Any, UpdateBatch], Any]
   needs_client_params: bool = False
+  linear: LinearAggregation | None = None
+
+
+class LinearAggregation(NamedTuple):
+  """The linear form of an aggregator whose `apply(state, updates)` depends on the deltas only
+  through one weighted sum: `apply(state, updates) == apply_sum(state, sum_k a_k delta_k,
+  updates)` with a = `numerators(updates)`. `numerators` and `apply_sum` read only the batch's
+  scalars (weights, staleness, num_steps, group, client_id; `updates.deltas` is None there).
+
+  An aggregator that has one lets the runtime sum a round larger than
+  `Simulation(max_batch_tasks=...)` chunk by chunk, computing and freeing each chunk's tasks
+  before the next, so memory holds one chunk of updates instead of the whole cohort.
+  `server_update` with a linear reducer provides it; `with_ema` keeps it.
+  """
+
+  numerators: Callable[[UpdateBatch], jax.Array]
+  apply_sum: Callable[[Any, Params, UpdateBatch], Any]
 
 
 @dataclasses.dataclass
@@ -177,11 +194,6 @@ def stack_results(
     for batch, rows, mask in sources.values():
       deltas = _select_rows(deltas, batch.deltas, rows, mask)
 
-  def padded(values, dtype):
-    out = np.zeros(num_rows, dtype)
-    out[:count] = values
-    return out
-
   client_params = None
   if start_params is not None:
     # Padding rows repeat the first start params; their weight is 0.
@@ -190,12 +202,32 @@ def stack_results(
       client_params = jax.tree_util.tree_map(lambda s, d: s[None] + d, starts[0], deltas)
     else:
       client_params = jax.tree_util.tree_map(jnp.add, stack(starts), deltas)
+  scalars = update_scalars(weights, staleness, num_steps, group, client_ids, num_rows)
+  return dataclasses.replace(scalars, deltas=deltas, client_params=client_params)
+
+
+def update_scalars(
+  weights: Sequence[float],
+  staleness: Sequence[int],
+  num_steps: Sequence[int],
+  group: Sequence[int] | None,
+  client_ids: Sequence[int] | None,
+  num_rows: int,
+) -> UpdateBatch:
+  """An `UpdateBatch` of the per-update scalars only (`deltas` None), padded to `num_rows`
+  with weight 0: what a linear aggregator's numerators read (`LinearAggregation`)."""
+  count = len(weights)
+
+  def padded(values, dtype):
+    out = np.zeros(num_rows, dtype)
+    out[:count] = values
+    return out
+
   return UpdateBatch(
-    deltas=deltas,
+    deltas=None,
     weights=padded(weights, np.float32),
     staleness=padded(staleness, np.int32),
     num_steps=padded(num_steps, np.int32),
     group=padded(group if group is not None else [0] * count, np.int32),
-    client_params=client_params,
     client_id=None if client_ids is None else padded(client_ids, np.int32),
   )

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from fedsim_jax.models import Params
-from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
+from fedsim_jax.runtime.updates import Aggregator, LinearAggregation, UpdateBatch
 
 WARMUPS = ('none', 'bias_correction', 'num_updates')
 
@@ -62,7 +62,10 @@ def with_ema(aggregator: Aggregator, decay: float, warmup: str = 'none') -> Aggr
     )
 
   def apply(state: EMAState, updates: UpdateBatch) -> EMAState:
-    inner = aggregator.apply(state.inner, updates)
+    return follow(state, aggregator.apply(state.inner, updates))
+
+  def follow(state: EMAState, inner: Any) -> EMAState:
+    """The EMA after the wrapped aggregator moved to `inner`."""
     if warmup == 'none':
       ema = jax.tree_util.tree_map(
         lambda e, p: decay * e + (1 - decay) * p, state.eval_params, inner.params
@@ -82,4 +85,14 @@ def with_ema(aggregator: Aggregator, decay: float, warmup: str = 'none') -> Aggr
     )
     return EMAState(inner=inner, eval_params=ema, updates=count)
 
-  return Aggregator(init=init, apply=apply, needs_client_params=aggregator.needs_client_params)
+  linear = None
+  if aggregator.linear is not None:
+    inner_linear = aggregator.linear
+
+    def apply_sum(state: EMAState, summed: Params, scalars: UpdateBatch) -> EMAState:
+      return follow(state, inner_linear.apply_sum(state.inner, summed, scalars))
+
+    linear = LinearAggregation(numerators=inner_linear.numerators, apply_sum=apply_sum)
+  return Aggregator(
+    init=init, apply=apply, needs_client_params=aggregator.needs_client_params, linear=linear
+  )

@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import optax
 
 from fedsim_jax.models import Params
-from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
-from fedsim_jax.strategy.reducers import Reducer, weighted_mean
+from fedsim_jax.runtime.updates import Aggregator, LinearAggregation, UpdateBatch
+from fedsim_jax.strategy.reducers import LinearReducer, Reducer, weighted_mean
 
 
 @flax.struct.dataclass
@@ -32,14 +32,32 @@ def server_update(
   optimizer: optax.GradientTransformation,
   reducer: Reducer = weighted_mean(),  # noqa: B008 (a pure function: calls share no state)
 ) -> Aggregator:
-  """x_{t+1} = x_t + optimizer(-reducer(updates, updates.weights))."""
+  """x_{t+1} = x_t + optimizer(-reducer(updates, updates.weights)).
+
+  With a `LinearReducer` (every built-in one) the aggregator has a linear form
+  (`Aggregator.linear`), so rounds larger than the simulation's `max_batch_tasks` are summed
+  in chunks."""
 
   def init(params: Params) -> ServerOptState:
     return ServerOptState(params=params, opt_state=optimizer.init(params))
 
-  def apply(state: ServerOptState, updates: UpdateBatch) -> ServerOptState:
-    pseudo_gradient = jax.tree_util.tree_map(jnp.negative, reducer(updates, updates.weights))
+  def step(state: ServerOptState, delta: Params) -> ServerOptState:
+    pseudo_gradient = jax.tree_util.tree_map(jnp.negative, delta)
     steps, opt_state = optimizer.update(pseudo_gradient, state.opt_state, state.params)
     return ServerOptState(params=optax.apply_updates(state.params, steps), opt_state=opt_state)
 
-  return Aggregator(init=init, apply=apply)
+  def apply(state: ServerOptState, updates: UpdateBatch) -> ServerOptState:
+    return step(state, reducer(updates, updates.weights))
+
+  linear = None
+  if isinstance(reducer, LinearReducer):
+
+    def apply_sum(state: ServerOptState, summed: Params, scalars: UpdateBatch) -> ServerOptState:
+      total = reducer.normalizer(scalars)
+      return step(state, jax.tree_util.tree_map(lambda s: s / total, summed))
+
+    linear = LinearAggregation(
+      numerators=lambda scalars: reducer.numerators(scalars, scalars.weights),
+      apply_sum=apply_sum,
+    )
+  return Aggregator(init=init, apply=apply, linear=linear)

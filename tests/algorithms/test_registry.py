@@ -110,3 +110,33 @@ def test_asofed_delay_unit_must_be_a_positive_number():
     'asofed', {**_kwargs('asofed'), 'delay_unit': 0.1}, _run_facts('asofed')
   )
   assert settings.delay_unit == 0.1
+
+
+# Rounds of these are summed chunk by chunk beyond executor.max_batch_tasks (docs/design-notes.md,
+# "Memory that does not grow with the cohort"); the others stack every update of a round.
+LINEAR_FORM = {
+  'ccfedavg',
+  'ccfedavg_c',
+  'ccfedavg_strategy1',
+  'ccfedavg_strategy2',
+  'fare_dust',
+  'fedadagrad',
+  'fedadam',
+  'fedavg',
+  'fedavg_dropout',
+  'fedavgm',
+  'fedbuff',
+  'fednova_budget',
+  'fedprox',
+  'fedyogi',
+  'moon',
+}
+
+
+@pytest.mark.parametrize('name', ALGORITHMS)
+def test_the_aggregators_with_a_linear_form_are_the_documented_ones(name):
+  settings = algorithms.resolve_settings(name, _kwargs(name), _run_facts(name))
+  latency = PerStepLatency(8, np.random.default_rng(0), mean=1.0)
+  context = algorithms.BuildContext(name, _run_facts(name), np.full(8, 10), latency)
+  aggregator = algorithms.build(settings, context).aggregator
+  assert (aggregator.linear is not None) == (name in LINEAR_FORM)
