@@ -13,20 +13,21 @@ def _settings(name, **kwargs):
   return algorithms.get_spec(name).settings.from_kwargs(kwargs)
 
 
-def _by_what(needs):
+def _parts(settings, num_clients=100, data_bytes=0, training_at_once=2, **kwargs):
+  """The estimate's parts by what they are, for a 1 MB model."""
+  needs = memory_estimate.estimate(
+    settings,
+    num_clients=num_clients,
+    model_bytes=MB,
+    data_bytes=data_bytes,
+    training_at_once=training_at_once,
+    **kwargs,
+  )
   return {need.what: need for need in needs}
 
 
 def test_asynchronous_tasks_hold_their_start_models_and_a_batch_of_updates():
-  needs = memory_estimate.estimate(
-    _settings('fedbuff', concurrency=50),
-    num_clients=100,
-    model_bytes=MB,
-    data_bytes=7 * MB,
-    training_at_once=2,
-    max_batch_tasks=20,
-  )
-  parts = _by_what(needs)
+  parts = _parts(_settings('fedbuff', concurrency=50), data_bytes=7 * MB, max_batch_tasks=20)
   assert parts['client tasks in flight: start models'].nbytes == 50 * MB
   assert parts['client tasks in flight: start models'].setting == (
     'algorithm.kwargs.concurrency=50'
@@ -35,15 +36,7 @@ def test_asynchronous_tasks_hold_their_start_models_and_a_batch_of_updates():
   assert parts['training workspace (parameters, gradients, optimizer state)'].nbytes == 6 * MB
   assert parts['training data on the device'].nbytes == 7 * MB
   assert parts['server model and optimizer state'].nbytes == 4 * MB
-  unbounded = _by_what(
-    memory_estimate.estimate(
-      _settings('fedbuff', concurrency=50),
-      num_clients=100,
-      model_bytes=MB,
-      data_bytes=0,
-      training_at_once=2,
-    )
-  )
+  unbounded = _parts(_settings('fedbuff', concurrency=50))
   assert unbounded['client tasks in flight: computed updates'].nbytes == 50 * MB
 
 
@@ -51,16 +44,11 @@ def test_asynchronous_tasks_hold_their_start_models_and_a_batch_of_updates():
 def test_a_round_holds_one_start_model_and_its_updates_unless_summed_in_chunks(
   sums_in_chunks, held
 ):
-  parts = _by_what(
-    memory_estimate.estimate(
-      _settings('fedavg', cohort_size=1000),
-      num_clients=10_000,
-      model_bytes=MB,
-      data_bytes=0,
-      training_at_once=2,
-      max_batch_tasks=100,
-      sums_in_chunks=sums_in_chunks,
-    )
+  parts = _parts(
+    _settings('fedavg', cohort_size=1000),
+    num_clients=10_000,
+    max_batch_tasks=100,
+    sums_in_chunks=sums_in_chunks,
   )
   assert parts['client tasks per round: their start model'].nbytes == MB
   assert parts['client tasks per round: computed updates'].nbytes == held * MB
@@ -68,15 +56,11 @@ def test_a_round_holds_one_start_model_and_its_updates_unless_summed_in_chunks(
 
 def test_the_vmap_backend_trains_a_whole_batch_at_once():
   def workspace(max_batch_tasks):
-    needs = memory_estimate.estimate(
+    parts = _parts(
       _settings('fedavg', cohort_size=10, num_selected=12),
-      num_clients=100,
-      model_bytes=MB,
-      data_bytes=0,
       training_at_once=None,
       max_batch_tasks=max_batch_tasks,
     )
-    parts = _by_what(needs)
     assert parts['client tasks per round: computed updates'].setting == (
       'algorithm.kwargs.num_selected=12'
     )
