@@ -1,8 +1,10 @@
 """The benchmark harness (`benchmarks/harness.py`): every case at tiny size, its JSON lines and
 table, its flag errors, and the measurement arithmetic."""
 
+import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -197,3 +199,41 @@ def test_accelerator_check_runs_reduced_on_cpu_and_names_the_device(tmp_path):
     assert r['projected_s'] == pytest.approx(r['first_round_s'] + r['round_s'], abs=0.11)
   text = table.read_text()
   assert text.startswith('Device: 1 x CPU cpu') and text.count('| emnist_fedavg |') == 3
+
+
+def _run_script(name, *flags):
+  result = subprocess.run(
+    [sys.executable, os.path.join(ROOT, 'benchmarks', name), *flags],
+    capture_output=True,
+    text=True,
+    cwd=ROOT,
+    timeout=300,
+  )
+  assert result.returncode == 0, result.stderr[-2000:]
+  return result.stdout
+
+
+def test_scale_fedbuff_reports_its_bounded_batches():
+  """A tiny `benchmarks/scale_fedbuff.py`: 60 in flight, batches bounded at 16, so no batch
+  computes more than 16 tasks and the bound is reported."""
+  out = _run_script(
+    'scale_fedbuff.py',
+    '--clients=80',
+    '--updates=120',
+    '--concurrency=60',
+    '--min_size=20',
+    '--max_size=24',
+    '--max_batch_tasks=16',
+  )
+  (record,) = [json.loads(line) for line in out.splitlines() if line.startswith('{')]
+  assert record['clients'] == 80 and record['client_updates'] >= 120
+  assert record['max_batch_tasks'] == 16 and 0 < record['mean_executed_batch_size'] <= 16
+  assert record['peak_rss_mb'] >= record['setup_peak_rss_mb'] > 0
+
+
+@pytest.mark.parametrize('flags', [(), ('--framework=torch',)])
+def test_cnn_step_times_one_step(flags):
+  if flags and importlib.util.find_spec('torch') is None:
+    pytest.skip('PyTorch is not installed (make bench-setup)')
+  out = _run_script('cnn_step.py', '--steps=3', *flags)
+  assert re.fullmatch(r'(jax, 1 stream\(s\)|torch): [\d,]+ examples/s\n', out)
