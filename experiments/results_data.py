@@ -21,6 +21,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from fedsim_jax.workdir import writable_directory_problem
+
 KITS = ('fedasmu', 'fedcompass', 'stragglers', 'ccfedavg')
 FORMAT = 1  # bumped when the layout changes
 
@@ -127,14 +129,9 @@ def prepare_path(path: str) -> None:
   if not path.strip() or path.endswith(os.sep) or os.path.isdir(path):
     raise ResultsDataError(f'--export={path!r} is invalid; allowed values: a file path (.json)')
   directory = os.path.dirname(os.path.abspath(path))
-  try:
-    os.makedirs(directory, exist_ok=True)
-  except OSError as error:
-    raise ResultsDataError(
-      f'--export={path}: cannot create its folder {directory} ({error.strerror})'
-    ) from None
-  if not os.access(directory, os.W_OK | os.X_OK):
-    raise ResultsDataError(f'--export={path}: its folder {directory} is not writable')
+  problem = writable_directory_problem(directory)
+  if problem is not None:
+    raise ResultsDataError(f'--export={path}: its folder {directory}: {problem}')
 
 
 def load(path: str) -> dict[str, Any]:

@@ -36,6 +36,8 @@ import threading
 import jax
 from jax.experimental.compilation_cache import compilation_cache as jax_cache
 
+from fedsim_jax.workdir import writable_directory_problem
+
 MODES = ('process', 'off')
 
 _lock = threading.Lock()
@@ -104,17 +106,10 @@ def enable(setting: str) -> str | None:
       directory = _process_dir
     else:
       directory = os.path.abspath(os.path.expanduser(setting))
-      try:
-        os.makedirs(directory, exist_ok=True)
-      except OSError as e:
+      problem = writable_directory_problem(directory)
+      if problem is not None:
         raise ValueError(
-          f'run.compilation_cache={setting!r}: cannot create the directory '
-          f'({e.strerror}); allowed: {MODES} or a writable directory'
-        ) from None
-      if not os.access(directory, os.W_OK | os.X_OK):
-        raise ValueError(
-          f'run.compilation_cache={setting!r}: the directory is not writable; '
-          f'allowed: {MODES} or a writable directory'
+          f'run.compilation_cache={setting!r}: {problem}; allowed: {MODES} or a writable directory'
         )
     if directory != _managed:
       _configure(directory)

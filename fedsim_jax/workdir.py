@@ -62,6 +62,18 @@ def check(workdir: str | os.PathLike, *, resume: bool = False, overwrite: bool =
   return path
 
 
+def writable_directory_problem(directory: str) -> str | None:
+  """Creates `directory` (and its parents) if needed; returns why files cannot be written in
+  it ('cannot create it (<reason>)' or 'it is not writable'), or None when they can."""
+  try:
+    os.makedirs(directory, exist_ok=True)
+  except OSError as error:
+    return f'cannot create it ({error.strerror})'
+  if not os.access(directory, os.W_OK | os.X_OK):
+    return 'it is not writable'
+  return None
+
+
 def clear_results(workdir: str | os.PathLike) -> None:
   """Deletes a previous run's results from `workdir` (for `--overwrite`)."""
   for name in RESULT_FILES:

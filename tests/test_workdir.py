@@ -150,3 +150,16 @@ def test_a_resumed_writer_rewrites_the_file_to_its_checkpointed_rows(tmp_path):
   writer.write({'version': 1, 'again': True})
   writer.close()
   assert read_metrics(tmp_path / 'metrics.jsonl') == [{'version': 0}, {'version': 1, 'again': True}]
+
+
+def test_writable_directory_problem_creates_or_says_why_not(tmp_path):
+  nested = tmp_path / 'a' / 'b'
+  assert workdir_lib.writable_directory_problem(str(nested)) is None and nested.is_dir()
+  (tmp_path / 'file').write_text('x')
+  assert workdir_lib.writable_directory_problem(str(tmp_path / 'file' / 'c')) == (
+    'cannot create it (Not a directory)'
+  )
+  if os.geteuid() != 0:  # root may write anywhere
+    locked = tmp_path / 'locked'
+    locked.mkdir(mode=0o500)
+    assert workdir_lib.writable_directory_problem(str(locked)) == 'it is not writable'
