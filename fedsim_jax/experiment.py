@@ -33,11 +33,7 @@ from fedsim_jax.data.federated import FederatedDataset
 from fedsim_jax.data.lazy import LazyFederation
 from fedsim_jax.data.loading import load_dataset
 from fedsim_jax.executor import Executor
-from fedsim_jax.executor.choice import (
-  model_has_convolution,
-  resolve_execution,
-  resolve_threads,
-)
+from fedsim_jax.executor.choice import model_has_convolution, resolve_execution, resolve_threads
 from fedsim_jax.metrics import MetricsWriter, make_evaluator, summarize, write_json
 from fedsim_jax.metrics.tensorboard import TensorBoardWriter, tensorboard_available
 from fedsim_jax.metrics.writers import TaskTraceWriter

@@ -96,13 +96,8 @@ def estimate(
       held = batch
     needs.append(Need(setting, held * model_bytes, f'{tasks.what}: computed updates'))
     training = batch if training_at_once is None else min(training_at_once, batch)
-    needs.append(
-      Need(
-        f'{tasks.setting}={tasks.copies:g}',
-        3 * training * model_bytes,
-        'training workspace (parameters, gradients, optimizer state)',
-      )
-    )
+    workspace = 'training workspace (parameters, gradients, optimizer state)'
+    needs.append(Need(setting, 3 * training * model_bytes, workspace))
   tables_hook = getattr(settings, 'client_tables', None)
   for table in tables_hook(num_clients) if tables_hook is not None else []:
     needs.append(Need(f'{table.setting}={table.copies:g}', table.copies * model_bytes, table.what))

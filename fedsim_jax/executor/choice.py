@@ -120,10 +120,10 @@ def resolve_max_batch_tasks(max_batch_tasks: int, model_bytes: int) -> int:
   in 1 GiB, within 16..4096: 1,347 tasks of the 784-200-200-10 MLP, 4096 of LeNet-5).
   It bounds the client updates a run holds, hence its memory, whatever its cohort or
   concurrency (`Simulation(max_batch_tasks=...)`)."""
-  if not isinstance(max_batch_tasks, int) or isinstance(max_batch_tasks, bool):
+  if (
+    isinstance(max_batch_tasks, bool) or not isinstance(max_batch_tasks, int) or max_batch_tasks < 0
+  ):
     raise ValueError(f'executor.max_batch_tasks={max_batch_tasks!r}; allowed: 0 (auto) or >= 1')
-  if max_batch_tasks < 0:
-    raise ValueError(f'executor.max_batch_tasks={max_batch_tasks}; allowed: 0 (auto) or >= 1')
   if max_batch_tasks:
     return max_batch_tasks
   low, high = MAX_BATCH_TASKS_RANGE

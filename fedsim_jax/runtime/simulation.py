@@ -349,14 +349,14 @@ class Simulation:
     task_log: receives a record per task as its outcome becomes final
       (`runtime.task_trace`); settable later as the `task_log` attribute.
     max_batch_tasks: the most tasks computed in one executor batch once more are pending
-      (0, the default: as many as 1 GiB of updates of this model holds, within 16..4096,
-      `executor.choice.resolve_max_batch_tasks`; None: no limit). It bounds the updates held at once: the tasks a result is needed for
-      are computed first, the batch filled up with those that arrive soonest, and a round
-      larger than this whose aggregator has a linear form (`Aggregator.linear`:
-      `server_update` with a built-in reducer, FedAvg, FedOpt, FedBuff and their kin) is
-      summed chunk by chunk, each chunk's updates freed before the next is computed. Such a
-      sum adds in another order than one pass over the whole round, so its results differ in
-      rounding from an unbounded run's.
+      (0, the default: as many as 1 GiB of this model's updates holds, within 16..4096,
+      `executor.choice.resolve_max_batch_tasks`; None: no limit). It bounds the updates held
+      at once: the tasks a result is needed for are computed first, the batch filled up with
+      those that arrive soonest, and a round larger than this whose aggregator has a linear
+      form (`Aggregator.linear`: `server_update` with a built-in reducer, FedAvg, FedOpt,
+      FedBuff and their kin) is summed chunk by chunk, each chunk's updates freed before the
+      next is computed. Such a sum adds in another order than one pass over the whole round,
+      so its results differ in rounding from an unbounded run's.
   """
 
   def __init__(
