@@ -67,12 +67,12 @@ def jax_examples_per_second(streams: int, steps: int) -> float:
 
 def torch_examples_per_second(steps: int, threads: int) -> float:
   import torch
-  from harness_lib import _torch_modules  # this script's directory, as harness.py does
+  from harness_lib import torch_modules  # this script's directory, as harness.py does
 
   from fedsim_jax.executor.choice import cpu_cores
 
   torch.set_num_threads(threads or cpu_cores())
-  _, make_model = _torch_modules()
+  _, make_model = torch_modules()
   model = make_model('mnist_cnn')
   optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
   x, y = _batch()

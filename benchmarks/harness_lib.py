@@ -431,7 +431,7 @@ def client_orders(
   return orders
 
 
-def _torch_modules():
+def torch_modules():
   """`(torch, make_model)` or None when PyTorch is not installed."""
   try:
     import torch
@@ -592,7 +592,7 @@ def _torch_client_loop(
   """A PyTorch FL simulator's loop: deepcopy the global model, SGD per client, average the
   state dicts with the example weights."""
   rss = max_rss_mb()
-  modules = _torch_modules()
+  modules = torch_modules()
   if modules is None:
     return _record(
       case, 'torch_client_loop', None, programs=None, rss_before=rss, skipped=TORCH_SKIP
