@@ -22,6 +22,7 @@ from fedsim_jax.client.runner import local_step, run_local_training
 from fedsim_jax.data.bucketing import round_up_to_bucket
 from fedsim_jax.data.federated import BatchCursor, ClientDataArrays
 from fedsim_jax.data.lazy import LazyFederation
+from fedsim_jax.executor.choice import jit
 from fedsim_jax.models import Params
 from fedsim_jax.tree import stack
 
@@ -233,23 +234,23 @@ class Executor:
         params, client_ids, num_steps, seeds, streams, task_inputs, data, base_key, max_steps
       )
 
-    self._one_task = jax.jit(one_task, static_argnames=('max_steps',))
-    self._init = jax.jit(
+    self._one_task = jit(one_task, static_argnames=('max_steps',))
+    self._init = jit(
       lambda start_params, task_inputs, data, client_id, key: (
         client_update.init(start_params, task_inputs),
         BatchCursor.start(data, client_id, key, client_update.batch_size, sampling),
       )
     )
-    self._step = jax.jit(
+    self._step = jit(
       lambda state, cursor, data, step, task_inputs: local_step(
         client_update, data, state, cursor, step, task_inputs
       )
     )
-    self._final = jax.jit(client_update.final)
-    self._task_key = jax.jit(
+    self._final = jit(client_update.final)
+    self._task_key = jit(
       lambda base_key, stream, seed: jax.random.fold_in(_stream_key(base_key, stream), seed)
     )
-    self._many_tasks = jax.jit(many_tasks, static_argnames=('max_steps', 'shared_params'))
+    self._many_tasks = jit(many_tasks, static_argnames=('max_steps', 'shared_params'))
 
   @property
   def num_compiled_programs(self) -> int:

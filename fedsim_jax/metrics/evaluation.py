@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedsim_jax.executor.choice import jit
 from fedsim_jax.models import Model, Params
 
 
@@ -143,7 +144,7 @@ def make_evaluator(
       counts[f'top_{k}_correct'] = (hit * wb).sum()
     return counts
 
-  @jax.jit
+  @jit
   def batch_metrics(params, xb, yb, wb):
     counts = class_counts(params, xb, yb, wb) if class_metrics else {}  # checks shapes first
     return {**model.evaluate(params, xb, yb, wb), **counts}

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from fedsim_jax.models.bundle import Model, identity_tokens
+from fedsim_jax.models.pooling import max_pool_2x2
 
 
 class MLP(nn.Module):
@@ -44,9 +45,9 @@ class TwoConvCNN(nn.Module):
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
     x = nn.relu(nn.Conv(32, (5, 5), padding=self.padding)(x))
-    x = nn.max_pool(x, (2, 2), strides=(2, 2))
+    x = max_pool_2x2(x)
     x = nn.relu(nn.Conv(64, (5, 5), padding=self.padding)(x))
-    x = nn.max_pool(x, (2, 2), strides=(2, 2))
+    x = max_pool_2x2(x)
     x = x.reshape((x.shape[0], -1))
     x = nn.relu(nn.Dense(512)(x))
     return nn.Dense(self.num_classes)(x)
@@ -76,9 +77,9 @@ class LeNet5(nn.Module):
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
     x = nn.relu(nn.Conv(6, (5, 5), padding=self.first_conv_padding)(x))
-    x = nn.max_pool(x, (2, 2), strides=(2, 2))
+    x = max_pool_2x2(x)
     x = nn.relu(nn.Conv(16, (5, 5), padding='VALID')(x))
-    x = nn.max_pool(x, (2, 2), strides=(2, 2))
+    x = max_pool_2x2(x)
     x = x.reshape((x.shape[0], -1))
     x = nn.relu(nn.Dense(120)(x))
     x = nn.relu(nn.Dense(84)(x))
@@ -132,7 +133,7 @@ class EmnistCNN(nn.Module):
   def __call__(self, x: jax.Array) -> jax.Array:
     x = nn.relu(nn.Conv(32, (3, 3), padding='VALID')(x))
     x = nn.relu(nn.Conv(64, (3, 3), padding='VALID')(x))
-    x = nn.max_pool(x, (2, 2), strides=(2, 2))
+    x = max_pool_2x2(x)
     x = nn.Dropout(0.25, deterministic=not self.train_dropout)(x)
     x = x.reshape((x.shape[0], -1))
     x = nn.relu(nn.Dense(128)(x))
@@ -221,12 +222,11 @@ class AlexNet(nn.Module):
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
-    pool = lambda h: nn.max_pool(h, (2, 2), strides=(2, 2))
-    x = pool(nn.relu(nn.Conv(64, (11, 11), strides=(4, 4), padding=((5, 5), (5, 5)))(x)))
-    x = pool(nn.relu(nn.Conv(192, (5, 5), padding=((2, 2), (2, 2)))(x)))
+    x = max_pool_2x2(nn.relu(nn.Conv(64, (11, 11), strides=(4, 4), padding=((5, 5), (5, 5)))(x)))
+    x = max_pool_2x2(nn.relu(nn.Conv(192, (5, 5), padding=((2, 2), (2, 2)))(x)))
     x = nn.relu(nn.Conv(384, (3, 3), padding=((1, 1), (1, 1)))(x))
     x = nn.relu(nn.Conv(256, (3, 3), padding=((1, 1), (1, 1)))(x))
-    x = pool(nn.relu(nn.Conv(256, (3, 3), padding=((1, 1), (1, 1)))(x)))
+    x = max_pool_2x2(nn.relu(nn.Conv(256, (3, 3), padding=((1, 1), (1, 1)))(x)))
     x = x.reshape((x.shape[0], -1))
     return nn.Dense(self.num_classes)(x)
 
@@ -246,7 +246,7 @@ class VGG11(nn.Module):
   def __call__(self, x: jax.Array, train: bool = False, mask: jax.Array | None = None) -> jax.Array:
     for width in (64, 'M', 128, 'M', 256, 256, 'M', 512, 512, 'M', 512, 512, 'M'):
       if isinstance(width, str):  # 'M'
-        x = nn.max_pool(x, (2, 2), strides=(2, 2))
+        x = max_pool_2x2(x)
       else:
         x = nn.Conv(width, (3, 3), padding=((1, 1), (1, 1)))(x)
         x = nn.relu(_normalize(x, self.norm, self.groups, train, mask))
