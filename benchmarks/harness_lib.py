@@ -475,12 +475,14 @@ def raise_malloc_mmap_threshold() -> None:
   glibc serves a block above its mmap threshold (128 KB until the process frees a larger
   block, when the threshold rises) from fresh pages. The CNN's activations and gradients are
   such blocks, so without this a PyTorch step faults in zeroed pages every time and runs
-  35-45 % slower, or not, depending on what the process freed earlier. A fixed 64 MB threshold
-  makes the PyTorch baseline its fast case, reproducibly; the JAX strategies allocate through
+  35-45 % slower, or not, depending on what the process freed earlier. Fixed thresholds
+  make the PyTorch baseline its fast case, reproducibly; the JAX strategies allocate through
   XLA and measure the same either way.
   """
   if sys.platform.startswith('linux'):
-    ctypes.CDLL(None).mallopt(-3, 64 << 20)  # M_MMAP_THRESHOLD
+    libc = ctypes.CDLL(None)
+    libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD (glibc's largest on 64-bit)
+    libc.mallopt(-1, 64 << 20)  # M_TRIM_THRESHOLD: keep freed blocks instead of returning them
 
 
 # ---- Synchronous FedAvg --------------------------------------------------------------------

@@ -231,9 +231,19 @@ def test_scale_fedbuff_reports_its_bounded_batches():
   assert record['peak_rss_mb'] >= record['setup_peak_rss_mb'] > 0
 
 
-@pytest.mark.parametrize('flags', [(), ('--framework=torch',)])
+@pytest.mark.parametrize('flags', [(), ('--xla_options=jax',), ('--framework=torch',)])
 def test_cnn_step_times_one_step(flags):
-  if flags and importlib.util.find_spec('torch') is None:
+  if 'torch' in ''.join(flags) and importlib.util.find_spec('torch') is None:
     pytest.skip('PyTorch is not installed (make bench-setup)')
   out = _run_script('cnn_step.py', '--steps=3', *flags)
   assert re.fullmatch(r'(jax, 1 stream\(s\)|torch): [\d,]+ examples/s\n', out)
+
+
+def test_cnn_step_profile_names_what_each_operation_computes():
+  out = _run_script('cnn_step.py', '--steps=3', '--profile')
+  rows = [line for line in out.splitlines() if line.startswith('| ')][1:]
+  assert rows[-2].startswith('| all operations |') and rows[-1].startswith('| wall time')
+  computed = ' '.join(row.split(' | ')[1] for row in rows[:-2])
+  assert 'Conv_1/conv_general_dilated' in computed and 'Dense_0/dot_general' in computed
+  micros = [float(row.rsplit('|', 2)[1].replace(',', '')) for row in rows]
+  assert all(m >= 0 for m in micros) and micros[-2] >= max(micros[:-2]) and micros[-1] > 0

@@ -10,12 +10,13 @@ docs/results/performance.md):
 - On XLA:CPU: the loop backend (one jitted program per task, called in a Python loop). On the
   2-core CPU it beat vmap in every measured case: sync FedAvg MLP 92k against 42k client
   examples/s, FedCompass silos 78k against 8.2k (vmap pads every task to the batch's longest),
-  FedBuff 71k against 30k, time-limited FedAvg 17.5k against 16.0k, the MNIST CNN 1.7k
-  against 146 (vmap over clients with distinct weights becomes a grouped convolution, slow on
+  FedBuff 71k against 30k, time-limited FedAvg 17.5k against 16.0k, the MNIST CNN 8.3k
+  against 238 (vmap over clients with distinct weights becomes a grouped convolution, slow on
   CPU).
 - Steps of a model with convolutions on XLA:CPU are driven from the host, one jitted step at a
-  time (`step_loop='host'`): a convolutional step inside `lax.scan` ran about 10x slower (1.0k
-  against 103 examples/s for the FedCompass CNN). Other models scan.
+  time (`step_loop='host'`): a convolutional step inside `lax.scan` ran about 20x slower (406
+  against 8,252 examples/s for the MNIST CNN, `make bench` of 26 November 2026). Other models
+  scan.
 
 - On XLA:CPU, fedsim's programs leave convolutions to XLA's own (Eigen) kernels instead of the
   YNNPACK library that recent jaxlibs route them to (`compiler_options`): the MNIST CNN's SGD
