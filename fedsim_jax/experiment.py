@@ -33,7 +33,12 @@ from fedsim_jax.data.federated import FederatedDataset
 from fedsim_jax.data.lazy import LazyFederation
 from fedsim_jax.data.loading import load_dataset
 from fedsim_jax.executor import Executor
-from fedsim_jax.executor.choice import model_has_convolution, resolve_execution, resolve_threads
+from fedsim_jax.executor.choice import (
+  compiler_options,
+  model_has_convolution,
+  resolve_execution,
+  resolve_threads,
+)
 from fedsim_jax.metrics import MetricsWriter, make_evaluator, summarize, write_json
 from fedsim_jax.metrics.tensorboard import TensorBoardWriter, tensorboard_available
 from fedsim_jax.metrics.writers import TaskTraceWriter
@@ -552,6 +557,7 @@ class PreparedRun:
       devices=executor.devices,
       processes=jax.process_count(),
       compilation_cache=compilation_cache.in_use(cache_dir),
+      xla_options=compiler_options(),
     )
     logging.info(
       '%s on %s: %d clients, model %s (%d parameters), latency %s, backend %s '

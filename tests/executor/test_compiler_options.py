@@ -7,7 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from fedsim_jax.data.synthetic import toy_federation
 from fedsim_jax.executor import choice
+from fedsim_jax.experiment import run_experiment
+from tests.helpers import make_tiny_config
 
 
 def _conv(x, kernel):
@@ -30,3 +33,9 @@ def test_cpu_programs_compile_convolutions_outside_library_fusions():
   assert re.search(r'ROOT \S+ = f32\[32,8,8,64\]\S* convolution\(', ours)  # XLA's own op
   assert 'kind=kCustom' not in ours
   np.testing.assert_allclose(choice.jit(_conv)(x, kernel), jax.jit(_conv)(x, kernel), rtol=1e-6)
+
+
+def test_a_run_records_the_options_its_programs_were_compiled_with(tmp_path):
+  fed = toy_federation(num_clients=4, num_classes=10, image_shape=(28, 28, 1))
+  summary = run_experiment(make_tiny_config('fedavg'), tmp_path / 'run', dataset=fed)
+  assert summary['host']['xla_options'] == choice.compiler_options()
