@@ -158,6 +158,7 @@ RENDERERS: dict[str, Renderer] = {
   ),
   'ccfedavg.table2': _ccfedavg('table2', 'table2'),
   'ccfedavg.table1': _ccfedavg('table1', 'table1'),
+  'ccfedavg.compute': _ccfedavg('compute_table', 'table2'),
   'ccfedavg.figure5': _ccfedavg('figure5_table', 'figure5'),
   # Computed from the latency models alone: no runs, no result file.
   'stragglers.round_time': Renderer(None, _stragglers_round_time),

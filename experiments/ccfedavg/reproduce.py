@@ -201,6 +201,7 @@ def _record(
     seed=seed,
     best_accuracy=summary.get('best_accuracy'),
     final_accuracy=summary.get('final_accuracy'),
+    client_updates=summary.get('client_updates'),
     trained_updates=scheduler.get('trained_updates'),
     estimated_updates=scheduler.get('estimated_updates'),
     gradient_steps=summary.get('gradient_steps'),

@@ -102,6 +102,11 @@ ROW_ORDER = (
   'ccfedavg_c',
   'fednova_budget',
 )
+# The algorithms as run (FedAvg (dropout) is one run behind two accuracy rows).
+RUN_ORDER = tuple(
+  dict.fromkeys(row.removesuffix('_best').removesuffix('_last') for row in ROW_ORDER)
+)
+RUN_NAMES = {'fedavg_dropout': 'FedAvg (dropout)'}
 SCHEDULE_NAMES = {'round_robin': 'RR', 'ad_hoc': 'AH'}
 _PAPER_ROWS = ROW_ORDER[:6]
 
@@ -370,6 +375,42 @@ def table1(records: Iterable[Mapping[str, Any]]) -> str:
 
   header = ['Method'] + [f'{SCHEDULE_NAMES[s]} gamma={g:g}' for s, g in columns]
   return _table(grouped, columns, header, paper)
+
+
+def _count_range(values: Sequence[int]) -> str:
+  low, high = min(values), max(values)
+  return f'{low:,}' if low == high else f'{low:,}-{high:,}'
+
+
+def compute_table(records: Iterable[Mapping[str, Any]]) -> str:
+  """Markdown: per Table II method and participation, the gradient steps, trained client updates
+  and estimated (not trained) updates of a run, as the range over seeds. Trained updates are the
+  scheduler's count where it keeps one (the CC-FedAvg family), else the run's client updates."""
+  records = [r for r in records if r.get('setting') == 'cross_device' and r.get('r') is None]
+  columns = sorted({_key(r['participation']) for r in records})
+  header = ['Method', 'participation', 'gradient steps', 'trained updates', 'estimated updates']
+  body = []
+  for algorithm in RUN_ORDER:
+    for column in columns:
+      runs = [
+        r for r in records if (r['algorithm'], _key(r['participation'])) == (algorithm, column)
+      ]
+      if not runs:
+        continue
+      trained = [
+        r['client_updates'] if r.get('trained_updates') is None else r['trained_updates']
+        for r in runs
+      ]
+      body.append(
+        [
+          RUN_NAMES.get(algorithm, DISPLAY_NAMES.get(algorithm, algorithm)),
+          f'{100 * column:g}%',
+          _count_range([r['gradient_steps'] for r in runs]),
+          _count_range(trained),
+          _count_range([r.get('estimated_updates') or 0 for r in runs]),
+        ]
+      )
+  return markdown_table(header, body)
 
 
 def figure5_table(records: Iterable[Mapping[str, Any]]) -> str:

@@ -155,6 +155,31 @@ def test_table2_mean_std_and_dropout_best_last():
   assert _row(markdown, 'CC-FedAvg') == ['82.00±2.00 (78.40±2.50)']
 
 
+def test_compute_table_ranges_over_seeds_and_counts_fedavg_by_its_client_updates():
+  def run(algorithm, seed, steps, trained, estimated, client_updates):
+    return dict(
+      algorithm=algorithm,
+      setting='cross_device',
+      participation=0.1,
+      seed=seed,
+      gradient_steps=steps,
+      trained_updates=trained,
+      estimated_updates=estimated,
+      client_updates=client_updates,
+    )
+
+  records = [
+    run('fedavg', 0, 200_000, None, None, 1000),
+    run('fedavg', 1, 200_000, None, None, 1000),
+    run('ccfedavg', 0, 107_600, 538, 462, 1000),
+    run('ccfedavg', 1, 104_800, 524, 476, 1000),
+  ]
+  markdown = tables.compute_table(records)
+  assert _row(markdown, 'FedAvg (full)') == ['10%', '200,000', '1,000', '0']
+  assert _row(markdown, 'CC-FedAvg') == ['10%', '104,800-107,600', '524-538', '462-476']
+  assert 'Strategy 1' not in markdown  # no runs, no row
+
+
 def test_table1_and_figure5():
   markdown = tables.table1(_synthetic_records())
   assert '| Method | RR gamma=0.1 | AH gamma=0.1 |' in markdown
