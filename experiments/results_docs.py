@@ -148,6 +148,7 @@ RENDERERS: dict[str, Renderer] = {
   'fedasmu.results': Renderer('fedasmu', _fedasmu('results_table')),
   'fedasmu.ordering': Renderer('fedasmu', _fedasmu('ordering_table')),
   'fedasmu.ablations': Renderer('fedasmu', _fedasmu('ablation_table')),
+  'fedasmu.per_seed': Renderer('fedasmu', _fedasmu('per_seed_table')),
   'fedcompass.relative_time': Renderer('fedcompass', _fedcompass('relative_time_table')),
   'fedcompass.top_accuracy': Renderer('fedcompass', _fedcompass('top_accuracy_table')),
   'fedcompass.agreement': Renderer('fedcompass', _fedcompass('agreement_table')),

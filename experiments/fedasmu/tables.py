@@ -602,6 +602,31 @@ def results_table(records: Iterable[Mapping[str, Any]]) -> str:
   return '\n\n'.join(blocks)
 
 
+def per_seed_table(records: Iterable[Mapping[str, Any]]) -> str:
+  """Markdown, one block per column: per method, the final / best accuracy of each seed ("-"
+  for a seed the method did not run)."""
+  grouped = _group(records)
+  blocks = []
+  for column in _sorted_columns(grouped):
+    seeds = sorted({r['seed'] for runs in grouped[column].values() for r in runs})
+    rows = []
+    for method, runs in grouped[column].items():
+      by_seed = {r['seed']: r for r in runs}
+      rows.append(
+        [DISPLAY_NAMES.get(method, method)]
+        + [
+          f'{by_seed[s]["final_accuracy"]:.3f} / {by_seed[s]["best_accuracy"]:.3f}'
+          if s in by_seed
+          else '-'
+          for s in seeds
+        ]
+      )
+    title = COLUMN_NAMES.get(column, f'{column[0]} {column[1]}')
+    header = ['Method'] + [f'seed {s}: final / best' for s in seeds]
+    blocks.append(f'**{title}**\n\n' + markdown_table(header, rows))
+  return '\n\n'.join(blocks)
+
+
 def ordering(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
   """Per column, our ordering of the methods against the paper's: Spearman's rho between our
   final accuracy and the paper's accuracy over the methods both have ('accuracy_rho', None for

@@ -214,6 +214,13 @@ def test_results_table_paper_beside_and_slash():
   assert names == ['FedASMU', 'FedAvg', 'FedAsync', 'FedBuff', 'FedASMU-DA']  # paper order
 
 
+def test_per_seed_table_has_a_column_per_seed_and_a_dash_where_a_method_did_not_run():
+  text = tables.per_seed_table(_records())
+  assert '| Method | seed 0: final / best | seed 1: final / best |' in text
+  assert _row(text, 'FedAvg') == ['0.700 / 0.710', '0.720 / 0.730']
+  assert _row(text, 'FedASMU') == ['0.800 / 0.820', '-']
+
+
 def test_ordering_spearman_against_the_paper():
   (row,) = tables.ordering(_records())
   assert row['methods'] == ['fedasmu', 'fedavg', 'fedasync', 'fedbuff']  # not the ablation
