@@ -20,8 +20,8 @@ docs/results/performance.md):
 
 - On XLA:CPU, fedsim's programs leave convolutions to XLA's own (Eigen) kernels instead of the
   YNNPACK library that recent jaxlibs route them to (`compiler_options`): the MNIST CNN's SGD
-  step ran 1.3x faster (8.4k against 6.3k examples/s, two tasks at once), its convolutions'
-  gradients 3x. Matrix products and reductions stay with the library.
+  step ran 1.3x faster (8.2k against 6.5k examples/s, two tasks at once; `benchmarks/
+  cnn_step.py`). Matrix products and reductions stay with the library.
 
 - The loop backend runs one task per CPU core at once (`executor.threads=0`, the default),
   each from its own host thread: XLA:CPU gives a small client step little of a second core (a
