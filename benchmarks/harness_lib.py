@@ -18,10 +18,13 @@ and one model, and measures each strategy on them in this process:
                      model per client, `torch.optim.SGD` over the client's batches, the state
                      dicts averaged with the example weights and loaded back. Optional: skipped
                      when `import torch` fails. The inputs are converted to one float tensor
-                     once (no `DataLoader`), so this baseline is an optimistic one.
+                     once (no `DataLoader`) and glibc's allocation thresholds are raised
+                     first (`raise_malloc_mmap_threshold`), so this baseline is an optimistic
+                     one.
   roofline           centralized training of the same model on batches of `roofline_batch`
-                     examples (one jitted step per batch, gathered inside jit) over the same
-                     number of examples as a round: what the hardware does without federation.
+                     examples (one jitted step per batch, gathered inside jit, compiled with
+                     fedsim's XLA options) over the same number of examples as a round: what
+                     the hardware does without federation.
   fedsim_no_training `NoTrainingExecutor`: the event loop, with zero deltas stacked and
                      aggregated as real ones would be (scheduling plus aggregation plumbing).
   fedsim_timeline    `Simulation(aggregate=False)`: the event loop and the scheduler's policy
