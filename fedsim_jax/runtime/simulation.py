@@ -870,7 +870,7 @@ class Simulation:
       compact = dataclasses.replace(
         batch,
         deltas=jax.tree_util.tree_map(take, batch.deltas),
-        aux={name: take(values) for name, values in batch.aux.items()},
+        aux=jax.tree_util.tree_map(take, batch.aux),  # per-task tables: pytrees (ASO-Fed)
         num_tasks=len(rows),
         row_offset=0,
         view=True,  # never taken whole: it is no executor batch
