@@ -44,13 +44,20 @@ _EXPORT = flags.DEFINE_string(
 FINAL_STATUSES = ('completed', 'diverged', 'failed')
 
 
+def ended(summary: dict[str, Any]) -> bool:
+  """Whether a run's summary is its result: completed, diverged, or failed by the run's own
+  rules (a stall); not a run that an error in the code stopped (`summary['error']`), which the
+  next sweep runs again from its newest checkpoint."""
+  return summary.get('status', 'completed') in FINAL_STATUSES and 'error' not in summary
+
+
 @dataclasses.dataclass(frozen=True)
 class RunState:
   """Where one run of a sweep stands.
 
-  `state`: 'done' (it ended: `status` completed, diverged or failed), 'running' (a process
-  holds its workdir), 'resumable' (interrupted or killed: the next sweep continues it from its
-  newest checkpoint) or 'pending' (not started)."""
+  `state`: 'done' (it ended: `ended`), 'running' (a process holds its workdir), 'resumable'
+  (interrupted, killed or stopped by an error: the next sweep continues it from its newest
+  checkpoint) or 'pending' (not started)."""
 
   run_dir: str
   state: str
@@ -75,7 +82,7 @@ def run_state(run_dir: str) -> RunState:
     version = rows[-1]['version'] if rows else None
   seconds = None if summary is None else summary.get('host', {}).get('seconds')
   status = None if summary is None else summary.get('status', 'completed')
-  if status in FINAL_STATUSES:
+  if summary is not None and ended(summary):
     state = 'done'
   elif os.path.isdir(run_dir) and workdir_lib.in_use(run_dir):
     state = 'running'
@@ -234,8 +241,8 @@ def validated(configs: list[Any]) -> list[Any]:
 def load_or_run(
   run_dir: str, config: Any, dataset: Callable[[], Any], run_missing: bool = True
 ) -> tuple[dict[str, Any] | None, str]:
-  """The run's summary and 'reused' when `run_dir` holds a run that ended (`summary.json` with
-  status 'completed', 'diverged' or 'failed'), else runs it: 'ran' (or, with
+  """The run's summary and 'reused' when `run_dir` holds a run that ended (`ended`), else runs
+  it: 'ran' (or, with
   `run_missing=False`, returns `(None, 'missing')`). A run that was killed or interrupted
   continues from its newest checkpoint, to exactly the results of an unbroken run.
 
@@ -253,7 +260,7 @@ def load_or_run(
   if os.path.exists(summary_path):
     with open(summary_path, encoding='utf-8') as f:
       summary = json.load(f)
-    if summary.get('status', 'completed') in FINAL_STATUSES:
+    if ended(summary):
       return summary, 'reused'
   if not run_missing:
     return None, 'missing'

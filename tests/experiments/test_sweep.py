@@ -74,6 +74,17 @@ def test_load_or_run_reuses_a_finished_run_and_runs_a_missing_one(tmp_path, monk
   summary, status = sweep.load_or_run(str(interrupted), 'cfg', lambda: 'data')
   assert (summary, status) == ({'best_accuracy': 0.5}, 'ran') and len(calls) == 2
 
+  # A stall is the run's own result; an error in the code is not: the next sweep reruns it.
+  stalled = tmp_path / 'stalled'
+  stalled.mkdir()
+  (stalled / 'summary.json').write_text(json.dumps({'status': 'failed', 'message': 'stalled'}))
+  assert sweep.load_or_run(str(stalled), 'cfg', lambda: 'data')[1] == 'reused'
+  crashed = tmp_path / 'crashed'
+  crashed.mkdir()
+  (crashed / 'summary.json').write_text(json.dumps({'status': 'failed', 'error': 'KeyError'}))
+  summary, status = sweep.load_or_run(str(crashed), 'cfg', lambda: 'data')
+  assert (summary, status) == ({'best_accuracy': 0.5}, 'ran') and len(calls) == 3
+
 
 @pytest.mark.parametrize('signal_number, code', [(2, 130), (15, 143)])
 def test_a_run_interrupted_by_a_signal_stops_the_sweep(
@@ -238,12 +249,13 @@ def test_run_state_tells_done_running_resumable_and_pending_runs(tmp_path):
   diverged = run('diverged', {'status': 'diverged', 'host': {'seconds': 3.0}}, [{'version': 7}])
   interrupted = run('interrupted', {'status': 'interrupted', 'host': {'seconds': 4.0}})
   killed = run('killed', rows=[{'version': 0}, {'version': 10}])
+  crashed = run('crashed', {'status': 'failed', 'error': 'KeyError: x'}, [{'version': 5}])
   running = run('running')
   lock = WorkdirLock(running)
   try:
     states = [
       sweep.run_state(d)
-      for d in (done, diverged, interrupted, killed, running, str(tmp_path / 'absent'))
+      for d in (done, diverged, interrupted, killed, crashed, running, str(tmp_path / 'absent'))
     ]
   finally:
     lock.release()
@@ -252,6 +264,7 @@ def test_run_state_tells_done_running_resumable_and_pending_runs(tmp_path):
     ('done', 'diverged', 3.0, 7),
     ('resumable', 'interrupted', 4.0, None),
     ('resumable', None, None, 10),
+    ('resumable', 'failed', None, 5),
     ('running', None, None, None),
     ('pending', None, None, None),
   ]
@@ -259,7 +272,7 @@ def test_run_state_tells_done_running_resumable_and_pending_runs(tmp_path):
   table = sweep.status_table(states, str(tmp_path))
   assert '| diverged | done (diverged) | 3 | 7 |' in table
   assert table.endswith(
-    '2 done, 1 running, 2 resumable, 1 pending of 6 runs; host time so far 20 s'
+    '2 done, 1 running, 3 resumable, 1 pending of 7 runs; host time so far 20 s'
   )
 
 
