@@ -718,9 +718,10 @@ def _range(values: tuple[float, float] | None, unit: str) -> str:
 
 
 def ablation_table(records: Iterable[Mapping[str, Any]]) -> str:
-  """Markdown: each comparison of `PAPER_ABLATIONS` whose two methods ran in a column: our
-  accuracy gain (percentage points of final accuracy) and time saved to the target (% of the
-  reference's time; "/" when either missed it) beside the paper's ranges."""
+  """Markdown: each comparison of `PAPER_ABLATIONS` whose two methods ran on a common seed in
+  a column: our accuracy gain (percentage points of final accuracy) and time saved to the target
+  (% of the reference's time; "/" when either missed it), both over the seeds the two share,
+  beside the paper's ranges."""
   grouped = _group(records)
   rows = []
   for column in _sorted_columns(grouped):
@@ -728,7 +729,13 @@ def ablation_table(records: Iterable[Mapping[str, Any]]) -> str:
     for method, reference, paper_gain, paper_saved in PAPER_ABLATIONS:
       if method not in methods or reference not in methods:
         continue
-      ours, ref = summarize_method(methods[method]), summarize_method(methods[reference])
+      seeds = {r['seed'] for r in methods[method]} & {r['seed'] for r in methods[reference]}
+      if not seeds:
+        continue
+      ours, ref = (
+        summarize_method([r for r in methods[name] if r['seed'] in seeds])
+        for name in (method, reference)
+      )
       gain = 100 * (ours['final_accuracy'] - ref['final_accuracy'])
       saved = '/'
       if ours['time_to_target'] is not None and ref['time_to_target'] is not None:
@@ -741,13 +748,13 @@ def ablation_table(records: Iterable[Mapping[str, Any]]) -> str:
           _range(paper_gain, ''),
           saved,
           _range(paper_saved, '%'),
+          str(len(seeds)),
         ]
       )
   if not rows:
-    return 'No ablation pair (e.g. FedASMU and FedASMU-DA) ran in the same column.'
-  return markdown_table(
-    ['Column', 'Comparison', 'accuracy gain (pp), ours', 'paper', 'time saved, ours', 'paper'], rows
-  )
+    return 'No ablation pair (e.g. FedASMU and FedASMU-DA) ran on a common seed in a column.'
+  header = ['Column', 'Comparison', 'accuracy gain (pp), ours', 'paper', 'time saved, ours']
+  return markdown_table(header + ['paper', 'seeds'], rows)
 
 
 def write_outputs(

@@ -253,8 +253,21 @@ def test_ablation_table():
     '1.38 to 4.32',
     '+33.3%',
     '-',
+    '1',
   ]
   assert tables.ablation_table(_records()[:2]).startswith('No ablation pair')
+
+
+def test_ablations_compare_only_the_seeds_both_methods_ran():
+  # FedAvg ran seeds 0 and 1 (0.70, 0.72); FedASMU-0 only seed 1 (0.75): +3 points, not +4.
+  records = _records() + [
+    dict(_records()[0], method='fedasmu_0', seed=1, final_accuracy=0.75, time_to_target=None)
+  ]
+  text = tables.ablation_table(records)
+  row = next(r for r in text.splitlines() if 'FedASMU-0 vs FedAvg' in r)
+  assert row.split(' | ')[2:3] == ['+3.00'] and row.endswith('| 1 |')
+  only_seed_2 = [dict(r, seed=2) if r['method'] == 'fedasmu_da' else r for r in _records()]
+  assert 'FedASMU vs FedASMU-DA' not in tables.ablation_table(only_seed_2)  # no common seed
 
 
 def test_write_outputs(tmp_path, capsys):

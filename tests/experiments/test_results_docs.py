@@ -85,16 +85,17 @@ def test_committed_result_files_are_small_and_each_feeds_a_table():
     assert re.search(rf'<!-- table: \S+ {re.escape(relative)}', markers), relative
 
 
-def test_fedasmu_result_file_holds_the_three_finished_runs_of_the_600_second_sweep():
+def test_fedasmu_result_file_holds_the_600_second_sweep():
   data = results_data.load(os.path.join(_REPO, 'docs', 'results', 'data', 'fedasmu_600s.json'))
   assert data['kit'] == 'fedasmu'
   assert data['settings']['max_virtual_time'] == 600.0 and data['settings']['eval_every'] == 10
-  assert [(r['method'], r['seed']) for r in data['records']] == [
-    ('fedasmu', 0),
-    ('fedasync', 0),
-    ('fedbuff', 0),
-  ]
-  assert data['records'][0]['final_accuracy'] == 0.7279
+  runs = [(r['method'], r['seed']) for r in data['records']]
+  assert len(runs) == 24 and len(set(runs)) == 24  # 16 methods on seed 0, 8 on seed 1
+  assert sorted(m for m, seed in runs if seed == 1) == sorted(
+    ['fedasmu', 'fedasync', 'fedbuff', 'fedsa', 'fedavg', 'fedasmu_da', 'fedasmu_fa', 'fedasmu_0']
+  )
+  first = next(r for r in data['records'] if (r['method'], r['seed']) == ('fedasmu', 0))
+  assert first['final_accuracy'] == 0.7279
   # The doc's command is the one that wrote the file.
   doc = _read(os.path.join(_REPO, 'docs', 'results', 'fedasmu.md'))
   flags = data['command'].split()[2:]
@@ -126,12 +127,14 @@ def test_a_changed_number_in_the_data_fails_the_check_until_the_doc_is_rewritten
   data_path.write_text(text.replace('"final_accuracy": 0.7279', '"final_accuracy": 0.7012'))
   result = _run(*check)
   assert result.returncode == 1
-  assert '-| FedASMU | 0.728 |' in result.stdout and '+| FedASMU | 0.701 |' in result.stdout
+  # Seed 0's row of the per-seed table (final / best).
+  assert '-| FedASMU | 0.728 / 0.728 |' in result.stdout
+  assert '+| FedASMU | 0.701 / 0.728 |' in result.stdout
   assert '1 doc(s) differ from their data' in result.stdout
 
   result = _run(_SCRIPT, '--write', f'--root={tmp_path}')
   assert result.returncode == 0, result.stderr
-  assert '| FedASMU | 0.701 |' in (tmp_path / 'docs/results/fedasmu.md').read_text('utf-8')
+  assert '| FedASMU | 0.701 / 0.728 |' in (tmp_path / 'docs/results/fedasmu.md').read_text('utf-8')
   assert _run(*check).returncode == 0
 
 
@@ -139,10 +142,11 @@ def test_a_changed_number_in_the_doc_fails_the_check(tmp_path):
   _copy_fedasmu_doc(tmp_path)
   doc = tmp_path / 'docs' / 'results' / 'fedasmu.md'
   doc.write_text(
-    doc.read_text('utf-8').replace('| FedAsync | 0.720 |', '| FedAsync | 0.721 |'), 'utf-8'
+    doc.read_text('utf-8').replace('| FedAsync | 0.720 / 0.733 |', '| FedAsync | 0.721 / 0.733 |'),
+    'utf-8',
   )
   diffs = results_docs.check(str(tmp_path))
-  assert len(diffs) == 1 and '+| FedAsync | 0.720 |' in diffs[0]
+  assert len(diffs) == 1 and '+| FedAsync | 0.720 / 0.733 |' in diffs[0]
 
 
 @pytest.mark.parametrize(
@@ -254,9 +258,9 @@ def test_binary_exports_the_finished_runs_and_render_prints_their_tables(tmp_pat
   rendered = _run(_SCRIPT, f'--render={exported}', f'--root={tmp_path}')
   assert rendered.returncode == 0, rendered.stderr
   out = rendered.stdout
-  for name in ('fedasmu.results', 'fedasmu.ordering', 'fedasmu.ablations'):
+  for name in ('fedasmu.results', 'fedasmu.ordering', 'fedasmu.ablations', 'fedasmu.per_seed'):
     assert f'<!-- table: {name} data/fedasmu_test.json -->' in out
-  assert out.count('<!-- end table -->') == 3
+  assert out.count('<!-- end table -->') == 4
   assert '| FedASMU | 0.700±0.014 | 0.829 | 0.710 | / |' in out  # missed on one of two seeds
   assert '| FedAvg | 0.650 | 0.706 | 0.660 | / |' in out
 
