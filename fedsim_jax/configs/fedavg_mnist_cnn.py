@@ -1,7 +1,7 @@
 """FedAvg with the FedCompass MNIST CNN (Table 8): MNIST, 100 clients, 2 classes each (shards).
 
 The CNN trains fastest on XLA:CPU with the loop backend driving one jitted step at a time
-(`executor.step_loop='host'`, about 10x a scanned task here; docs/design-notes.md, "Backends").
+(`executor.step_loop='host'`, about 20x a scanned task here; docs/design-notes.md, "Backends").
 """
 
 from fedsim_jax.config import base_config

@@ -3,7 +3,7 @@
 Five clients with the class partition (Algorithm 4), per-step times drawn from N(0.15 s,
 (0.045 s)^2) with 5% per-round jitter (Section 5.4), Q in [40, 200], lambda = 1.2,
 st(u) = 0.9 (u + 1)^-0.5, client Adam at 0.003 with batch 64. The CNN runs fastest on XLA:CPU
-with the loop backend driving one jitted step at a time (`executor.step_loop='host'`, about 10x
+with the loop backend driving one jitted step at a time (`executor.step_loop='host'`, about 20x
 a scanned task here). `--config.algorithm.name=fedcompass_m` / `fedcompass_n` swap the server
 update (momentum 0.9 / normalized averaging).
 """
