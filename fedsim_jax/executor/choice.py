@@ -104,20 +104,27 @@ def resolve_execution(
 _CPU_LIBRARY_FUSIONS = 'LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT,LIBRARY_FUSION_TYPE_REDUCE'
 
 
+_CPU_OPTIONS = {'xla_cpu_experimental_ynn_fusion_type': _CPU_LIBRARY_FUSIONS}
+
+
 @functools.cache
+def _cpu_options_supported() -> bool:
+  """Whether the installed jaxlib compiles with `_CPU_OPTIONS` (probed once per process)."""
+  try:
+    jax.jit(lambda x: x + 1, compiler_options=_CPU_OPTIONS).lower(np.float32(0)).compile()
+  except Exception:  # an older or newer jaxlib: the option or its values are not there
+    return False
+  return True
+
+
 def compiler_options(platform: str | None = None) -> dict[str, str]:
   """XLA options for fedsim's client and evaluation programs on `platform` (default: the
   default backend's): on XLA:CPU, convolutions through XLA's own kernels rather than YNNPACK;
   nothing elsewhere, and nothing where the installed jaxlib does not know the option."""
   platform = platform or jax.default_backend()
-  if platform in ACCELERATOR_PLATFORMS:
+  if platform in ACCELERATOR_PLATFORMS or not _cpu_options_supported():
     return {}
-  options = {'xla_cpu_experimental_ynn_fusion_type': _CPU_LIBRARY_FUSIONS}
-  try:
-    jax.jit(lambda x: x + 1, compiler_options=options).lower(np.float32(0)).compile()
-  except Exception:  # an older or newer jaxlib: the option or its values are not there
-    return {}
-  return options
+  return dict(_CPU_OPTIONS)
 
 
 def jit(fun: Callable[..., Any], **kwargs: Any) -> Callable[..., Any]:
