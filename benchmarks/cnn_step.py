@@ -122,10 +122,8 @@ def torch_examples_per_second(steps: int, threads: int) -> float:
   import torch
   from harness_lib import raise_malloc_mmap_threshold, torch_modules  # this script's directory
 
-  from fedsim_jax.executor.choice import cpu_cores
-
   raise_malloc_mmap_threshold()
-  torch.set_num_threads(threads or cpu_cores())
+  torch.set_num_threads(threads or choice.cpu_cores())
   _, make_model = torch_modules()
   model = make_model('mnist_cnn')
   optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)

@@ -242,9 +242,9 @@ def load_or_run(
   run_dir: str, config: Any, dataset: Callable[[], Any], run_missing: bool = True
 ) -> tuple[dict[str, Any] | None, str]:
   """The run's summary and 'reused' when `run_dir` holds a run that ended (`ended`), else runs
-  it: 'ran' (or, with
-  `run_missing=False`, returns `(None, 'missing')`). A run that was killed or interrupted
-  continues from its newest checkpoint, to exactly the results of an unbroken run.
+  it: 'ran' (or, with `run_missing=False`, returns `(None, 'missing')`). A run that was killed
+  or interrupted continues from its newest checkpoint, to exactly the results of an unbroken
+  run; one that an error stopped continues from its newest checkpoint too.
 
   Args:
     run_dir: the run's output directory.

@@ -100,11 +100,12 @@ def resolve_execution(
   return backend, step_loop
 
 
-# The XLA:CPU library fusions fedsim keeps: every default one but convolutions.
-_CPU_LIBRARY_FUSIONS = 'LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT,LIBRARY_FUSION_TYPE_REDUCE'
-
-
-_CPU_OPTIONS = {'xla_cpu_experimental_ynn_fusion_type': _CPU_LIBRARY_FUSIONS}
+# The XLA:CPU library (YNNPACK) fusions fedsim keeps: every default one but convolutions.
+_CPU_OPTIONS = {
+  'xla_cpu_experimental_ynn_fusion_type': (
+    'LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT,LIBRARY_FUSION_TYPE_REDUCE'
+  )
+}
 
 
 @functools.cache
