@@ -66,6 +66,15 @@ class RunState:
   version: int | None = None
 
 
+def host_seconds(summary: dict[str, Any]) -> float | None:
+  """The host seconds a run's result cost, over every process that ran it
+  (`host.total_seconds`); for a run that predates that record, or resumed from a checkpoint
+  that did, the last process's (`host.seconds`)."""
+  host = summary.get('host', {})
+  total = host.get('total_seconds')
+  return host.get('seconds') if total is None else total
+
+
 def run_state(run_dir: str) -> RunState:
   """The `RunState` of the run in `run_dir`, read from its files (nothing is run)."""
   summary_path = os.path.join(run_dir, 'summary.json')
@@ -80,7 +89,7 @@ def run_state(run_dir: str) -> RunState:
 
     rows = read_metrics(metrics_path)
     version = rows[-1]['version'] if rows else None
-  seconds = None if summary is None else summary.get('host', {}).get('seconds')
+  seconds = None if summary is None else host_seconds(summary)
   status = None if summary is None else summary.get('status', 'completed')
   if summary is not None and ended(summary):
     state = 'done'

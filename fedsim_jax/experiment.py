@@ -537,6 +537,11 @@ class PreparedRun:
       else {'straggler': dataset.straggler_mask, 'standard': ~dataset.straggler_mask}
     )
     self._last_evaluated = run_state.get('last_evaluated', -1)
+    # Host time of the earlier processes of this run, up to the checkpoint it resumed from
+    # (work done after that checkpoint was lost and is redone); None when the checkpoint
+    # predates the record.
+    self._earlier_host_seconds = run_state.get('host_seconds') if restored is not None else 0.0
+    self._processes_run = run_state.get('processes_run', 1) + 1 if restored is not None else 1
     self._best = run_state.get('best')  # (accuracy, version, evaluated params) or None
     self.host_extra: dict[str, Any] = {}  # e.g. lockstep batching figures, for summary['host']
     self._periodic_checkpoints = periodic_checkpoints
@@ -645,6 +650,8 @@ class PreparedRun:
         'tasks_offset': None if self.task_trace is None else self.task_trace.offset(),
         'last_evaluated': self._last_evaluated,
         'best': self._best,
+        'host_seconds': self._total_host_seconds(),
+        'processes_run': self._processes_run,
       },
     }
     if self.config.run.distributed:  # every process gathers; process 0 writes
@@ -774,6 +781,8 @@ class PreparedRun:
       summary['scheduler'] = scheduler_report()
     summary['host'] = {
       'seconds': time.perf_counter() - self.host_start,
+      'total_seconds': self._total_host_seconds(),
+      'processes_run': self._processes_run,
       'simulation_seconds': simulation_seconds,
       'compiled_client_programs': sim.executor.num_compiled_programs,
       'checkpoints_written': self.checkpoints_written,
@@ -784,6 +793,13 @@ class PreparedRun:
       **self.host_extra,
     }
     return summary
+
+  def _total_host_seconds(self) -> float | None:
+    """Host seconds this run's result has cost: this process's so far plus the earlier
+    processes' up to the checkpoint this one resumed from (None if they are unknown)."""
+    if self._earlier_host_seconds is None:
+      return None
+    return self._earlier_host_seconds + time.perf_counter() - self.host_start
 
   def _write_summary(self, summary: dict[str, Any]) -> None:
     write_json(os.path.join(self.workdir, 'summary.json'), summary)

@@ -15,6 +15,7 @@ import pytest
 
 import fedsim_jax
 from fedsim_jax import algorithms
+from fedsim_jax.checkpointing import Checkpoints
 from fedsim_jax.config import ConfigError
 from fedsim_jax.experiment import (
   PreparedRun,
@@ -216,6 +217,25 @@ def test_resume_refuses_a_config_that_makes_another_run(digits_data_dir, tmp_pat
   assert '\n' not in message
   assert 'client.learning_rate, seed' in message and 'allowed changes: run.num_rounds' in message
   assert (tmp_path / 'metrics.jsonl').read_text() == metrics  # nothing touched
+
+
+def test_a_resumed_run_reports_its_host_time_over_every_process(digits_data_dir, tmp_path):
+  config = _config(digits_data_dir, 'fedavg', {'run.num_rounds': 6})
+  first = PreparedRun(config, tmp_path)
+  time.sleep(0.2)  # host time the first process spends before its checkpoint
+  _stop_after_checkpoint(first, 2)
+  checkpointed = Checkpoints(str(tmp_path / 'checkpoints')).load_latest().state['run']
+  assert checkpointed['processes_run'] == 1 and checkpointed['host_seconds'] >= 0.2
+  summary = run_experiment(config, tmp_path, resume=True)
+  host = summary['host']
+  assert host['processes_run'] == 2
+  # the earlier process's time up to its checkpoint, plus this process's
+  assert host['total_seconds'] - host['seconds'] == pytest.approx(
+    checkpointed['host_seconds'], abs=0.05
+  )
+  fresh = run_experiment(config, tmp_path / 'fresh')['host']
+  assert fresh['processes_run'] == 1
+  assert fresh['total_seconds'] == pytest.approx(fresh['seconds'], abs=0.05)
 
 
 def test_resume_without_a_checkpoint_starts_from_the_beginning(digits_data_dir, tmp_path):

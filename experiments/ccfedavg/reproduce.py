@@ -205,7 +205,7 @@ def _record(
     trained_updates=scheduler.get('trained_updates'),
     estimated_updates=scheduler.get('estimated_updates'),
     gradient_steps=summary.get('gradient_steps'),
-    host_seconds=summary.get('host', {}).get('seconds'),
+    host_seconds=sweep.host_seconds(summary),
     workdir=run_dir,
   )
 
@@ -254,7 +254,7 @@ def run_sweep(
     log(
       f'{label}: {status}  best {summary.get("best_accuracy", float("nan")):.4f}  '
       f'final {summary.get("final_accuracy", float("nan")):.4f}  '
-      f'host {summary.get("host", {}).get("seconds", float("nan")):.1f}s'
+      f'host {sweep.host_seconds(summary) or float("nan"):.1f}s'
     )
     records.append(_record(summary, kwargs, seed, run_dir))
   return records

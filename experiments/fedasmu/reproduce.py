@@ -213,7 +213,7 @@ def _record(summary: dict[str, Any], config, **keys) -> dict[str, Any]:
     final_virtual_time=summary.get('final_virtual_time'),
     client_updates=summary.get('client_updates'),
     trigger_period=config.algorithm.kwargs.get('trigger_period'),
-    host_seconds=summary.get('host', {}).get('seconds'),
+    host_seconds=sweep.host_seconds(summary),
   )
 
 
@@ -254,7 +254,7 @@ def run_sweep(
       f'{label}: {status}  final {summary.get("final_accuracy", float("nan")):.4f}  '
       f'best {summary.get("best_accuracy", float("nan")):.4f}  '
       f'target {"missed" if hit is None else f"at {hit:,.1f}s"}  '
-      f'host {summary.get("host", {}).get("seconds", float("nan")):.1f}s{note}'
+      f'host {sweep.host_seconds(summary) or float("nan"):.1f}s{note}'
     )
     records.append(
       _record(

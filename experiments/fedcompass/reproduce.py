@@ -176,7 +176,7 @@ def _record(summary: dict[str, Any], **keys) -> dict[str, Any]:
     best_accuracy=summary.get('best_accuracy'),
     final_accuracy=summary.get('final_accuracy'),
     final_virtual_time=summary.get('final_virtual_time'),
-    host_seconds=summary.get('host', {}).get('seconds'),
+    host_seconds=sweep.host_seconds(summary),
   )
 
 
@@ -239,7 +239,7 @@ def run_sweep(
       log(
         f'{label}: {status}  best {summary.get("best_accuracy", float("nan")):.4f}  '
         f'target {"missed" if hit is None else f"at {hit:.1f}s"}  '
-        f'host {summary.get("host", {}).get("seconds", float("nan")):.1f}s{note}'
+        f'host {sweep.host_seconds(summary) or float("nan"):.1f}s{note}'
       )
       records.append(
         _record(

@@ -279,7 +279,7 @@ def _record(summary: dict[str, Any], run_dir: str, **keys) -> dict[str, Any]:
     straggler_accuracy=final[3],
     server_versions=summary.get('final_version'),
     tasks=summary.get('tasks'),
-    host_seconds=summary.get('host', {}).get('seconds'),
+    host_seconds=sweep.host_seconds(summary),
     curve=curve,
     workdir=run_dir,
   )

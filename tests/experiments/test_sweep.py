@@ -245,7 +245,12 @@ def test_run_state_tells_done_running_resumable_and_pending_runs(tmp_path):
       (path / 'summary.json').write_text(json.dumps(summary))
     return str(path)
 
-  done = run('done', {'status': 'completed', 'host': {'seconds': 12.5}}, [{'version': 40}])
+  # a resumed run: its host time is over both processes
+  done = run(
+    'done',
+    {'status': 'completed', 'host': {'seconds': 2.5, 'total_seconds': 12.5}},
+    [{'version': 40}],
+  )
   diverged = run('diverged', {'status': 'diverged', 'host': {'seconds': 3.0}}, [{'version': 7}])
   interrupted = run('interrupted', {'status': 'interrupted', 'host': {'seconds': 4.0}})
   killed = run('killed', rows=[{'version': 0}, {'version': 10}])
