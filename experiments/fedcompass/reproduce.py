@@ -90,6 +90,14 @@ _LATEST_TIME_FACTOR = flags.DEFINE_string(
   '',
   "Comma list of lambda values >= 1 for the FedCompass family; empty: the paper's 1.2.",
 )
+_SET = flags.DEFINE_string(
+  'set',
+  '',
+  "Settings changed after the paper's: '[algorithm:]path=value;...', e.g. "
+  "'fedasync:algorithm.kwargs.staleness=constant' (a diagnostic run; use its own --workdir). "
+  'An algorithm.kwargs.<field> path without the algorithm: prefix must be a setting of every '
+  "run's algorithm.",
+)
 _ONLY_EXISTING = flags.DEFINE_bool(
   'only_existing', False, 'Write the tables from the finished runs only; run nothing.'
 )
@@ -150,6 +158,7 @@ def parse_settings() -> dict[str, Any]:
       'numbers >= 1',
     )
     or [None],
+    'overrides': sweep.parse_overrides('set', _SET.value, tables.ALGORITHMS),
   }
   for name in ('algorithms', 'partitions', 'num_clients', 'speeds', 'seeds'):
     if not settings[name]:
@@ -201,60 +210,70 @@ def run_sweep(
     for m in settings['num_clients']
     for s in settings['seeds']
   ]
-  total = sum(1 for g in groups for _ in _runs(settings, *g))
-  records, index, federations = [], 0, sweep.LastFederation()
-  for partition, m, seed in groups:
-    for speed, algorithm, q_ratio, factor in _runs(settings, partition, m, seed):
-      index += 1
-      variant = tables.variant_name(algorithm, q_ratio, factor)
-      config = tables.make_config(
-        algorithm,
-        partition,
-        m,
-        speed,
-        seed,
-        data_dir=data_dir,
-        sync_budget=settings['sync_budget'],
-        async_budget=settings['async_budget'],
-        eval_every=settings['eval_every'],
+  overrides = settings.get('overrides', ())
+  plan = [
+    (partition, m, seed, speed, algorithm, q_ratio, factor)
+    for partition, m, seed in groups
+    for speed, algorithm, q_ratio, factor in _runs(settings, partition, m, seed)
+  ]
+  configs = []
+  for partition, m, seed, speed, algorithm, q_ratio, factor in plan:
+    config = tables.make_config(
+      algorithm,
+      partition,
+      m,
+      speed,
+      seed,
+      data_dir=data_dir,
+      sync_budget=settings['sync_budget'],
+      async_budget=settings['async_budget'],
+      eval_every=settings['eval_every'],
+      q_ratio=q_ratio,
+      latest_time_factor=factor,
+    )
+    sweep.apply_overrides(config, algorithm, overrides)
+    configs.append(config)
+  configs = sweep.validated(configs)  # an invalid value stops the sweep before its first run
+  checked = _CHECKED_SETTINGS + tuple(path for _, path, _ in overrides)
+  records, federations = [], sweep.LastFederation()
+  for index, (run, config) in enumerate(zip(plan, configs), start=1):
+    partition, m, seed, speed, algorithm, q_ratio, factor = run
+    variant = tables.variant_name(algorithm, q_ratio, factor)
+    run_dir = os.path.join(workdir, partition, f'm{m}', speed, variant, f'seed{seed}')
+    label = f'[{index}/{len(plan)}] {partition} m={m} {speed} {variant} seed={seed}'
+    summary, status = sweep.load_or_run(
+      run_dir,
+      config,
+      lambda: federations.get((partition, m, seed), lambda: build_federated_dataset(config)),
+      run_missing=not _ONLY_EXISTING.value,
+    )
+    if summary is None:
+      log(f'{label}: missing (skipped: --only_existing)')
+      continue
+    note = ''
+    stale = status == 'reused' and sweep.stale_setting(run_dir, config, checked)
+    if stale:
+      note = f' (warning: run with {stale}; delete it to rerun)'
+    hit = summary.get('time_to_target')
+    log(
+      f'{label}: {status}  best {summary.get("best_accuracy", float("nan")):.4f}  '
+      f'target {"missed" if hit is None else f"at {hit:.1f}s"}  '
+      f'host {sweep.host_seconds(summary) or float("nan"):.1f}s{note}'
+    )
+    records.append(
+      _record(
+        summary,
+        algorithm=algorithm,
+        variant=variant,
         q_ratio=q_ratio,
         latest_time_factor=factor,
+        partition=partition,
+        m=m,
+        speed=speed,
+        seed=seed,
+        workdir=run_dir,
       )
-      run_dir = os.path.join(workdir, partition, f'm{m}', speed, variant, f'seed{seed}')
-      label = f'[{index}/{total}] {partition} m={m} {speed} {variant} seed={seed}'
-      summary, status = sweep.load_or_run(
-        run_dir,
-        config,
-        lambda: federations.get((partition, m, seed), lambda: build_federated_dataset(config)),
-        run_missing=not _ONLY_EXISTING.value,
-      )
-      if summary is None:
-        log(f'{label}: missing (skipped: --only_existing)')
-        continue
-      note = ''
-      stale = status == 'reused' and sweep.stale_setting(run_dir, config, _CHECKED_SETTINGS)
-      if stale:
-        note = f' (warning: run with {stale}; delete it to rerun)'
-      hit = summary.get('time_to_target')
-      log(
-        f'{label}: {status}  best {summary.get("best_accuracy", float("nan")):.4f}  '
-        f'target {"missed" if hit is None else f"at {hit:.1f}s"}  '
-        f'host {sweep.host_seconds(summary) or float("nan"):.1f}s{note}'
-      )
-      records.append(
-        _record(
-          summary,
-          algorithm=algorithm,
-          variant=variant,
-          q_ratio=q_ratio,
-          latest_time_factor=factor,
-          partition=partition,
-          m=m,
-          speed=speed,
-          seed=seed,
-          workdir=run_dir,
-        )
-      )
+    )
   return records
 
 

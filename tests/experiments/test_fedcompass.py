@@ -1,5 +1,6 @@
 """FedCompass reproduction: paper tables, configs, result tables and the binary's flag errors."""
 
+import json
 import math
 import os
 import subprocess
@@ -336,6 +337,50 @@ def test_binary_rejects_bad_flags_with_one_line(flag, tmp_path):
   assert len(lines) == 1, result.stderr
   assert lines[0].startswith('error: ')
   assert not os.listdir(tmp_path)
+
+
+def _reproduce(*flags, cwd=_REPO):
+  return subprocess.run(
+    [sys.executable, os.path.join(_REPO, 'experiments', 'fedcompass', 'reproduce.py'), *flags],
+    capture_output=True,
+    text=True,
+    cwd=cwd,
+    timeout=120,
+  )
+
+
+def test_set_changes_the_named_algorithms_runs_and_a_bad_one_stops_before_any_run(tmp_path):
+  # A finished FedAsync run made with the paper's staleness factor.
+  run_dir = tmp_path / 'class' / 'm5' / 'normal' / 'fedasync' / 'seed0'
+  run_dir.mkdir(parents=True)
+  saved = tables.make_config('fedasync', 'class', 5, 'normal', 0).to_dict()
+  (run_dir / 'config.json').write_text(json.dumps(saved))
+  (run_dir / 'summary.json').write_text(
+    json.dumps({'status': 'completed', 'best_accuracy': 0.5, 'host': {'seconds': 1.0}})
+  )
+  common = [
+    '--algorithms=fedasync,fedavg',
+    '--num_clients=5',
+    '--speeds=normal',
+    '--seeds=0',
+    '--only_existing',
+    f'--workdir={tmp_path}',
+    f'--output={tmp_path / "tables.md"}',
+  ]
+  # Changed for FedAsync only: the reused run is reported as made with another setting.
+  result = _reproduce(*common, '--set=fedasync:algorithm.kwargs.staleness=constant')
+  assert result.returncode == 0, result.stderr
+  out = result.stdout + result.stderr
+  assert 'fedasync seed=0: reused' in out
+  assert "(warning: run with algorithm.kwargs.staleness='polynomial'" in out
+  assert 'fedavg seed=0: missing' in out
+  result = _reproduce(*common)
+  assert result.returncode == 0 and 'warning' not in result.stdout + result.stderr
+  # A misspelt field: one line, exit 2, before any run.
+  result = _reproduce(*common, '--set=fedasync:algorithm.kwargs.stalenes=constant')
+  assert result.returncode == 2
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and "did you mean 'staleness'" in lines[0], result.stderr
 
 
 def test_write_outputs_writes_results_and_tables(tmp_path):
