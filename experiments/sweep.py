@@ -187,6 +187,24 @@ def set_existing(config: Any, path: str, value: Any) -> None:
 Override = tuple[str | None, str, Any]  # (algorithm or None for every run, setting, value)
 
 
+def define_overrides_flag(example: str) -> flags.FlagHolder[str]:
+  """Defines a kit's `--set` flag (parsed by `parse_overrides`); `example` shows one item."""
+  return flags.DEFINE_string(
+    'set',
+    '',
+    "Settings changed after the paper's: '[algorithm:]path=value;...', e.g. "
+    f"'{example}' (a diagnostic or sensitivity run; use its own --workdir). An "
+    'algorithm.kwargs.<field> path without the algorithm: prefix must be a setting of every '
+    "run's algorithm.",
+  )
+
+
+def checked_paths(base: Sequence[str], overrides: Sequence[Override]) -> tuple[str, ...]:
+  """The settings a reused run must share with the requested one: `base` and every path
+  `--set` changes."""
+  return tuple(base) + tuple(path for _, path, _ in overrides)
+
+
 def parse_overrides(name: str, text: str, algorithms: Sequence[str]) -> list[Override]:
   """Parses `--name='[algorithm:]path=value;...'`: settings changed after the paper's, for one
   algorithm or (without the prefix) for every run, e.g.

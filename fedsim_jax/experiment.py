@@ -537,11 +537,12 @@ class PreparedRun:
       else {'straggler': dataset.straggler_mask, 'standard': ~dataset.straggler_mask}
     )
     self._last_evaluated = run_state.get('last_evaluated', -1)
-    # Host time of the earlier processes of this run, up to the checkpoint it resumed from
-    # (work done after that checkpoint was lost and is redone); None when the checkpoint
-    # predates the record.
+    # Host time and number of the earlier processes of this run, up to the checkpoint it
+    # resumed from (work done after that checkpoint was lost and is redone); None when the
+    # checkpoint predates the record.
     self._earlier_host_seconds = run_state.get('host_seconds') if restored is not None else 0.0
-    self._processes_run = run_state.get('processes_run', 1) + 1 if restored is not None else 1
+    earlier_processes = run_state.get('processes_run') if restored is not None else 0
+    self._processes_run = None if earlier_processes is None else earlier_processes + 1
     self._best = run_state.get('best')  # (accuracy, version, evaluated params) or None
     self.host_extra: dict[str, Any] = {}  # e.g. lockstep batching figures, for summary['host']
     self._periodic_checkpoints = periodic_checkpoints

@@ -90,14 +90,7 @@ _LATEST_TIME_FACTOR = flags.DEFINE_string(
   '',
   "Comma list of lambda values >= 1 for the FedCompass family; empty: the paper's 1.2.",
 )
-_SET = flags.DEFINE_string(
-  'set',
-  '',
-  "Settings changed after the paper's: '[algorithm:]path=value;...', e.g. "
-  "'fedasync:algorithm.kwargs.staleness=constant' (a diagnostic run; use its own --workdir). "
-  'An algorithm.kwargs.<field> path without the algorithm: prefix must be a setting of every '
-  "run's algorithm.",
-)
+_SET = sweep.define_overrides_flag('fedasync:algorithm.kwargs.staleness=constant')
 _ONLY_EXISTING = flags.DEFINE_bool(
   'only_existing', False, 'Write the tables from the finished runs only; run nothing.'
 )
@@ -234,7 +227,7 @@ def run_sweep(
     sweep.apply_overrides(config, algorithm, overrides)
     configs.append(config)
   configs = sweep.validated(configs)  # an invalid value stops the sweep before its first run
-  checked = _CHECKED_SETTINGS + tuple(path for _, path, _ in overrides)
+  checked = sweep.checked_paths(_CHECKED_SETTINGS, overrides)
   records, federations = [], sweep.LastFederation()
   for index, (run, config) in enumerate(zip(plan, configs), start=1):
     partition, m, seed, speed, algorithm, q_ratio, factor = run

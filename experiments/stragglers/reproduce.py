@@ -106,14 +106,7 @@ _EVAL_EVERY_UPDATES = flags.DEFINE_string(
   str(tables.DEFAULT_EVAL_EVERY_UPDATES),
   'Client updates between evaluations.',
 )
-_SET = flags.DEFINE_string(
-  'set',
-  '',
-  "Settings changed after the paper's: '[algorithm:]path=value;...', e.g. "
-  "'feast_msg:algorithm.kwargs.server_learning_rate=0.1' (a sensitivity run; use its own "
-  '--workdir). An algorithm.kwargs.<field> path without the algorithm: prefix must be a '
-  "setting of every run's algorithm.",
-)
+_SET = sweep.define_overrides_flag('feast_msg:algorithm.kwargs.server_learning_rate=0.1')
 _ROUND_TIME_ONLY = flags.DEFINE_bool(
   'round_time_only', False, 'Only the CIFAR-100-shaped round-time report (seconds, no training).'
 )
@@ -334,7 +327,7 @@ def run_sweep(
     if summary is None:
       log(f'{label}: missing (skipped: --only_existing)')
       continue
-    checked = _CHECKED_SETTINGS + tuple(path for _, path, _ in settings.get('overrides', ()))
+    checked = sweep.checked_paths(_CHECKED_SETTINGS, settings.get('overrides', ()))
     stale = status == 'reused' and sweep.stale_setting(run_dir, config, checked)
     note = f' (warning: run with {stale}; delete it to rerun)' if stale else ''
     record = _record(summary, run_dir, algorithm=algorithm, latency=latency, seed=seed)
