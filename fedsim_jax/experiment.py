@@ -29,7 +29,7 @@ from fedsim_jax import workdir as workdir_lib
 from fedsim_jax.checkpointing import CheckpointError, Checkpoints, Restored
 from fedsim_jax.client import client_optimizer
 from fedsim_jax.data import partition as partition_lib
-from fedsim_jax.data.federated import FederatedDataset
+from fedsim_jax.data.federated import FederatedDataset, steps_for_epochs
 from fedsim_jax.data.lazy import LazyFederation
 from fedsim_jax.data.loading import load_dataset
 from fedsim_jax.executor import Executor
@@ -97,6 +97,7 @@ def run_facts(config: ml_collections.ConfigDict) -> algorithms.RunFacts:
     batch_size=client.batch_size,
     local_steps=client.local_steps,
     local_epochs=client.local_epochs,
+    sampling=client.sampling,
     model_norm=config.model.norm,
   )
 
@@ -165,7 +166,9 @@ def epoch_compute_time_percentile(
   probe = build_latency(config, dataset, model_bytes, rng)
   times = []
   for client in range(dataset.num_clients):
-    steps = max(1, -(-int(dataset.client_sizes[client]) // config.client.batch_size))
+    steps = steps_for_epochs(
+      1.0, int(dataset.client_sizes[client]), config.client.batch_size, config.client.sampling
+    )
     times.extend(probe.sample(client).compute_time(steps) for _ in range(draws_per_client))
   return float(np.percentile(times, percentile))
 

@@ -48,6 +48,7 @@ class RunFacts:
   batch_size: int = 32
   local_steps: int | None = None
   local_epochs: float | None = None
+  sampling: str = 'shuffle'
   model_norm: str | None = None
 
 

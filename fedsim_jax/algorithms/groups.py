@@ -111,6 +111,7 @@ class LocalWorkSettings(Base):
       steps=context.run.local_steps,
       epochs=context.run.local_epochs,
       batch_size=context.run.batch_size,
+      sampling=context.run.sampling,
       time_limit=self.time_limit,
       limit_includes_overhead=self.limit_includes_overhead,
     )

@@ -96,7 +96,6 @@ Choices where the paper is silent or inconsistent, each a field of `algorithm.kw
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -610,7 +609,7 @@ class FedasmuScheduler(PeriodicTriggerScheduler):
     """The step after which epoch `fetch_epoch` ends (1..total_steps - 1)."""
     if self.local_work.steps is not None:
       return fetch_epoch
-    covered = math.ceil(fetch_epoch * num_examples / self.local_work.batch_size)
+    covered = self.local_work.steps_for_epochs(fetch_epoch, num_examples)
     return max(1, min(covered, total_steps - 1))
 
   def _inputs(
