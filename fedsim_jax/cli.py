@@ -14,7 +14,8 @@ from typing import Any, NoReturn
 from absl import flags, logging
 from ml_collections.config_flags.config_flags import ConfigFileFlagParser
 
-from fedsim_jax.config import set_by_path
+from fedsim_jax.config import check_override_path, existing_sections, set_by_path
+from fedsim_jax.settings import ConfigError, closest
 
 
 class FlagError(ValueError):
@@ -47,6 +48,17 @@ def _without_none_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
     else:
       kept.append(arg)
   return kept, none_paths
+
+
+def _override_paths(argv: list[str]) -> list[str]:
+  """The setting paths of the `--config.<path>=...` overrides in `argv` (booleans may be given
+  as `--config.<path>` or `--noconfig.<path>`)."""
+  paths = []
+  for arg in argv:
+    match = re.match(r'--(?:no)?config\.([\w.]+)(=|$)', arg)
+    if match:
+      paths.append(match.group(1))
+  return paths
 
 
 _MODULE_NAME = re.compile(r'[A-Za-z_]\w*(\.[A-Za-z_]\w*)*')
@@ -116,8 +128,25 @@ def parse_flags(argv: list[str]) -> list[str]:
   argv, none_paths = _without_none_overrides(argv)
   if 'config' in flags.FLAGS and isinstance(flags.FLAGS['config'].parser, ConfigFileFlagParser):
     argv = _with_config_files(argv)
+    for path in [*_override_paths(argv), *none_paths]:
+      try:
+        check_override_path(path)
+      except ConfigError as error:
+        fail(str(error))
   try:
     remaining = flags.FLAGS(argv)
+  except KeyError as error:  # ml_collections: a section of an override is missing
+    quoted = re.search(r"'(\w+)'", str(error.args[0]) if error.args else '')
+    missing = quoted.group(1) if quoted else '?'
+    paths = _override_paths(argv)
+    path = next((p for p in paths if missing in p.split('.')), paths[0] if paths else '?')
+    parent = path.split(f'.{missing}')[0] if f'.{missing}' in path else ''
+    sections = existing_sections(parent)
+    hint = closest(missing, [name.rsplit('.', 1)[-1] for name in sections])
+    fail(
+      f'--config.{path}: the config has no section {missing!r}{hint}; allowed: '
+      f'{sections or "the sections --describe lists"}'
+    )
   except flags.Error as error:
     message = str(error) or type(error).__name__
     section = re.search(r'flag --config\.([\w.]+)=.*as a ConfigDict', message)

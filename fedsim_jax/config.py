@@ -260,22 +260,140 @@ def _check_finite_numbers(path: str, section: ml_collections.ConfigDict) -> None
       raise ConfigError(f'{name}={value!r} is invalid; allowed values: a finite number')
 
 
+# Sections of earlier versions whose settings are now the algorithm's, `algorithm.kwargs.<field>`:
+# each with its fields then. A field keeps its name unless renamed below (or given its section's
+# prefix).
+_MOVED_SECTIONS = {
+  'server': 'learning_rate optimizer momentum b1 b2 eps adaptive_form alpha fedasync_form '
+  'staleness staleness_a staleness_b normalization ema_decay',
+  'scheduler': 'cohort_size weighting num_selected deadline min_responses time_limit '
+  'time_limit_percentile limit_includes_overhead concurrency buffer_size max_staleness '
+  'trigger_period trigger_count trigger_timing tier_ratio q_min q_max latest_time_factor '
+  'speed_estimator speed_momentum create_rule switch_round storage',
+  'budget': 'rule beta r w random_assignment schedule first_selection_trains phase',
+  'fare_dust': 'history_length rho temperature ema_decay teacher_learning_rate empty_history '
+  'server_optimizer',
+  'feast': 'tau_max ema_decay kappa window_close',
+  'fedasmu': 'tau lambda_learning_rate sigma_learning_rate iota_learning_rate gamma_learning_rate '
+  'v_learning_rate mu_alpha lambda_0 sigma_0 iota_0 mu_beta gamma_0 v_0 alpha_min min_version '
+  'xi_form sigma_gradient gradient_sign sigma_min static_alpha',
+  'fedasmu_fetch': 'policy hidden_size features hazard_prior pretrain_history pretrain_passes '
+  'learning_rate baseline_decay baseline_init baseline_scope epsilon meta_exploit '
+  'q_learning_rate q_discount q_bootstrap',
+  'moon': 'mu temperature representation',
+  'feddyn': 'alpha',
+  'port': 'similarity_weight staleness_weight staleness_bound similarity_reference '
+  'similarity_min_staleness',
+  'asofed': 'proximal decay decay_gradient dynamic_step_size delay_measure',
+}
+_MOVED_PREFIXES = {'fedasmu_fetch': 'fetch_'}
+_RENAMED = {
+  'server.learning_rate': 'server_learning_rate',
+  'server.optimizer': 'server_optimizer',
+  'server.momentum': 'server_momentum',
+  'server.fedasync_form': 'form',
+  'budget.rule': 'budget_rule',
+  'budget.beta': 'budget_beta',
+  'budget.r': 'budget_r',
+  'budget.w': 'budget_w',
+  'budget.schedule': 'budget_schedule',
+}
+
+
+def moved_setting(path: str) -> str | None:
+  """The current name of a setting an earlier version had at `path` (e.g. 'scheduler.concurrency'
+  -> 'algorithm.kwargs.concurrency'), 'algorithm.kwargs' for such a section itself, or None."""
+  section, _, field = path.partition('.')
+  if section not in _MOVED_SECTIONS:
+    return None
+  field = field.split('.')[0]
+  if field not in _MOVED_SECTIONS[section].split():
+    return 'algorithm.kwargs'
+  name = _RENAMED.get(f'{section}.{field}', _MOVED_PREFIXES.get(section, '') + field)
+  return f'algorithm.kwargs.{name}'
+
+
+def _unknown_setting(
+  name: str, key: str, path: str, reference: ml_collections.ConfigDict, value: Any = None
+) -> str:
+  """The one-line error for setting or section `name` (= path + key), which `reference` at
+  `path` lacks; `value` is what the config gives it (a section's fields are named if moved)."""
+  moved = moved_setting(name)
+  if moved is not None:
+    if isinstance(value, ml_collections.ConfigDict) and value.keys():
+      fields = ', '.join(f'{name}.{k} -> {moved_setting(f"{name}.{k}")}' for k in value.keys())
+      moved = f'{moved} ({fields})'
+    return (
+      f'{name} is not a setting; it is now {moved}: the settings of the algorithm that '
+      'algorithm.name names (--describe lists them)'
+    )
+  return (
+    f'{name} is not a setting{closest(key, reference.keys())}; allowed: '
+    f'{sorted(path + k for k in reference.keys())}'
+  )
+
+
+def _is_free(name: str) -> bool:
+  """Whether `name` is a section whose keys are free (checked by what reads them)."""
+  return any(
+    name == free or (free.endswith('.') and name.startswith(free)) for free in _FREE_SECTIONS
+  )
+
+
+def check_override_path(path: str, reference: ml_collections.ConfigDict | None = None) -> None:
+  """Raises `ConfigError` unless `path` (of a `--config.<path>=...` override) names a setting or
+  section of `reference` (default `base_config()`), or a key inside a free section
+  (`algorithm.kwargs.<field>`, `run.eval_class_groups.<name>`, `latency.<model>.<field>`):
+  ml_collections would otherwise fail on a missing section with a traceback."""
+  node = base_config() if reference is None else reference
+  parts = path.split('.')
+  for depth, key in enumerate(parts):
+    prefix = '.'.join(parts[:depth])
+    name = f'{prefix}.{key}' if prefix else key
+    if prefix in MODEL_SECTIONS or (prefix and _is_free(prefix)):
+      # The algorithm or the model checks its own fields; a config may add a section for a
+      # model of its own (latency.<model>).
+      return
+    if not isinstance(node, ml_collections.ConfigDict):
+      raise ConfigError(
+        f'{name} is not a setting: {prefix} is a setting ({prefix}={node!r}), not a section'
+      )
+    if key not in node:
+      moved = moved_setting(path)
+      if moved is not None and moved != 'algorithm.kwargs':
+        raise ConfigError(
+          f'{path} is not a setting; it is now {moved}: the settings of the algorithm that '
+          'algorithm.name names (--describe lists them)'
+        )
+      raise ConfigError(_unknown_setting(name, key, f'{prefix}.' if prefix else '', node))
+    node = node[key]
+
+
+def existing_sections(path: str) -> list[str]:
+  """The sections of `base_config()` inside section `path` ('' for the top level), or []."""
+  node: Any = base_config()
+  for key in filter(None, path.split('.')):
+    if not isinstance(node, ml_collections.ConfigDict) or key not in node:
+      return []
+    node = node[key]
+  if not isinstance(node, ml_collections.ConfigDict):
+    return []
+  prefix = f'{path}.' if path else ''
+  return sorted(prefix + k for k, v in node.items() if isinstance(v, ml_collections.ConfigDict))
+
+
 def check_known_fields(
   config: ml_collections.ConfigDict, reference: ml_collections.ConfigDict, path: str = ''
 ) -> None:
   """Raises `ConfigError` for a field of `config` that `reference` (the base config) lacks,
-  naming the closest valid one: a misspelt override must never be silently ignored."""
+  naming the closest valid one, or its new place if it moved: a misspelt override must never be
+  silently ignored."""
   for key in config.keys():
     name = f'{path}{key}'
     if key not in reference:
-      raise ConfigError(
-        f'{name} is not a setting{closest(key, reference.keys())}; allowed: '
-        f'{sorted(path + k for k in reference.keys())}'
-      )
+      raise ConfigError(_unknown_setting(name, key, path, reference, config[key]))
     value, default = config[key], reference[key]
-    if isinstance(default, ml_collections.ConfigDict) and not any(
-      name == free or (free.endswith('.') and name.startswith(free)) for free in _FREE_SECTIONS
-    ):
+    if isinstance(default, ml_collections.ConfigDict) and not _is_free(name):
       if not isinstance(value, ml_collections.ConfigDict):
         raise ConfigError(f'{name}={value!r} is invalid; allowed values: a section of settings')
       check_known_fields(value, default, name + '.')
