@@ -37,6 +37,7 @@ from fedsim_jax.executor.choice import (
   compiler_options,
   model_has_convolution,
   resolve_execution,
+  resolve_max_batch_tasks,
   resolve_threads,
 )
 from fedsim_jax.metrics import MetricsWriter, make_evaluator, summarize, write_json
@@ -182,7 +183,7 @@ def resolve_settings(
   if percentile is None:
     return config
   streams = RandomStreams.from_seed(config.seed)
-  model_bytes = 4 * model.num_params(model.init(streams.init_key))
+  model_bytes = 4 * model.num_params(jax.eval_shape(model.init, streams.init_key))
   limit = epoch_compute_time_percentile(config, dataset, model_bytes, percentile, streams.probe_rng)
   config = config.copy_and_resolve_references()
   with config.algorithm.kwargs.unlocked():
@@ -278,12 +279,14 @@ def build_simulation(
   model: Model,
   on_version: Callable[[Simulation], None] | None = None,
   settings: Settings | None = None,
+  before_allocation: Callable[[algorithms.Algorithm], None] | None = None,
 ) -> Simulation:
   """Wires model, algorithm, executor and latency model into a ready-to-run `Simulation`;
-  `settings`: the algorithm's, when already resolved from `config`."""
+  `settings`: the algorithm's, when already resolved from `config`; `before_allocation`:
+  called with the built algorithm before the model's parameters or the data's device copy
+  are allocated (the memory check)."""
   streams = RandomStreams.from_seed(config.seed)
-  init_params = model.init(streams.init_key)
-  model_bytes = 4 * model.num_params(init_params)
+  model_bytes = 4 * model.num_params(jax.eval_shape(model.init, streams.init_key))
   latency = build_latency(config, dataset, model_bytes, streams.latency_rng)
   availability = build_availability(config, dataset, streams.availability_rng)
   context = algorithms.BuildContext(
@@ -293,6 +296,9 @@ def build_simulation(
     algorithm = algorithms.build(settings or algorithm_settings(config), context)
   except ValueError as error:
     raise config_lib.ConfigError(str(error)) from None
+  if before_allocation is not None:
+    before_allocation(algorithm)
+  init_params = model.init(streams.init_key)
   client = config.client
   optimizer = client_optimizer(
     client.optimizer,
@@ -421,6 +427,13 @@ def default_settings(settings: Settings) -> dict[str, Any]:
   return defaults
 
 
+def _model_setting(config: ml_collections.ConfigDict) -> str:
+  """The setting that sizes the model, as a memory refusal names it."""
+  if config.model.name == 'mlp':
+    return f'model.hidden_sizes={list(config.model.hidden_sizes)}'
+  return f'model.name={config.model.name!r}'
+
+
 class PreparedRun:
   """An experiment ready to run: data, model, simulation, evaluator and output files.
 
@@ -485,13 +498,20 @@ class PreparedRun:
         self._checkpoint_requested = True
         sim.request_pause()  # the checkpoint is written once the current event is done
 
-    # Built before anything is written (building writes nothing): the memory check reads
-    # what the built run will hold.
+    # Built before anything is written (building writes nothing); the memory check runs
+    # once the algorithm is known, before the model's parameters are allocated.
+    def check_memory(algorithm: algorithms.Algorithm) -> None:
+      if config.run.check_memory:
+        self._check_memory(config, dataset, model, algorithm)
+
     self.simulation = build_simulation(
-      config, dataset, model, on_version, settings=self.algorithm_settings
+      config,
+      dataset,
+      model,
+      on_version,
+      settings=self.algorithm_settings,
+      before_allocation=check_memory,
     )
-    if config.run.check_memory:
-      self._check_memory(config, dataset, model)
     self.checkpoints = Checkpoints(checkpoint_dir, keep=config.run.keep_checkpoints)
     restored = self._checkpoint_to_resume(resolved) if resume else None
     try:  # class metrics are checked against the dataset's classes
@@ -600,20 +620,36 @@ class PreparedRun:
     self._progress_start = (self.simulation_start, progress(self.stop, self.simulation) or 0.0)
 
   def _check_memory(
-    self, config: ml_collections.ConfigDict, dataset: FederatedDataset, model: Model
+    self,
+    config: ml_collections.ConfigDict,
+    dataset: FederatedDataset,
+    model: Model,
+    algorithm: algorithms.Algorithm,
   ) -> None:
-    shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0))
-    model_bytes = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree_util.tree_leaves(shapes))
+    """Refuses (`ConfigError`) a run whose estimated memory exceeds what is available, from
+    abstract shapes only (`memory_estimate`)."""
+    params = memory_estimate.abstract_params(model)
+    model_bytes = memory_estimate.tree_bytes(params)
+    executor = config.executor
+    max_batch_tasks = executor.max_batch_tasks
+    backend, _ = resolve_execution(executor.backend, executor.step_loop, devices=executor.devices)
     lazy = isinstance(dataset, LazyFederation) or config.data.lazy
     needs = memory_estimate.estimate(
       self.algorithm_settings,
       num_clients=dataset.num_clients,
       model_bytes=model_bytes,
       data_bytes=0 if lazy else dataset.train_x.nbytes + dataset.train_y.nbytes,
-      # The vmap backend trains a whole batch at once; the loop backend a few tasks.
-      training_at_once=None if config.executor.backend == 'vmap' else os.cpu_count() or 1,
-      max_batch_tasks=self.simulation.max_batch_tasks,
-      sums_in_chunks=self.simulation.aggregator.linear is not None,
+      execution=memory_estimate.Execution(
+        max_batch_tasks=None
+        if max_batch_tasks is None
+        else resolve_max_batch_tasks(max_batch_tasks, model_bytes),
+        # The vmap backend trains a whole batch at once; the loop backend `threads` tasks.
+        training_at_once=None if backend == 'vmap' else resolve_threads(executor.threads, backend),
+        sums_in_chunks=algorithm.aggregator.linear is not None,
+        batch_size=config.client.batch_size,
+        example_bytes=memory_estimate.training_bytes_per_example(model, params),
+      ),
+      model_setting=_model_setting(config),
     )
     memory_estimate.check_fits(needs, memory_estimate.available_bytes())
 

@@ -15,7 +15,8 @@ process, one data load, compiled programs shared). A workdir that holds a run is
 overwritten: `--resume` continues it from its newest checkpoint, `--overwrite` replaces it.
 
 Exit codes: 0 done; 2 an invalid setting, workdir or missing dataset (one line on stderr,
-nothing written; or a run that stalls: no server version in 100000 events); 3 the model
+nothing written; or a run that stalls: no server version and no new update held for one in
+100000 events, or 4 per task in flight where that is more); 3 the model
 diverged (NaN or inf; one line naming the version and the learning rates,
 `run.on_divergence`); 130 / 143 stopped by SIGINT / SIGTERM after writing a checkpoint (the
 line printed says how to resume).

@@ -45,12 +45,16 @@ class HeldModels:
     what: what they are, in a few words.
     shared_start: the copies are tasks that all start from one model (a synchronous round's
       cohort), rather than each from the model of its own dispatch.
+    tasks_per_version: tasks that start from one server version's model, at the fewest once
+      the first tasks have been replaced (a buffer of K arrivals is refilled by K tasks), so
+      the copies hold `copies / tasks_per_version` start models or more.
   """
 
   setting: str
   copies: float
   what: str
   shared_start: bool = False
+  tasks_per_version: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,7 +192,13 @@ class SlotSettings(Base):
   concurrency: int = setting(10, positive(integer=True), 'tasks in flight')
 
   def tasks_in_flight(self, num_clients: int) -> HeldModels | None:
-    return HeldModels('algorithm.kwargs.concurrency', self.concurrency, 'client tasks in flight')
+    # A buffered variant refills its K slots at each server version (`buffer_size`).
+    return HeldModels(
+      'algorithm.kwargs.concurrency',
+      self.concurrency,
+      'client tasks in flight',
+      tasks_per_version=getattr(self, 'buffer_size', 1),
+    )
 
   max_staleness: int | None = setting(
     None, positive(integer=True, allow_zero=True, optional=True), 'staler arrivals are discarded'

@@ -290,9 +290,14 @@ class TaskAccounting:
 VersionCallback = Callable[['Simulation'], None]
 
 
+# Events a task in flight may take without progress: its arrival or dropout, a segment end.
+STALL_EVENTS_PER_TASK = 4
+
+
 class SimulationStalled(RuntimeError):
-  """The run made no server version in `stall_events` events: its settings cannot make
-  progress (a round deadline or time limit shorter than any task, say). One-line message."""
+  """The run stopped making progress (see `Simulation`'s `stall_events`): its settings cannot
+  complete a round or buffer (a round deadline or time limit shorter than any task, say).
+  One-line message."""
 
 
 class Simulation:
@@ -343,9 +348,14 @@ class Simulation:
       model stays `init_params`. For latency and schedule studies (rounds, staleness, idle
       time) at event-loop speed; schedulers that read task results themselves (`updates`,
       `task_params`) raise.
-    stall_events: events processed without a new server version after which the run stops
-      with `SimulationStalled` (None: never), so that settings under which no round can
-      succeed end with a message instead of running forever.
+    stall_events: the run stops with `SimulationStalled` (None: never) after this many events
+      without progress, or `STALL_EVENTS_PER_TASK` per task in flight where that is more (at
+      most one task per client counted), so that settings under which no round can succeed
+      end with a message instead of running forever. Progress is a new server version, or an
+      arrived update held for aggregation beyond the most held since the last version: a round
+      or buffer of any size fills with progress at every arrival, whereas a round that can
+      never close (its updates discarded as stragglers, or as empty) makes none. The per-task
+      allowance covers the stragglers of a round that closed without them.
     task_log: receives a record per task as its outcome becomes final
       (`runtime.task_trace`); settable later as the `task_log` attribute.
     max_batch_tasks: the most tasks computed in one executor batch once more are pending
@@ -391,7 +401,10 @@ class Simulation:
     self.aggregate = aggregate
     self.stall_events = stall_events
     self.task_log = task_log
-    self._events_since_version = 0
+    # The stall rule's state (`stall_events`), reset at every server version.
+    self._events_without_progress = 0
+    self._most_held = 0  # most arrived updates held at once since the last version
+    self._most_in_flight = 0  # most tasks in flight at once since the last version
     if max_batch_tasks is not None:
       model_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(init_params))
       max_batch_tasks = resolve_max_batch_tasks(max_batch_tasks, model_bytes)
@@ -733,7 +746,9 @@ class Simulation:
 
   def _new_version(self, handles: Sequence[TaskHandle]) -> None:
     self.version += 1
-    self._events_since_version = 0
+    self._events_without_progress = 0
+    self._most_held = 0
+    self._most_in_flight = 0
     self._mark_aggregated(handles, missed=self.version - 1)
     if self.on_version is not None:
       self.on_version(self)
@@ -964,7 +979,7 @@ class Simulation:
       for limit in (stop.max_versions, stop.max_virtual_time, stop.max_client_updates)
     )
     queue, accounting = self.queue, self.accounting
-    stall_limit = math.inf if self.stall_events is None else self.stall_events
+    stall_events = math.inf if self.stall_events is None else self.stall_events
     while len(queue) and not (
       self.version >= max_versions
       or self.now >= max_time
@@ -974,14 +989,14 @@ class Simulation:
       if queue.peek_time() > max_time:
         self.now = max_time  # stop.max_virtual_time (finite here)
         break
-      if self._events_since_version >= stall_limit:
-        raise SimulationStalled(
-          f'no server version in {self._events_since_version} events (version {self.version}, '
-          f'virtual time {self.now:.6g}s): no round or buffer can complete under these '
-          'settings; check the deadline, time limit, min_responses and staleness bounds '
-          'against the latency model'
-        )
-      self._events_since_version += 1
+      if accounting.waiting > self._most_held:  # an update held beyond the most so far
+        self._most_held = accounting.waiting
+        self._events_without_progress = 0
+      if accounting.in_flight > self._most_in_flight:
+        self._most_in_flight = accounting.in_flight
+      if self._events_without_progress >= stall_events:
+        self._check_stalled(stall_events)
+      self._events_without_progress += 1
       event = queue.pop()
       self.now = event.time
       if event.kind is EventKind.ARRIVAL:
@@ -1015,6 +1030,20 @@ class Simulation:
           on_dropout(self._context, handle)
       else:
         self.scheduler.on_timer(self._context, event.payload)
+
+  def _check_stalled(self, stall_events: float) -> None:
+    """Raises `SimulationStalled` once the events without progress exceed the allowance of
+    the tasks in flight too (`stall_events`)."""
+    tasks = min(self._most_in_flight, self.num_clients)
+    if self._events_without_progress < max(stall_events, STALL_EVENTS_PER_TASK * tasks):
+      return
+    raise SimulationStalled(
+      f'no server version in {self._events_without_progress} events, none of them holding a '
+      f'new update (version {self.version}, virtual time {self.now:.6g}s, '
+      f'{self._most_in_flight} tasks in flight at most): no round or buffer can complete under '
+      'these settings; check the deadline, time limit, min_responses and staleness bounds '
+      'against the latency model'
+    )
 
   # ---- Reporting -------------------------------------------------------------------------
 
