@@ -15,7 +15,6 @@ read a result with `task_params` / `task_aux`.
 
 from __future__ import annotations
 
-import bisect
 import collections
 import dataclasses
 import math
@@ -25,6 +24,7 @@ from typing import Any, Protocol
 import jax
 import jax.numpy as jnp
 import numpy as np
+from sortedcontainers import SortedList
 
 from fedsim_jax.distributed import host_value
 from fedsim_jax.executor import ClientTask, round_up_to_bucket
@@ -434,8 +434,10 @@ class Simulation:
     self._unresolved: dict[int, TaskHandle] = {}
     self._busy = np.zeros(num_clients, np.int64)  # tasks in flight per client
     # Clients with no task in flight, ascending, kept as events change it: asynchronous
-    # refills draw one of them per arrival, and scanning `_busy` for it was a hot path.
-    self._not_busy: list[int] = list(range(num_clients))
+    # refills draw one of them per arrival, and scanning `_busy` for it was a hot path. A
+    # sorted list of sublists: removing or adding a client costs O(log n), so dispatching a
+    # round of n clients is not quadratic in n (a plain list's deletions were).
+    self._not_busy = SortedList(range(num_clients))
     self._always_available = isinstance(self.availability, AlwaysAvailable)
     self._pending: list[TaskHandle] = []
     # Computed tasks whose results are still held (arrived and waiting, or computed early).
@@ -589,7 +591,7 @@ class Simulation:
       self._resolve(continues, 'continued')
     self.accounting.in_flight += 1
     if self._busy[client_id] == 0:
-      del self._not_busy[bisect.bisect_left(self._not_busy, client_id)]
+      self._not_busy.remove(client_id)
     self._busy[client_id] += 1
     if not self.deferred and self.aggregate:
       self._compute_pending()
@@ -899,6 +901,8 @@ class Simulation:
     if unknown:
       raise ValueError(f'not simulation state: {unknown}')
     vars(self).update(state)
+    if not isinstance(self._not_busy, SortedList):  # checkpoints before it was one
+      self._not_busy = SortedList(self._not_busy)
 
   # ---- Event loop ------------------------------------------------------------------------
 
@@ -953,7 +957,7 @@ class Simulation:
     self.accounting.in_flight -= 1
     self._busy[handle.client_id] -= 1
     if self._busy[handle.client_id] == 0:
-      bisect.insort(self._not_busy, handle.client_id)
+      self._not_busy.add(handle.client_id)
     self.busy_time[handle.client_id] += handle.arrival_time - handle.dispatch_time
 
   def _end_segment(self, handle: TaskHandle) -> None:
