@@ -31,6 +31,7 @@ import logging
 import os
 import pickle
 import shutil
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -118,17 +119,23 @@ def this_process_only() -> Any:
   return ocp.options.MultiprocessingOptions(primary_host=index, active_processes={index})
 
 
+# Held by `quiet_orbax`: the runs of a lockstep sweep checkpoint from their own threads, and
+# the logger level it sets is the whole process's.
+_ORBAX_LOCK = threading.RLock()
+
+
 @contextlib.contextmanager
 def quiet_orbax() -> Iterator[None]:
   """Hides orbax's INFO lines (several per save, through absl's logger) inside the block, so
-  that a run's log stays its progress lines."""
-  logger = logging.getLogger('absl')
-  level = logger.level
-  logger.setLevel(max(level, logging.WARNING))
-  try:
-    yield
-  finally:
-    logger.setLevel(level)
+  that a run's log stays its progress lines; one thread at a time runs such a block."""
+  with _ORBAX_LOCK:
+    logger = logging.getLogger('absl')
+    level = logger.level
+    logger.setLevel(max(level, logging.WARNING))
+    try:
+      yield
+    finally:
+      logger.setLevel(level)
 
 
 def _package_version() -> str:

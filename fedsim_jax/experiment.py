@@ -8,6 +8,7 @@ executor, latency model and simulation, runs it, and writes `config.json`, `metr
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -453,7 +454,6 @@ class PreparedRun:
     *,
     resume: bool = False,
     overwrite: bool = False,
-    periodic_checkpoints: bool = True,
   ):
     settings = validate(config)
     run = config.run
@@ -494,7 +494,7 @@ class PreparedRun:
     def on_version(sim: Simulation) -> None:
       if sim.version % config.run.eval_every == 0:
         self.record(sim)
-      if self._periodic_checkpoints and self._checkpoint_due(sim):
+      if self._checkpoint_due(sim):
         self._checkpoint_requested = True
         sim.request_pause()  # the checkpoint is written once the current event is done
 
@@ -568,7 +568,6 @@ class PreparedRun:
     self._processes_run = None if earlier_processes is None else earlier_processes + 1
     self._best = run_state.get('best')  # (accuracy, version, evaluated params) or None
     self.host_extra: dict[str, Any] = {}  # e.g. lockstep batching figures, for summary['host']
-    self._periodic_checkpoints = periodic_checkpoints
     self._checkpoint_requested = False
     self._last_checkpoint_time = time.perf_counter()
     self._warned_divergence = False
@@ -784,27 +783,36 @@ class PreparedRun:
     """Runs the simulation to its stop condition, checkpointing on the way and at the end;
     returns the summary. SIGINT/SIGTERM stop it cleanly: a checkpoint and an `interrupted`
     summary (`summary['signal']`) are written."""
+    with interrupts.stop_requests(self.simulation.request_pause) as interrupt:
+      status, extra = self.run_until_stopped(interrupt)
+    return self.finish(status, **extra)
+
+  def run_until_stopped(self, interrupt: interrupts.Interrupt) -> tuple[str, dict[str, Any]]:
+    """Runs the simulation until its stop condition, `interrupt`'s signal, a divergence or a
+    stall, checkpointing on the way and (unless it diverged or stalled) at the end; returns
+    the status and the summary fields for `finish`. Any other error writes a `failed` summary
+    and is raised. `interrupt` is installed by the caller (`run`, or a lockstep sweep's, which
+    pauses every simulation of the sweep)."""
     sim = self.simulation
     try:
-      with interrupts.stop_requests(sim.request_pause) as interrupt:
-        while interrupt.signal is None:
-          sim.run(self.stop)
-          if interrupt.signal is not None or sim.finished(self.stop):
-            break
-          if self._checkpoint_requested:
-            self.save_checkpoint()
-        self.save_checkpoint()
-      if interrupt.signal is not None:
-        return self.finish('interrupted', signal=interrupt.signal)
+      while interrupt.signal is None:
+        sim.run(self.stop)
+        if interrupt.signal is not None or sim.finished(self.stop):
+          break
+        if self._checkpoint_requested:
+          self.save_checkpoint()
+      self.save_checkpoint()
     except Diverged as error:
-      return self.finish('diverged', message=str(error))
+      return 'diverged', {'message': str(error)}
     except SimulationStalled as error:
-      return self.finish('failed', message=str(error))
+      return 'failed', {'message': str(error)}
     except Exception as error:
       self._write_summary(self._summary('failed', error=f'{type(error).__name__}: {error}'))
       self._lock.release()
       raise
-    return self.finish()
+    if interrupt.signal is not None:
+      return 'interrupted', {'signal': interrupt.signal}
+    return 'completed', {}
 
   def _summary(self, status: str, **extra: Any) -> dict[str, Any]:
     sim, config = self.simulation, self.config
@@ -949,19 +957,26 @@ def run_experiments_lockstep(
   (`fedsim_jax.runtime.lockstep`); each run directory gets exactly what `run_experiment` would
   write (timings aside).
 
-  `resume` and `overwrite` apply to every run directory as in `run_experiment`; lockstep
-  runs checkpoint only at the end (simulations advancing together cannot pause one by one).
+  Each run is a `PreparedRun` of its own and stops as `run_experiment` does: it checkpoints
+  into its own directory (periodically, at the end and on SIGINT/SIGTERM), and `resume` and
+  `overwrite` apply to every run directory as in `run_experiment`. A run that diverges or
+  stalls ends with its own summary while the others run on; SIGINT/SIGTERM stop every run
+  with a checkpoint and an `interrupted` summary.
 
   With the vmap backend the simulations advance in lockstep and their client tasks run as one
   shared batch; with the loop backend (one program call per task, the CPU default) they run at
   once, each with its own executor, sharing the task threads. `summary['host']['lockstep']`
   says which (`execution`).
 
+  Returns:
+    Each run's summary, in the order of `configs` (see `run_experiment`).
+
   Raises:
     ConfigError: the configs differ in more than `seed`, `data.partition_seed` and
-      `run.eval_every`, or ask for a lazy federation (not supported in lockstep).
+      `run.eval_every`, ask for a lazy federation (not supported in lockstep), or any run's
+      settings or workdir are invalid (before any workdir is written).
   """
-  from fedsim_jax.runtime.lockstep import lockstep_executors, run_concurrently, run_lockstep
+  from fedsim_jax.runtime.lockstep import run_concurrently
 
   if len(configs) != len(workdirs):
     raise ValueError('run_experiments_lockstep needs one workdir per config')
@@ -974,48 +989,72 @@ def run_experiments_lockstep(
       )
   if configs[0].data.lazy:
     raise config_lib.ConfigError('data.lazy=True is invalid in a lockstep sweep; allowed: False')
+  for workdir in workdirs:  # every workdir, before the first run writes its own
+    workdir_lib.check(workdir, resume=resume, overwrite=overwrite)
   # Without `datasets`, every run loads the same dataset: `load_dataset` decodes it once and
   # hands every seed the same arrays, which a shared batch's union then holds once.
   datasets = list(datasets) if datasets is not None else [None] * len(configs)
-  # Simulations advancing together cannot pause one by one: lockstep runs checkpoint at the end.
   runs = [
-    PreparedRun(c, w, d, resume=resume, overwrite=overwrite, periodic_checkpoints=False)
+    PreparedRun(c, w, d, resume=resume, overwrite=overwrite)
     for c, w, d in zip(configs, workdirs, datasets)
   ]
   first = runs[0].simulation.executor
   start = time.perf_counter()
   for run in runs:
     run.simulation_start = start
-  if first.backend == 'loop':
-    # One program call per task: nothing to gain from a shared batch, so each simulation
-    # keeps its executor and they run at once (see `run_concurrently`).
-    run_concurrently([r.simulation for r in runs], [r.stop for r in runs])
-    info = {'simulations': len(runs), 'execution': 'concurrent'}
-  else:
-    settings = dict(
-      backend=first.backend,
-      sampling=configs[0].client.sampling,
-      unroll=configs[0].executor.unroll,
-      bucket_bits=first.bucket_bits,
-      step_loop=first.step_loop,
-      devices=first.devices,
-      threads=first.threads,
-    )
-    shared, executors = lockstep_executors(
-      lambda data, keys: Executor(first.client_update, data, keys, **settings),
-      [r.dataset for r in runs],
-      [r.simulation.executor.base_key for r in runs],
-    )
-    for run, executor in zip(runs, executors):
-      run.simulation.executor = executor
-    run_lockstep([r.simulation for r in runs], [r.stop for r in runs], shared)
-    info = {
-      'simulations': len(runs),
-      'execution': 'shared_batches',
-      'shared_batches': shared.batches,
-      'mean_shared_batch_size': shared.executor.tasks_run / max(shared.batches, 1),
-    }
-  for run in runs:
+
+  def pause_every_simulation() -> None:
+    for run in runs:
+      run.simulation.request_pause()
+
+  # One signal handler for the sweep: SIGINT/SIGTERM pause every simulation, and each run
+  # stops as `PreparedRun.run` does (a checkpoint, then an `interrupted` summary).
+  with interrupts.stop_requests(pause_every_simulation) as interrupt:
+    drivers = [functools.partial(run.run_until_stopped, interrupt) for run in runs]
+    if first.backend == 'loop':
+      # One program call per task: nothing to gain from a shared batch, so each simulation
+      # keeps its executor and they run at once (see `run_concurrently`).
+      endings = run_concurrently(drivers, runs[0].simulation)
+      info = {'simulations': len(runs), 'execution': 'concurrent'}
+    else:
+      endings, info = _run_in_shared_batches(runs, drivers)
+  summaries = []
+  for run, (status, extra) in zip(runs, endings):
     run.host_extra['lockstep'] = dict(info)
-    run.save_checkpoint()
-  return [r.finish() for r in runs]
+    summaries.append(run.finish(status, **extra))
+  return summaries
+
+
+def _run_in_shared_batches(
+  runs: Sequence[PreparedRun], drivers: Sequence[Callable[[], Any]]
+) -> tuple[list[Any], dict[str, Any]]:
+  """Gives the runs' simulations one executor over the union of their federations and calls
+  the drivers in lockstep; returns the drivers' results and the sharing figures."""
+  from fedsim_jax.runtime.lockstep import lockstep_executors, run_lockstep
+
+  first = runs[0].simulation.executor
+  config = runs[0].config
+  settings = dict(
+    backend=first.backend,
+    sampling=config.client.sampling,
+    unroll=config.executor.unroll,
+    bucket_bits=first.bucket_bits,
+    step_loop=first.step_loop,
+    devices=first.devices,
+    threads=first.threads,
+  )
+  shared, executors = lockstep_executors(
+    lambda data, keys: Executor(first.client_update, data, keys, **settings),
+    [r.dataset for r in runs],
+    [r.simulation.executor.base_key for r in runs],
+  )
+  for run, executor in zip(runs, executors):
+    run.simulation.executor = executor
+  endings = run_lockstep(drivers, shared)
+  info = {
+    'simulations': len(runs),
+    'execution': 'shared_batches',
+    'shared_batches': shared.batches,
+    'mean_shared_batch_size': shared.executor.tasks_run / max(shared.batches, 1),
+  }
+  return endings, info

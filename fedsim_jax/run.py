@@ -19,13 +19,17 @@ nothing written; or a run that stalls: no server version and no new update held 
 100000 events, or 4 per task in flight where that is more); 3 the model
 diverged (NaN or inf; one line naming the version and the learning rates,
 `run.on_divergence`); 130 / 143 stopped by SIGINT / SIGTERM after writing a checkpoint (the
-line printed says how to resume).
+line printed says how to resume). With --seeds, every seed ends on its own (its summary.json
+and one line: its final accuracy, or its error after its workdir; a seed that diverges or
+stalls leaves the others running), and the exit code is the first that applies of 130 / 143
+(interrupted), 2 (a seed failed), 3 (a seed diverged), 0.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 from absl import app, flags
 
@@ -134,25 +138,36 @@ def main(argv: list[str]) -> None:
       runs = list(zip(workdirs, summaries))
   except (ConfigError, DatasetNotFoundError, CorruptDatasetError, cli.FlagError) as error:
     cli.fail(str(error))
-  for status, code in (('failed', 2), ('diverged', 3)):
-    ended = [summary for _, summary in runs if summary['status'] == status]
-    if ended:
-      print(f'error: {ended[0]["message"]}', file=sys.stderr)
-      sys.exit(code)
+  sys.exit(_report(runs, name_runs=values.seeds is not None))
+
+
+def _report(runs: list[tuple[str, dict[str, Any]]], *, name_runs: bool = False) -> int:
+  """Prints one line per run, its final accuracy (stdout) or the error it ended with (stderr,
+  prefixed with its workdir if `name_runs`), then how to resume if any run was interrupted;
+  returns the exit code: 128 + the signal if a run was interrupted, else 2 if one failed, else
+  3 if one diverged, else 0."""
+  for workdir, summary in runs:
+    if summary['status'] == 'completed':
+      print(
+        f'final accuracy {summary["final_accuracy"]:.4f}  best {summary["best_accuracy"]:.4f}  '
+        f'virtual time {summary["final_virtual_time"]:.1f}s  '
+        f'host {summary["host"]["seconds"]:.1f}s  outputs: {os.path.abspath(workdir)}'
+      )
+    elif 'message' in summary:  # diverged or failed
+      where = f'{os.path.abspath(workdir)}: ' if name_runs else ''
+      print(f'error: {where}{summary["message"]}', file=sys.stderr)
   interrupted = [summary for _, summary in runs if summary['status'] == 'interrupted']
   if interrupted:
     print(
-      f'interrupted: checkpoint written; resume with the same command and --resume '
-      f'(outputs: {", ".join(os.path.abspath(w) for w, _ in runs)})',
+      f'interrupted: checkpoint{"s" if len(runs) > 1 else ""} written; resume with the same '
+      f'command and --resume (outputs: {", ".join(os.path.abspath(w) for w, _ in runs)})',
       file=sys.stderr,
     )
-    sys.exit(128 + interrupted[0]['signal'])
-  for workdir, summary in runs:
-    print(
-      f'final accuracy {summary["final_accuracy"]:.4f}  best {summary["best_accuracy"]:.4f}  '
-      f'virtual time {summary["final_virtual_time"]:.1f}s  '
-      f'host {summary["host"]["seconds"]:.1f}s  outputs: {os.path.abspath(workdir)}'
-    )
+    return 128 + interrupted[0]['signal']
+  for status, code in (('failed', 2), ('diverged', 3)):
+    if any(summary['status'] == status for _, summary in runs):
+      return code
+  return 0
 
 
 def run_main() -> None:

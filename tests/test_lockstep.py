@@ -1,5 +1,6 @@
 """Lockstep sweeps: several seeds run together give exactly the sequential runs' results."""
 
+import functools
 import json
 import os
 
@@ -92,49 +93,57 @@ def test_lockstep_configs_must_differ_only_in_seeds(digits_data_dir, tmp_path, p
 
 
 class _FakeSimulation:
-  """Advances one server version per step up to the stop's `max_versions`, as a `Simulation`
-  run in pieces does."""
+  """Advances one server version per step up to the stop's `max_versions`, calling
+  `on_version` after each, as a `Simulation` run in pieces does."""
 
   def __init__(self, log, name, fail=False):
     self.log, self.name, self.fail = log, name, fail
     self.version = 0
+    self.on_version = None
 
   def run(self, stop):
     while self.version < stop.max_versions:
       self.version += 1
       self.log.append(f'{self.name} version {self.version}')
+      if self.on_version is not None:
+        self.on_version(self)
       if self.fail and self.version == 2:
         raise ValueError(f'{self.name} failed')
+    return self.name
+
+
+def _drivers(sims, versions):
+  from fedsim_jax.runtime.simulation import StopCondition
+
+  return [functools.partial(sim.run, StopCondition(max_versions=versions)) for sim in sims]
 
 
 def test_concurrent_sweeps_start_the_others_after_the_first_version():
   from fedsim_jax.runtime.lockstep import run_concurrently
-  from fedsim_jax.runtime.simulation import StopCondition
 
   log = []
   sims = [_FakeSimulation(log, f's{i}') for i in range(4)]
-  run_concurrently(sims, [StopCondition(max_versions=3) for _ in sims])
+  assert run_concurrently(_drivers(sims, 3), sims[0]) == ['s0', 's1', 's2', 's3']
   assert log[0] == 's0 version 1'  # the others wait for the first version
   assert sorted(log) == sorted(f's{i} version {v}' for i in range(4) for v in (1, 2, 3))
   assert [sim.version for sim in sims] == [3] * 4
+  assert sims[0].on_version is None  # the hook that started the others is gone
 
 
 def test_concurrent_sweeps_respect_a_zero_version_budget():
   from fedsim_jax.runtime.lockstep import run_concurrently
-  from fedsim_jax.runtime.simulation import StopCondition
 
   log = []
   sims = [_FakeSimulation(log, f's{i}') for i in range(2)]
-  run_concurrently(sims, [StopCondition(max_versions=0) for _ in sims])
+  assert run_concurrently(_drivers(sims, 0), sims[0]) == ['s0', 's1']
   assert log == []
 
 
 @pytest.mark.parametrize('failing', [0, 2])
 def test_concurrent_sweeps_reraise_a_simulation_error(failing):
   from fedsim_jax.runtime.lockstep import run_concurrently
-  from fedsim_jax.runtime.simulation import StopCondition
 
   log = []
   sims = [_FakeSimulation(log, f's{i}', fail=i == failing) for i in range(3)]
   with pytest.raises(ValueError, match=f's{failing} failed'):
-    run_concurrently(sims, [StopCondition(max_versions=3) for _ in sims])
+    run_concurrently(_drivers(sims, 3), sims[0])

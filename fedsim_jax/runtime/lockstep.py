@@ -7,7 +7,8 @@ Shared batches (`run_lockstep`, for the vmap backend): every simulation's event 
 own thread; whenever a simulation needs task results it submits its pending tasks and waits.
 Once every unfinished simulation is waiting, the tasks of all of them run as ONE executor batch
 over the union of their federations, and each simulation gets its rows back (a
-`TaskBatchResult` view). Results equal the sequential runs': a simulation submits exactly the
+`TaskBatchResult` view). A simulation paused between events (to write a checkpoint) is not
+waiting: the others wait for it, so pauses never change which tasks share a batch. Results equal the sequential runs': a simulation submits exactly the
 batches it would have run alone (deferred execution groups tasks by the simulation's own
 dependencies, never by timing), a task's key is `fold_in(base_key of its simulation, task
 seed)`, and a client's batches depend only on its own rows of the index table (with JAX's
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -181,55 +182,84 @@ def lockstep_executors(
   return shared, [LockstepClientExecutor(shared, i, offset) for i, offset in enumerate(offsets)]
 
 
-def _drive_in_threads(simulations: Sequence[Any], stops: Sequence[Any], on_end: Any = None) -> None:
-  """Runs every `simulations[i].run(stops[i])` in its own thread; re-raises the first failure.
+def _drive_in_threads(
+  drivers: Sequence[Callable[[], Any]],
+  on_end: Callable[[int, BaseException | None], None] | None = None,
+  first_alone: threading.Event | None = None,
+) -> list[Any]:
+  """Calls every driver in its own thread; returns their results, or re-raises the first
+  failure once every thread has ended.
 
-  `on_end(i, error)` is called when simulation i ends (error None) or fails.
+  `on_end(i, error)` is called when driver i returns (error None) or fails. With
+  `first_alone`, the other drivers start once it is set, or once driver 0 has ended.
   """
+  results: list[Any] = [None] * len(drivers)
   errors: list[BaseException] = []
 
   def drive(index: int) -> None:
     error = None
     try:
-      simulations[index].run(stops[index])
+      results[index] = drivers[index]()
     except BaseException as e:  # noqa: BLE001 - handed to the caller below
       errors.append(e)
       error = e
     finally:
       if on_end is not None:
         on_end(index, error)
+      if index == 0 and first_alone is not None:
+        first_alone.set()
 
   threads = [
     threading.Thread(target=drive, args=(i,), name=f'lockstep-{i}', daemon=True)
-    for i in range(len(simulations))
+    for i in range(len(drivers))
   ]
-  for thread in threads:
+  threads[0].start()
+  if first_alone is not None:
+    first_alone.wait()
+  for thread in threads[1:]:
     thread.start()
   for thread in threads:
     thread.join()
   if errors:
     first = next((e for e in errors if not isinstance(e, RuntimeError)), errors[0])
     raise first
+  return results
 
 
-def run_lockstep(simulations: Sequence[Any], stops: Sequence[Any], shared: SharedExecution) -> None:
-  """Runs every `simulations[i].run(stops[i])` in lockstep; re-raises the first failure."""
-  _drive_in_threads(simulations, stops, on_end=shared.finish)
+def run_lockstep(drivers: Sequence[Callable[[], Any]], shared: SharedExecution) -> list[Any]:
+  """Calls every driver in its own thread; driver i runs the simulation whose executor is
+  `shared`'s simulation i (one run, e.g. `PreparedRun.run_until_stopped`, which may pause
+  its simulation to checkpoint: the others wait for it at the next shared batch). Returns
+  the drivers' results; re-raises the first failure."""
+  return _drive_in_threads(drivers, on_end=shared.finish)
 
 
-def run_concurrently(simulations: Sequence[Any], stops: Sequence[Any]) -> None:
-  """Runs every `simulations[i].run(stops[i])` at the same time, each with its own executor.
+def run_concurrently(drivers: Sequence[Callable[[], Any]], first_simulation: Any) -> list[Any]:
+  """Calls every driver at the same time, each running one simulation with its own executor;
+  returns their results and re-raises the first failure.
 
   For the loop backend, whose tasks are one program call each: the simulations' tasks share
   the process-wide task threads (`Executor(threads=...)`) as they come, and one simulation's
   host work (scheduling, aggregation, evaluation) overlaps the others' training. Results are
   those of the sequential runs bit for bit: every simulation keeps its own executor, and a
-  task's result never depends on what runs beside it. Simulation 0 runs its first server version alone,
-  so the others find its programs compiled (`fedsim_jax.compilation_cache`) instead of all
+  task's result never depends on what runs beside it. Driver 0 runs alone until its
+  simulation, `first_simulation`, has made a server version (or driver 0 has ended), so that
+  the others find its programs compiled (`fedsim_jax.compilation_cache`) instead of all
   compiling them at once.
   """
-  # Stopping a simulation and running it on is the same as running it through.
-  limit = stops[0].max_versions
-  first_stop = dataclasses.replace(stops[0], max_versions=1 if limit is None else min(limit, 1))
-  simulations[0].run(first_stop)
-  _drive_in_threads(simulations, stops)
+  first_version = threading.Event()
+  on_version = first_simulation.on_version
+
+  def on_first_version(sim: Any) -> None:
+    sim.on_version = on_version
+    try:
+      if on_version is not None:
+        on_version(sim)
+    finally:
+      first_version.set()
+
+  first_simulation.on_version = on_first_version
+  try:
+    return _drive_in_threads(drivers, first_alone=first_version)
+  finally:
+    first_simulation.on_version = on_version
