@@ -892,7 +892,7 @@ class PreparedRun:
     if self._final_summary is not None:  # it had ended already
       self._lock.release()
       return self._final_summary
-    self._close_outputs()
+    self._close_outputs(unresolved_tasks=False)  # the simulation may be mid-event
     summary = self._summary(
       'interrupted',
       signal=signum,
@@ -956,17 +956,19 @@ class PreparedRun:
   def _write_summary(self, summary: dict[str, Any]) -> None:
     write_json(os.path.join(self.workdir, 'summary.json'), summary)
 
-  def _close_outputs(self) -> OSError | None:
-    """Closes metrics.jsonl, tasks.jsonl (after the tasks still unresolved) and the TensorBoard
-    log, once; returns the error of one that could not be written out (a full disk), if any."""
+  def _close_outputs(self, unresolved_tasks: bool = True) -> OSError | None:
+    """Closes metrics.jsonl, tasks.jsonl (after the tasks still unresolved, unless not
+    `unresolved_tasks`) and the TensorBoard log, once; returns the error of one that could not
+    be written out (a full disk), if any."""
     if self._outputs_closed:
       return None
     self._outputs_closed = True
     failure = None
     closes = [self.writer.close]
     if self.task_trace is not None:
-      # after the last checkpoint: a resumed run truncates them
-      closes += [self.simulation.write_unresolved_tasks, self.task_trace.close]
+      if unresolved_tasks:  # after the last checkpoint: a resumed run truncates them
+        closes.append(self.simulation.write_unresolved_tasks)
+      closes.append(self.task_trace.close)
     if self.tensorboard is not None:
       closes.append(self.tensorboard.close)
     for close in closes:
