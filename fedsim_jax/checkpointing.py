@@ -30,6 +30,7 @@ import io
 import logging
 import os
 import pickle
+import re
 import shutil
 import threading
 from collections.abc import Iterator, Mapping
@@ -45,6 +46,53 @@ _HOST = 'host'
 
 class CheckpointError(Exception):
   """No checkpoint could be read (every candidate was missing or damaged)."""
+
+
+class WriteError(OSError):
+  """A checkpoint or saved model could not be written (a full disk, a read-only folder, ...).
+
+  Its message is one line naming the path and the cause; nothing half-written is left behind
+  (`remove_unfinished`)."""
+
+  def __init__(self, what: str, path: str, cause: str) -> None:
+    super().__init__(f'cannot write {what} {path}: {cause}')
+    self.path = path
+    self.cause = cause
+
+
+# orbax writes each checkpoint or model into `<name>` + this + a suffix, renamed when complete.
+TEMPORARY_MARK = '.orbax-checkpoint-tmp'
+
+
+def failure_cause(error: BaseException) -> str:
+  """Why a write failed, in a few words: the OS error's text ('No space left on device',
+  'Read-only file system') where there is one, from an OSError in the chain of causes or the
+  error code that tensorstore's messages carry, else the error's first line."""
+  seen: BaseException | None = error
+  while seen is not None:
+    if isinstance(seen, OSError) and seen.errno is not None:
+      return seen.strerror or os.strerror(seen.errno)
+    seen = seen.__cause__ or seen.__context__
+  code = re.search(r"os_error_code='?(\d+)", str(error))
+  if code is not None:
+    return os.strerror(int(code.group(1)))
+  text = str(error).splitlines()[0] if str(error) else type(error).__name__
+  return text[:200]
+
+
+def remove_unfinished(directory: str | os.PathLike) -> None:
+  """Deletes what orbax left of writes into `directory` that never completed (a full disk, a
+  process killed or stopped mid-write): its `*.orbax-checkpoint-tmp*` entries."""
+  if not os.path.isdir(directory):
+    return
+  for name in os.listdir(directory):
+    if TEMPORARY_MARK in name:
+      path = os.path.join(directory, name)
+      if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+      else:
+        with contextlib.suppress(OSError):
+          os.remove(path)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,12 +174,13 @@ _ORBAX_LOCK = threading.RLock()
 
 @contextlib.contextmanager
 def quiet_orbax() -> Iterator[None]:
-  """Hides orbax's INFO lines (several per save, through absl's logger) inside the block, so
-  that a run's log stays its progress lines; one thread at a time runs such a block."""
+  """Hides orbax's lines (several INFO lines per save, and a traceback per thread when a write
+  fails, through absl's logger) inside the block, so that a run's log stays its progress lines:
+  the callers report failures themselves, in one line. One thread at a time runs such a block."""
   with _ORBAX_LOCK:
     logger = logging.getLogger('absl')
     level = logger.level
-    logger.setLevel(max(level, logging.WARNING))
+    logger.setLevel(max(level, logging.CRITICAL))
     try:
       yield
     finally:
@@ -159,6 +208,7 @@ class Checkpoints:
     self.directory = os.path.abspath(directory)
     self.keep = keep
     self._manager: Any = None
+    self._saved = False  # whether this object has saved yet (see `save`)
 
   def _orbax(self) -> Any:
     if self._manager is None:
@@ -185,7 +235,12 @@ class Checkpoints:
 
   def save(self, state: Any, meta: Mapping[str, Any]) -> int:
     """Writes `state` (any picklable graph; JAX arrays go to orbax) with the JSON `meta`;
-    returns the new checkpoint's step."""
+    returns the new checkpoint's step.
+
+    Raises:
+      WriteError: the checkpoint could not be written; what was written of it is removed, and
+        the earlier checkpoints are as they were.
+    """
     buffer = io.BytesIO()
     pickler = _ArrayPickler(buffer)
     pickler.dump(state)
@@ -198,18 +253,30 @@ class Checkpoints:
       'sha256': _digest(host, arrays),
     }
     arrays[_HOST] = np.frombuffer(host, np.uint8)
+    if not self._saved:  # a killed writer's leftovers would otherwise stay for good
+      remove_unfinished(self.directory)
     steps = self.steps()
     step = steps[-1] + 1 if steps else 0
-    with quiet_orbax():
-      manager = self._orbax()
-      ocp = self._ocp
-      manager.save(
-        step,
-        args=ocp.args.Composite(
-          arrays=ocp.args.PyTreeSave(arrays), meta=ocp.args.JsonSave(full_meta)
-        ),
-      )
-      manager.wait_until_finished()
+    try:
+      with quiet_orbax():
+        manager = self._orbax()
+        ocp = self._ocp
+        manager.save(
+          step,
+          args=ocp.args.Composite(
+            arrays=ocp.args.PyTreeSave(arrays), meta=ocp.args.JsonSave(full_meta)
+          ),
+        )
+        manager.wait_until_finished()
+    except BaseException as error:
+      self._manager = None  # its idea of the steps on disk may be stale now
+      remove_unfinished(self.directory)
+      if not isinstance(error, Exception):  # KeyboardInterrupt, SystemExit
+        raise
+      raise WriteError(
+        'the checkpoint', os.path.join(self.directory, str(step)), failure_cause(error)
+      ) from error
+    self._saved = True
     return step
 
   def _load_step(self, step: int) -> Restored:

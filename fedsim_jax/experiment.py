@@ -7,12 +7,14 @@ executor, latency model and simulation, runs it, and writes `config.json`, `metr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
 import math
 import os
 import shutil
+import signal
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -27,9 +29,10 @@ from absl import logging
 from fedsim_jax import algorithms, compilation_cache, distributed, interrupts, memory_estimate
 from fedsim_jax import config as config_lib
 from fedsim_jax import workdir as workdir_lib
-from fedsim_jax.checkpointing import CheckpointError, Checkpoints, Restored
+from fedsim_jax.checkpointing import CheckpointError, Checkpoints, Restored, WriteError
 from fedsim_jax.client import client_optimizer
 from fedsim_jax.data import partition as partition_lib
+from fedsim_jax.data.errors import CorruptDatasetError, DatasetNotFoundError
 from fedsim_jax.data.federated import FederatedDataset, steps_for_epochs
 from fedsim_jax.data.lazy import LazyFederation
 from fedsim_jax.data.loading import load_dataset
@@ -209,10 +212,31 @@ def build_availability(
     raise config_lib.ConfigError(f'availability.{name}: {error}') from None
 
 
+def _load_central_dataset(name: str, data_dir: str | None) -> Any:
+  """`load_dataset`, with a data dir that is a file and a file that cannot be read as one-line
+  errors (`ConfigError`, `CorruptDatasetError`) rather than the OS error's traceback."""
+  if data_dir is not None:
+    path = os.path.expanduser(data_dir)
+    if os.path.exists(path) and not os.path.isdir(path):
+      raise config_lib.ConfigError(
+        f'data.data_dir={data_dir} is a file; allowed values: a directory of prepared datasets'
+      )
+  try:
+    return load_dataset(name, data_dir)
+  except DatasetNotFoundError:  # (a FileNotFoundError): its message says how to prepare it
+    raise
+  except OSError as error:
+    where = error.filename or data_dir or 'the data dir'
+    raise CorruptDatasetError(
+      f'dataset {name!r}: cannot read {where} ({error.strerror or error}); allowed: a prepared '
+      'dataset this user can read (fix its permissions, or prepare it again)'
+    ) from None
+
+
 def build_federated_dataset(config: ml_collections.ConfigDict) -> FederatedDataset:
   """Loads `config.data.name` and partitions its training split over clients."""
   data = config.data
-  central = load_dataset(data.name, data.data_dir)
+  central = _load_central_dataset(data.name, data.data_dir)
   seed = config.seed if data.partition_seed is None else data.partition_seed
   try:
     # budget_skewed's shards follow the p_i the algorithm draws (from the same seed stream).
@@ -367,6 +391,7 @@ RESUMABLE_CHANGES = (
   'run.target_accuracy',
   'run.check_memory',
   'run.tensorboard',
+  'run.write_tasks',  # turned off, or on, a run goes on without its task trace
   'run.distributed',
   'run.coordinator_address',
   'run.num_processes',
@@ -443,7 +468,10 @@ class PreparedRun:
 
   The workdir is checked, and the config validated, before anything is written: a workdir that
   holds a run is refused unless `resume` (continue it from its newest checkpoint, bit for bit
-  the run that was never stopped; `docs/checkpoints.md`) or `overwrite` (replace it).
+  the run that was never stopped; `docs/checkpoints.md`) or `overwrite` (replace it). The
+  workdir's lock is taken before the data load and the check repeated under it, so that a run
+  that finished in the meantime is never deleted; a start-up that fails (or is interrupted)
+  releases it, and removes the workdir again if it created it.
   """
 
   def __init__(
@@ -455,6 +483,29 @@ class PreparedRun:
     resume: bool = False,
     overwrite: bool = False,
   ):
+    self._lock: workdir_lib.WorkdirLock | None = None
+    try:
+      self._prepare(
+        config,
+        workdir,
+        dataset,
+        resume=resume,
+        overwrite=overwrite,
+      )
+    except BaseException:
+      if self._lock is not None:
+        self._lock.abandon()
+      raise
+
+  def _prepare(
+    self,
+    config: ml_collections.ConfigDict,
+    workdir: str | os.PathLike,
+    dataset: FederatedDataset | None,
+    *,
+    resume: bool,
+    overwrite: bool,
+  ) -> None:
     settings = validate(config)
     run = config.run
     if run.distributed:  # before anything touches a device
@@ -467,6 +518,9 @@ class PreparedRun:
       workdir = workdir_lib.check(workdir, resume=resume, overwrite=overwrite)
     else:
       workdir = tempfile.mkdtemp(prefix=f'fedsim-process{jax.process_index()}-')
+    self._lock = workdir_lib.WorkdirLock(workdir)
+    if self.primary:  # again under the lock: a run may have ended there since the first check
+      workdir_lib.check(workdir, resume=resume, overwrite=overwrite)
     try:
       cache_dir = compilation_cache.enable(config.run.compilation_cache)
     except ValueError as e:
@@ -532,22 +586,16 @@ class PreparedRun:
       named = message.startswith(('top_k', 'class_groups[', 'balanced_accuracy'))
       raise config_lib.ConfigError(('run.eval_' if named else 'run.eval_*: ') + message) from None
     # Everything is checked: from here on the run writes.
-    self._lock = workdir_lib.WorkdirLock(workdir)
     if restored is None:
       workdir_lib.clear_results(workdir)  # --overwrite, or nothing to resume
+    # At once, so that a run killed from here on (an extension of a finished run included)
+    # never leaves an earlier end's summary beside newer metrics.
+    self._write_summary({'status': workdir_lib.RUNNING})
     write_json(os.path.join(workdir, 'config.json'), resolved)
     self._resolved_config = json.loads(json.dumps(resolved))
     run_state = restored.state['run'] if restored is not None else {}
     self.writer = MetricsWriter(workdir, rows=run_state.get('rows', ()))
-    self.task_trace = (
-      TaskTraceWriter(
-        workdir,
-        # (a non-primary process's scratch trace starts empty: only process 0's is kept)
-        offset=run_state.get('tasks_offset') if restored and self.primary else None,
-      )
-      if config.run.write_tasks
-      else None
-    )
+    self.task_trace = self._task_trace_writer(config, restored)
     self.tensorboard = None
     if config.run.tensorboard:
       if tensorboard_available():
@@ -571,6 +619,8 @@ class PreparedRun:
     self._checkpoint_requested = False
     self._last_checkpoint_time = time.perf_counter()
     self._warned_divergence = False
+    self._outputs_closed = False
+    self._final_summary: dict[str, Any] | None = None  # the summary `finish` wrote
     self.checkpoint_seconds = 0.0  # host time spent writing checkpoints (this process)
     self.checkpoints_written = 0
 
@@ -671,6 +721,40 @@ class PreparedRun:
       )
     return restored
 
+  def _task_trace_writer(
+    self, config: ml_collections.ConfigDict, restored: Restored | None
+  ) -> TaskTraceWriter | None:
+    """The writer of `tasks.jsonl`: a new trace, or, resuming, the checkpointed trace cut back
+    to its checkpointed length. A trace is whole or absent: a resumed run goes on without one,
+    with a warning, where the checkpointed part is lost (the file is missing or shorter than
+    the checkpoint records), the checkpointed run wrote none, or `run.write_tasks` is off now."""
+    if not config.run.write_tasks:
+      if restored is not None and self.primary:
+        self._drop_task_trace('run.write_tasks is off')
+      return None
+    # (a non-primary process's scratch trace starts empty: only process 0's is kept)
+    if restored is None or not self.primary:
+      return TaskTraceWriter(self.workdir)
+    offset = restored.state['run'].get('tasks_offset')
+    if offset is None:
+      self._drop_task_trace('the checkpointed run kept no task trace')
+      return None
+    path = os.path.join(self.workdir, 'tasks.jsonl')
+    size = os.path.getsize(path) if os.path.isfile(path) else None
+    if size is None or size < offset:
+      lost = (
+        'it is missing' if size is None else f'it has {size} of its checkpointed {offset} bytes'
+      )
+      self._drop_task_trace(f'{path} cannot be continued ({lost})')
+      return None
+    return TaskTraceWriter(self.workdir, offset=offset)
+
+  def _drop_task_trace(self, reason: str) -> None:
+    path = os.path.join(self.workdir, 'tasks.jsonl')
+    if os.path.lexists(path):
+      os.remove(path)  # a trace of part of the run would read as the whole run's
+    logging.warning('--resume: %s; the run goes on without its task trace (tasks.jsonl)', reason)
+
   def _checkpoint_due(self, sim: Simulation) -> bool:
     run = self.config.run
     return (run.checkpoint_every is not None and sim.version % run.checkpoint_every == 0) or (
@@ -733,6 +817,8 @@ class PreparedRun:
       },
       **statistics(sim, self._client_classes, window=True),
     }
+    if diverged:  # (the summary's best accuracy and the best model skip this evaluation)
+      row['diverged'] = True
     sim.reset_window()
     row = {name: _finite_or_none(value) for name, value in row.items()}
     self.writer.write(row)
@@ -781,18 +867,36 @@ class PreparedRun:
 
   def run(self) -> dict[str, Any]:
     """Runs the simulation to its stop condition, checkpointing on the way and at the end;
-    returns the summary. SIGINT/SIGTERM stop it cleanly: a checkpoint and an `interrupted`
-    summary (`summary['signal']`) are written."""
+    returns the summary.
+
+    SIGINT/SIGTERM stop it cleanly: a checkpoint and an `interrupted` summary
+    (`summary['signal']`) are written; one that arrives while the final outputs are written
+    waits for them (the run completes), and a second signal stops the run at once (an
+    `interrupted` summary; its newest checkpoint is what `--resume` continues). A checkpoint or
+    output that cannot be written (a full disk, a read-only folder) ends it as `failed`, with a
+    one-line `message` naming the path and the cause.
+    """
     with interrupts.stop_requests(self.simulation.request_pause) as interrupt:
-      status, extra = self.run_until_stopped(interrupt)
-    return self.finish(status, **extra)
+      try:
+        status, extra = self.run_until_stopped(interrupt)
+        summary = self.finish_stopped(status, extra)
+      except KeyboardInterrupt:  # a second SIGINT
+        return self._stopped_at_once(signal.SIGINT)
+      except Exception as error:
+        with contextlib.suppress(OSError):
+          self._write_summary(self._summary('failed', error=f'{type(error).__name__}: {error}'))
+        self._lock.release()
+        raise
+    if interrupt.signal is not None and summary['status'] == 'completed':
+      logging.warning('the stop request came as the run ended: its outputs were completed first')
+    return summary
 
   def run_until_stopped(self, interrupt: interrupts.Interrupt) -> tuple[str, dict[str, Any]]:
-    """Runs the simulation until its stop condition, `interrupt`'s signal, a divergence or a
-    stall, checkpointing on the way and (unless it diverged or stalled) at the end; returns
-    the status and the summary fields for `finish`. Any other error writes a `failed` summary
-    and is raised. `interrupt` is installed by the caller (`run`, or a lockstep sweep's, which
-    pauses every simulation of the sweep)."""
+    """Runs the simulation until its stop condition, `interrupt`'s signal, a divergence, a
+    stall or an output it cannot write, checkpointing on the way and (unless it diverged or
+    stalled) at the end; returns the status and the summary fields for `finish_stopped`. Any
+    other error writes a `failed` summary and is raised. `interrupt` is installed by the caller
+    (`run`, or a lockstep sweep's, which pauses every simulation of the sweep)."""
     sim = self.simulation
     try:
       while interrupt.signal is None:
@@ -806,19 +910,59 @@ class PreparedRun:
       return 'diverged', {'message': str(error)}
     except SimulationStalled as error:
       return 'failed', {'message': str(error)}
+    except OSError as error:  # a checkpoint, metrics row or task record that cannot be written
+      return 'failed', self._write_failure(error)
     except Exception as error:
-      self._write_summary(self._summary('failed', error=f'{type(error).__name__}: {error}'))
+      with contextlib.suppress(OSError):
+        self._write_summary(self._summary('failed', error=f'{type(error).__name__}: {error}'))
       self._lock.release()
       raise
     if interrupt.signal is not None:
       return 'interrupted', {'signal': interrupt.signal}
     return 'completed', {}
 
+  def finish_stopped(self, status: str, extra: dict[str, Any]) -> dict[str, Any]:
+    """`finish(status, **extra)` for a run that `run_until_stopped` stopped; a divergence found
+    by the final evaluation ends it as `diverged` (before anything final was written)."""
+    try:
+      return self.finish(status, **extra)
+    except Diverged as error:
+      return self.finish('diverged', message=str(error))
+
+  def _write_failure(self, error: OSError) -> dict[str, str]:
+    """The summary fields of a run stopped by an output it could not write."""
+    if isinstance(error, WriteError):
+      what = str(error)
+    else:  # (a write to an open file names none: then the workdir)
+      what = f'cannot write {error.filename or f"into {self.workdir}"}: {error.strerror or error}'
+    return {
+      'message': f'{what}; fix that and rerun with --resume (it continues from the newest '
+      'checkpoint)',
+      'error': f'{type(error).__name__}: {what}',
+    }
+
+  def _stopped_at_once(self, signum: int) -> dict[str, Any]:
+    """Ends a run that a second signal stopped in the middle of whatever it was doing."""
+    if self._final_summary is not None:  # it had ended already
+      self._lock.release()
+      return self._final_summary
+    self._close_outputs(unresolved_tasks=False)  # the simulation may be mid-event
+    summary = self._summary(
+      'interrupted',
+      signal=signum,
+      message='stopped at once by a second signal; --resume continues from the newest checkpoint',
+    )
+    with contextlib.suppress(OSError):
+      self._write_summary(summary)
+    self._lock.release()
+    return summary
+
   def _summary(self, status: str, **extra: Any) -> dict[str, Any]:
     sim, config = self.simulation, self.config
     simulation_seconds = time.perf_counter() - self.simulation_start
     summary = {'status': status, **extra}
     summary.update(summarize(self.writer.rows, config.run.target_accuracy))
+    summary.update(self._best_of_finite_models())
     summary.update(sim.report())
     summary['statistics'] = {
       **statistics(sim, self._client_classes),
@@ -842,6 +986,20 @@ class PreparedRun:
     }
     return summary
 
+  def _best_of_finite_models(self) -> dict[str, Any]:
+    """The summary's best accuracy and accuracy target, from the evaluations of finite models
+    only (`run.on_divergence='continue'`), so that they describe the saved `best` model."""
+    rows = self.writer.rows
+    finite = [row for row in rows if not row.get('diverged')]
+    if len(finite) == len(rows):
+      return {}
+    target = self.config.run.target_accuracy
+    found = summarize(finite, target)
+    keys = ['best_accuracy', 'best_accuracy_time']
+    if target is not None:
+      keys += ['time_to_target', 'version_to_target', 'client_updates_to_target']
+    return {key: found.get(key) for key in keys}
+
   def _total_host_seconds(self) -> float | None:
     """Host seconds this run's result has cost: this process's so far plus the earlier
     processes' up to the checkpoint this one resumed from (None if they are unknown)."""
@@ -852,41 +1010,76 @@ class PreparedRun:
   def _write_summary(self, summary: dict[str, Any]) -> None:
     write_json(os.path.join(self.workdir, 'summary.json'), summary)
 
+  def _close_outputs(self, unresolved_tasks: bool = True) -> OSError | None:
+    """Closes metrics.jsonl, tasks.jsonl (after the tasks still unresolved, unless not
+    `unresolved_tasks`) and the TensorBoard log, once; returns the error of one that could not
+    be written out (a full disk), if any."""
+    if self._outputs_closed:
+      return None
+    self._outputs_closed = True
+    failure = None
+    closes = [self.writer.close]
+    if self.task_trace is not None:
+      if unresolved_tasks:  # after the last checkpoint: a resumed run truncates them
+        closes.append(self.simulation.write_unresolved_tasks)
+      closes.append(self.task_trace.close)
+    if self.tensorboard is not None:
+      closes.append(self.tensorboard.close)
+    for close in closes:
+      try:
+        close()
+      except OSError as error:
+        failure = failure or error
+    return failure
+
+  def _write_final_outputs(self) -> None:
+    """`clients.json` and the saved models of a completed run."""
+    sim = self.simulation
+    write_json(
+      os.path.join(self.workdir, 'clients.json'),
+      {
+        'dispatched': sim.dispatch_counts.tolist(),
+        'aggregated': sim.aggregated_counts.tolist(),
+        'gradient_steps': sim.steps_per_client.tolist(),
+        'busy_time': sim.busy_time.tolist(),
+      },
+    )
+    models = {'final': sim.params}
+    if self._best is not None:
+      models['best'] = self._best[2]
+    if sim.eval_params is not sim.params:
+      models['evaluated'] = sim.eval_params
+    if self.config.run.distributed:
+      models = distributed.to_host(models)
+    if self.primary:
+      save_models(self.workdir, self.model_description, models)
+
   def finish(self, status: str = 'completed', **extra: Any) -> dict[str, Any]:
     """Writes `summary.json` (and, for a completed run, the final evaluation, `clients.json`
-    and the saved models); returns the summary."""
+    and the saved models); returns the summary. A completed run whose outputs cannot be written
+    ends `failed` instead (`_write_failure`)."""
     if status not in STATUSES:
       raise ValueError(f'status={status!r}; allowed: {STATUSES}')
     sim = self.simulation
     if status == 'completed' and self._last_evaluated != sim.version:
       self.record(sim)
-    self.writer.close()
-    if self.task_trace is not None:
-      sim.write_unresolved_tasks()  # after the last checkpoint: a resumed run truncates them
-      self.task_trace.close()
-    if self.tensorboard is not None:
-      self.tensorboard.close()
+    failure = self._close_outputs()
+    if status == 'completed' and failure is None:
+      try:
+        self._write_final_outputs()
+      except OSError as error:
+        failure = error
+    if status == 'completed' and failure is not None:
+      status, extra = 'failed', self._write_failure(failure)
     summary = self._summary(status, **extra)
-    if status == 'completed':
-      write_json(
-        os.path.join(self.workdir, 'clients.json'),
-        {
-          'dispatched': sim.dispatch_counts.tolist(),
-          'aggregated': sim.aggregated_counts.tolist(),
-          'gradient_steps': sim.steps_per_client.tolist(),
-          'busy_time': sim.busy_time.tolist(),
-        },
-      )
-      models = {'final': sim.params}
-      if self._best is not None:
-        models['best'] = self._best[2]
-      if sim.eval_params is not sim.params:
-        models['evaluated'] = sim.eval_params
-      if self.config.run.distributed:
-        models = distributed.to_host(models)
-      if self.primary:
-        save_models(self.workdir, self.model_description, models)
-    self._write_summary(summary)
+    try:
+      self._write_summary(summary)
+    except OSError as error:  # summary.json still says 'running': the run reads as killed
+      if status == 'completed':
+        summary = self._summary('failed', **self._write_failure(error))
+      else:
+        logging.warning('cannot write %s (%s)', error.filename, error.strerror)
+    self._final_summary = summary
     self._lock.release()
     if not self.primary:
       shutil.rmtree(self.workdir, ignore_errors=True)
@@ -1018,10 +1211,15 @@ def run_experiments_lockstep(
       info = {'simulations': len(runs), 'execution': 'concurrent'}
     else:
       endings, info = _run_in_shared_batches(runs, drivers)
-  summaries = []
-  for run, (status, extra) in zip(runs, endings):
-    run.host_extra['lockstep'] = dict(info)
-    summaries.append(run.finish(status, **extra))
+    # Still under the handler: a signal while the final outputs are written waits for them,
+    # and a second SIGINT stops the runs not yet finished at once (as in `PreparedRun.run`).
+    summaries: list[dict[str, Any]] = []
+    try:
+      for run, (status, extra) in zip(runs, endings):
+        run.host_extra['lockstep'] = dict(info)
+        summaries.append(run.finish_stopped(status, extra))
+    except KeyboardInterrupt:
+      summaries += [run._stopped_at_once(signal.SIGINT) for run in runs[len(summaries) :]]
   return summaries
 
 

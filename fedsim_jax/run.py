@@ -15,19 +15,22 @@ process, one data load, compiled programs shared). A workdir that holds a run is
 overwritten: `--resume` continues it from its newest checkpoint, `--overwrite` replaces it.
 
 Exit codes: 0 done; 2 an invalid setting, workdir or missing dataset (one line on stderr,
-nothing written; or a run that stalls: no server version and no new update held for one in
-100000 events, or 4 per task in flight where that is more); 3 the model
-diverged (NaN or inf; one line naming the version and the learning rates,
-`run.on_divergence`); 130 / 143 stopped by SIGINT / SIGTERM after writing a checkpoint (the
-line printed says how to resume). With --seeds, every seed ends on its own (its summary.json
-and one line: its final accuracy, or its error after its workdir; a seed that diverges or
-stalls leaves the others running), and the exit code is the first that applies of 130 / 143
-(interrupted), 2 (a seed failed), 3 (a seed diverged), 0.
+nothing written), a run that stalls (no server version and no new update held for one in
+100000 events, or 4 per task in flight where that is more), or one that cannot write a
+checkpoint or its models (a full disk, a read-only folder: one line naming the path and the
+cause; `--resume` continues once it is fixed); 3 the model diverged (NaN or inf; one line naming
+the version and the learning rates, `run.on_divergence`); 130 / 143 stopped by SIGINT / SIGTERM
+(after writing a checkpoint, or during start-up, before the run began; the line printed says
+how to go on). With --seeds, every seed ends on its own (its summary.json and one line: its
+final accuracy, or its error after its workdir; a seed that diverges or stalls leaves the others
+running), and the exit code is the first that applies of 130 / 143 (interrupted), 2 (a seed
+failed), 3 (a seed diverged), 0.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from typing import Any
 
@@ -89,7 +92,10 @@ def define_flags() -> None:
 def main(argv: list[str]) -> None:
   """Runs the experiment the flags of `define_flags` describe (absl's `app.run` main)."""
   if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+    cli.fail(
+      f'unexpected argument {argv[1]!r}; allowed: flags only (--config=..., --workdir=..., '
+      '--help lists them)'
+    )
   # Imported here so that `--help` and flag errors stay fast.
   from fedsim_jax.config import ConfigError
   from fedsim_jax.data.errors import CorruptDatasetError, DatasetNotFoundError
@@ -138,6 +144,8 @@ def main(argv: list[str]) -> None:
       runs = list(zip(workdirs, summaries))
   except (ConfigError, DatasetNotFoundError, CorruptDatasetError, cli.FlagError) as error:
     cli.fail(str(error))
+  except OSError as error:  # e.g. a full disk as the run writes its first files
+    cli.fail(f'cannot write {error.filename or "the outputs"}: {error.strerror or error}')
   sys.exit(_report(runs, name_runs=values.seeds is not None))
 
 
@@ -149,11 +157,12 @@ def _report(runs: list[tuple[str, dict[str, Any]]], *, name_runs: bool = False) 
   for workdir, summary in runs:
     if summary['status'] == 'completed':
       print(
-        f'final accuracy {summary["final_accuracy"]:.4f}  best {summary["best_accuracy"]:.4f}  '
+        f'final accuracy {_accuracy(summary["final_accuracy"])}  '
+        f'best {_accuracy(summary["best_accuracy"])}  '
         f'virtual time {summary["final_virtual_time"]:.1f}s  '
         f'host {summary["host"]["seconds"]:.1f}s  outputs: {os.path.abspath(workdir)}'
       )
-    elif 'message' in summary:  # diverged or failed
+    elif summary['status'] in ('diverged', 'failed'):
       where = f'{os.path.abspath(workdir)}: ' if name_runs else ''
       print(f'error: {where}{summary["message"]}', file=sys.stderr)
   interrupted = [summary for _, summary in runs if summary['status'] == 'interrupted']
@@ -170,13 +179,31 @@ def _report(runs: list[tuple[str, dict[str, Any]]], *, name_runs: bool = False) 
   return 0
 
 
+def _accuracy(value: float | None) -> str:
+  return 'n/a' if value is None else f'{value:.4f}'
+
+
+def _accuracy(value: float | None) -> str:
+  return 'n/a' if value is None else f'{value:.4f}'
+
+
 def run_main() -> None:
   """Console entry point (`fedsim-run`, `python -m fedsim_jax.run`, `experiments/run.py`)."""
   # User modules named by `--config` or `--config.algorithm.module` are found from the working
   # directory, as with `python -m`.
   sys.path.insert(0, os.getcwd())
   define_flags()
-  app.run(main, flags_parser=cli.parse_flags)
+  try:
+    app.run(main, flags_parser=cli.parse_flags)
+  except KeyboardInterrupt:
+    # SIGINT before a run installs its handler (imports, data load, compilation): the run
+    # gave its workdir up as it was (`PreparedRun`), with no checkpoint to write yet.
+    print(
+      'interrupted: stopped by SIGINT before the run wrote a checkpoint; rerun the same '
+      'command (with --resume if the workdir already held a run)',
+      file=sys.stderr,
+    )
+    sys.exit(128 + signal.SIGINT)
 
 
 if __name__ == '__main__':

@@ -11,11 +11,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 from collections.abc import Mapping
 from typing import Any
 
-from fedsim_jax.checkpointing import quiet_orbax, this_process_only
+from fedsim_jax import workdir as workdir_lib
+from fedsim_jax.checkpointing import (
+  WriteError,
+  failure_cause,
+  quiet_orbax,
+  remove_unfinished,
+  this_process_only,
+)
 from fedsim_jax.metrics import read_metrics, write_json
 from fedsim_jax.models import Model, Params, get_model
 
@@ -42,15 +50,29 @@ def save_models(
   workdir: str | os.PathLike, description: Mapping[str, Any], models: Mapping[str, Params]
 ) -> None:
   """Writes each named parameter pytree to `<workdir>/models/<name>` (replacing an older one)
-  and the architecture's `description` (see `model_description`) to `models/model.json`."""
+  and the architecture's `description` (see `model_description`) to `models/model.json`.
+
+  Raises:
+    WriteError: a model could not be written (what was written of it is removed).
+  """
   directory = os.path.abspath(os.path.join(workdir, MODELS_DIR))
-  os.makedirs(directory, exist_ok=True)
-  with quiet_orbax():
-    checkpointer = _checkpointer()
-    for name, params in models.items():
-      checkpointer.save(os.path.join(directory, name), params, force=True)
-    checkpointer.wait_until_finished()
-  write_json(os.path.join(directory, 'model.json'), dict(description))
+  path = directory
+  try:
+    os.makedirs(directory, exist_ok=True)
+    remove_unfinished(directory)  # left by a process killed while saving
+    with quiet_orbax():
+      checkpointer = _checkpointer()
+      for name, params in models.items():
+        path = os.path.join(directory, name)
+        checkpointer.save(path, params, force=True)
+        checkpointer.wait_until_finished()
+    path = os.path.join(directory, 'model.json')
+    write_json(path, dict(description))
+  except BaseException as error:
+    remove_unfinished(directory)
+    if not isinstance(error, Exception):  # KeyboardInterrupt, SystemExit
+      raise
+    raise WriteError('the model', path, failure_cause(error)) from error
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,10 +82,14 @@ class SavedRun:
   Attributes:
     config: `config.json` (every setting, the algorithm's resolved settings included).
     metrics: the rows of `metrics.jsonl`.
-    summary: `summary.json` (None while the run has not ended).
+    summary: `summary.json` (`{'status': 'running'}` while the run runs; None if it has none).
     model: the architecture, rebuilt (None if the run saved no model yet).
     params: the saved models by name (`final`, `best`, and `evaluated` where it exists), each
       ready for `model.apply(params, x)`.
+    status: where the run stands (`fedsim_jax.workdir.run_status`): 'completed' (only then
+      are `summary` and `params` its results), 'interrupted', 'diverged', 'failed', 'running'
+      or 'killed' (stopped without a summary, or killed while `--resume` extended it: `summary`
+      and `params` may then be an earlier end's).
   """
 
   config: dict[str, Any]
@@ -71,10 +97,12 @@ class SavedRun:
   summary: dict[str, Any] | None
   model: Model | None
   params: dict[str, Params]
+  status: str = 'completed'
 
 
 def load_run(workdir: str | os.PathLike) -> SavedRun:
-  """Reads a run's outputs: config, metrics, summary, architecture and saved models.
+  """Reads a run's outputs: config, metrics, summary, architecture and saved models, and where
+  the run stands (`SavedRun.status`; a run that is not 'completed' is also named in a warning).
 
   Example:
     run = fedsim_jax.load_run('runs/demo')
@@ -107,4 +135,9 @@ def load_run(workdir: str | os.PathLike) -> SavedRun:
       for name in sorted(os.listdir(directory)):
         if os.path.isdir(os.path.join(directory, name)):
           params[name] = checkpointer.restore(os.path.join(directory, name))
-  return SavedRun(config=config, metrics=metrics, summary=summary, model=model, params=params)
+  status = workdir_lib.run_status(workdir, summary, metrics[-1].get('version') if metrics else None)
+  if status != 'completed':
+    logging.warning('%s: the run is %s, not completed (SavedRun.status)', workdir, status)
+  return SavedRun(
+    config=config, metrics=metrics, summary=summary, model=model, params=params, status=status
+  )

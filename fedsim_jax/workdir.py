@@ -3,8 +3,10 @@ and never overwritten by accident.
 
 A workdir holds one run. `check` refuses, before the run touches anything, a path that cannot
 be a workdir and one that already holds a run's results (unless the caller resumes it or asked
-to overwrite it); `WorkdirLock` keeps a second process from writing into a workdir in use; every
-JSON file is replaced atomically (`fedsim_jax.metrics.write_json`).
+to overwrite it); `WorkdirLock` keeps a second process from writing into a workdir in use. A run
+takes the lock before its long start-up (the data load) and checks again under it, so a run that
+finished in the meantime is never overwritten. Every JSON file is replaced atomically
+(`fedsim_jax.metrics.write_json`); `run_status` says where a run stands.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import errno
 import fcntl
 import os
 import shutil
+from collections.abc import Mapping
+from typing import Any
 
 from fedsim_jax.settings import ConfigError
 
@@ -87,9 +91,13 @@ def clear_results(workdir: str | os.PathLike) -> None:
 def in_use(workdir: str | os.PathLike) -> bool:
   """Whether a running process holds `workdir`'s lock (a `WorkdirLock`)."""
   path = os.path.join(workdir, LOCK_FILE)
-  if not os.path.exists(path):
+  if not os.path.isfile(path):
     return False
-  with open(path, encoding='utf-8') as f:
+  try:
+    f = open(path, encoding='utf-8')  # noqa: SIM115 - closed below
+  except OSError:  # a lock file this process may not read: no run can hold it either
+    return False
+  with f:
     try:
       fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError as error:
@@ -100,35 +108,115 @@ def in_use(workdir: str | os.PathLike) -> bool:
   return False
 
 
+# The statuses a run's summary.json gives when the run ended (`PreparedRun.finish`), and the two
+# `run_status` adds for a run that has not.
+ENDED_STATUSES = ('completed', 'interrupted', 'diverged', 'failed')
+RUNNING = 'running'
+KILLED = 'killed'
+
+
+def run_status(
+  workdir: str | os.PathLike, summary: Mapping[str, Any] | None, last_version: int | None
+) -> str:
+  """Where the run in `workdir` stands, from its summary and the version of its last metrics row.
+
+  'running' while a process holds the workdir; otherwise the status its summary.json gives when
+  the run ended ('completed', 'interrupted', 'diverged', 'failed'), or 'killed' when it stopped
+  without saying so: no summary.json, one that still says 'running', or a 'completed' one that
+  metrics.jsonl has gone past (an extension by `--resume` that was killed). A summary without a
+  status (written before summaries had one) is a completed run's.
+  """
+  if in_use(workdir):
+    return RUNNING
+  status = summary.get('status', 'completed') if isinstance(summary, Mapping) else None
+  if status not in ENDED_STATUSES:
+    return KILLED
+  final_version = summary.get('final_version') if isinstance(summary, Mapping) else None
+  if (
+    status == 'completed'
+    and isinstance(final_version, int)
+    and isinstance(last_version, int)
+    and last_version > final_version
+  ):
+    return KILLED
+  return str(status)
+
+
 class WorkdirLock:
   """An exclusive lock on a workdir for this process's run (released on `release` or exit).
 
-  Raises ConfigError if another process holds it. The lock is an `flock` on `<workdir>/.lock`,
-  which the kernel drops when the process dies, so a killed run never leaves a stale lock.
+  Raises ConfigError if another process holds it, or if `<workdir>/.lock` cannot be a lock file
+  (a folder, say). The lock is an `flock` on `<workdir>/.lock`, which the kernel drops when the
+  process dies, so a killed run never leaves a stale lock.
   """
 
   def __init__(self, workdir: str | os.PathLike) -> None:
-    os.makedirs(workdir, exist_ok=True)
+    self.workdir = os.fspath(workdir)
     self.path = os.path.join(workdir, LOCK_FILE)
-    self._file = open(self.path, 'a+', encoding='utf-8')  # noqa: SIM115 - held until release
-    try:
-      fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as error:
-      self._file.seek(0)
-      holder = self._file.read().strip() or 'another process'
+    self.created = not os.path.isdir(workdir)  # this lock made the workdir (see `abandon`)
+    while True:
+      self._file = self._open(workdir)
+      try:
+        fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      except OSError as error:
+        self._file.seek(0)
+        holder = self._file.read().strip() or 'another process'
+        self._file.close()
+        if error.errno in (errno.EAGAIN, errno.EACCES):
+          raise ConfigError(
+            f'--workdir={workdir} is in use by a running run ({holder}); allowed: another '
+            '--workdir, or wait for it to finish'
+          ) from None
+        raise
+      # A run that gave up the workdir (`abandon`) may have removed the file this process
+      # opened: then the lock is on a file no other run sees, and is taken again.
+      if self._holds_the_lock_file():
+        break
       self._file.close()
-      if error.errno in (errno.EAGAIN, errno.EACCES):
-        raise ConfigError(
-          f'--workdir={workdir} is in use by a running run ({holder}); allowed: another '
-          '--workdir, or wait for it to finish'
-        ) from None
-      raise
     self._file.seek(0)
     self._file.truncate()
     self._file.write(f'pid {os.getpid()}\n')
     self._file.flush()
 
+  def _open(self, workdir: str | os.PathLike) -> Any:
+    try:
+      os.makedirs(workdir, exist_ok=True)
+    except OSError as error:
+      raise ConfigError(
+        f'--workdir={workdir} cannot be created ({error.strerror}); allowed: a directory path'
+      ) from None
+    if os.path.lexists(self.path) and not os.path.isfile(self.path):
+      raise ConfigError(
+        f'--workdir={workdir}: {self.path} is not a lock file (a folder or other non-file); '
+        'allowed: a workdir without it (remove it), or another --workdir'
+      )
+    try:
+      return open(self.path, 'a+', encoding='utf-8')  # noqa: SIM115 - held until release
+    except OSError as error:
+      raise ConfigError(
+        f'--workdir={workdir}: its lock file {self.path} cannot be opened ({error.strerror}); '
+        'allowed: a workdir this user can write, or another --workdir'
+      ) from None
+
+  def _holds_the_lock_file(self) -> bool:
+    try:
+      return os.stat(self.path).st_ino == os.fstat(self._file.fileno()).st_ino
+    except FileNotFoundError:
+      return False
+
   def release(self) -> None:
     if not self._file.closed:
       fcntl.flock(self._file, fcntl.LOCK_UN)
       self._file.close()
+
+  def abandon(self) -> None:
+    """Releases the lock of a run that gave up before writing anything: a workdir this lock
+    created, and that holds nothing but the lock file, is removed again."""
+    if not self._file.closed and self.created:
+      try:
+        if os.listdir(self.workdir) == [LOCK_FILE]:
+          os.remove(self.path)  # still locked: a run waiting on this file then retries
+          os.rmdir(self.workdir)
+      except OSError:  # another run began writing there meanwhile: leave it
+        pass
+    self.release()

@@ -324,11 +324,14 @@ def test_a_setting_added_after_the_checkpoint_resumes_at_its_default():
   current['algorithm']['kwargs'] = settings.as_dict()
   saved = json.loads(json.dumps(current))
   del saved['algorithm']['kwargs']['ema_warmup']  # a checkpoint older than the setting
-  del saved['run']['write_tasks']
+  del saved['run']['on_divergence']
   defaults = default_settings(settings)
   assert config_differences(saved, current, defaults) == []
   # Without the defaults, or set away from its default, the added setting is a difference.
-  assert config_differences(saved, current) == ['algorithm.kwargs.ema_warmup', 'run.write_tasks']
+  assert config_differences(saved, current) == [
+    'algorithm.kwargs.ema_warmup',
+    'run.on_divergence',
+  ]
   current['algorithm']['kwargs']['ema_warmup'] = 'bias_correction'
   assert config_differences(saved, current, defaults) == ['algorithm.kwargs.ema_warmup']
   # A setting the current code no longer has is always a difference.

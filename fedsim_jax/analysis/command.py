@@ -8,7 +8,7 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 
-from fedsim_jax.analysis.run_files import RunFiles, RunFilesError, discover
+from fedsim_jax.analysis.run_files import RunFiles, RunFilesError, discover, finished_only
 
 
 def accuracy_argument(text: str) -> float:
@@ -23,17 +23,30 @@ def accuracy_argument(text: str) -> float:
 
 
 def parser_for(prog: str, description: str, target_help: str) -> argparse.ArgumentParser:
-  """A parser with the arguments both commands take: DIR..., --labels and --target."""
+  """A parser with the arguments both commands take: DIR..., --labels, --target and
+  --include_unfinished."""
   parser = argparse.ArgumentParser(prog=prog, description=description)
   parser.add_argument('dirs', nargs='+', metavar='DIR', help='a workdir or a sweep root')
   parser.add_argument('--labels', metavar='A,B', help='comma-separated group labels, in order')
   parser.add_argument('--target', metavar='ACC', type=accuracy_argument, help=target_help)
+  parser.add_argument(
+    '--include_unfinished',
+    action='store_true',
+    help='also use runs that have not completed (killed, interrupted, failed, diverged or '
+    'running; left out by default), marked as unfinished',
+  )
   return parser
 
 
-def groups_of(args: argparse.Namespace) -> list[list[RunFiles]]:
-  """The run groups that `args.dirs` (and `args.labels`) name."""
-  return discover(args.dirs, args.labels.split(',') if args.labels else None)
+def groups_of(args: argparse.Namespace, prog: str) -> list[list[RunFiles]]:
+  """The run groups that `args.dirs` (and `args.labels`) name, without the runs that have not
+  completed unless `args.include_unfinished`; each such run is named on stderr, one line each
+  (`finished_only`)."""
+  groups = discover(args.dirs, args.labels.split(',') if args.labels else None)
+  kept, notes = finished_only(groups, args.include_unfinished)
+  for note in notes:
+    print(f'{prog}: unfinished run {note}', file=sys.stderr)
+  return kept
 
 
 def run_command(

@@ -4,9 +4,11 @@
 
 Columns: accuracy (final and best, mean ± sample std over seeds), virtual time and client
 updates to the target accuracy (means over the seeds that reached it) and the same relative to
-the baseline group, wasted compute and mean staleness. Exit codes: 0 done; 2 a path that holds
-no run, an unknown baseline, or runs with different targets and no --target (one line on
-stderr).
+the baseline group, wasted compute and mean staleness. Runs that have not completed (killed,
+interrupted, failed, diverged, still running, or killed while `--resume` extended them) are left
+out, each named in one line on stderr; `--include_unfinished` keeps them, counted in the table
+as unfinished. Exit codes: 0 done; 2 a path that holds no run, no completed run, an unknown
+baseline, or runs with different targets and no --target (one line on stderr).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ COLUMNS = (
   'algorithm',
   'dataset',
   'seeds',
+  'unfinished',
   'final_accuracy_mean',
   'final_accuracy_std',
   'best_accuracy_mean',
@@ -84,6 +87,7 @@ def _group_row(group: Sequence[RunFiles], target: float | None) -> dict[str, Any
     'algorithm': first.algorithm,
     'dataset': first.dataset,
     'seeds': len(group),
+    'unfinished': sum(not run.finished for run in group),
     'final_accuracy_mean': final_mean,
     'final_accuracy_std': final_std,
     'best_accuracy_mean': best_mean,
@@ -110,7 +114,8 @@ def compare(
     target: the test accuracy that "to target" counts up to; default: the runs' config
       run.target_accuracy (None: no to-target numbers).
 
-  A run reaches the target at its first metrics row with test_accuracy >= target; the group's
+  `unfinished` counts the group's runs that have not completed (`RunFiles.finished`). A run
+  reaches the target at its first metrics row with test_accuracy >= target; the group's
   time and client updates to target are means over the runs that reached it (`reached` of
   `seeds`). Accuracy stds are sample stds (ddof=1), 0.0 for one seed. Ratios are the group's
   mean over the baseline group's mean (None where either is missing).
@@ -180,9 +185,10 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     '|' + '|'.join(['---'] + ['---:'] * (len(header) - 1)) + '|',
   ]
   for row in rows:
+    unfinished = row.get('unfinished') or 0
     cells = [
       row['label'],
-      str(row['seeds']),
+      f'{row["seeds"]} ({unfinished} unfinished)' if unfinished else str(row['seeds']),
       _plus_minus(row['final_accuracy_mean'], row['final_accuracy_std']),
       _plus_minus(row['best_accuracy_mean'], row['best_accuracy_std']),
     ]
@@ -200,6 +206,11 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     ]
     lines.append('| ' + ' | '.join(_cell(c) for c in cells) + ' |')
   caption = f'Accuracy: mean ± {STD_CONVENTION}.'
+  if any(row.get('unfinished') for row in rows):
+    caption += (
+      ' (k unfinished): runs that had not completed (killed, interrupted, failed, diverged or'
+      ' running) are included as they stand (--include_unfinished).'
+    )
   if target is None:
     caption += ' No target accuracy (set run.target_accuracy or pass --target).'
   else:
@@ -245,7 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   code."""
 
   def body(args: argparse.Namespace) -> None:
-    rows = compare(groups_of(args), baseline=args.baseline, target=args.target)
+    groups = groups_of(args, 'fedsim-compare')
+    rows = compare(groups, baseline=args.baseline, target=args.target)
     table = format_table(rows)
     if args.markdown:
       pathlib.Path(args.markdown).write_text(table, encoding='utf-8')

@@ -36,14 +36,22 @@ def final_accuracy(run: RunFiles) -> float | None:
 
 
 def best_accuracy(run: RunFiles) -> float | None:
-  """The highest test accuracy of any evaluation."""
-  _, accuracies = accuracy_curve(run)
-  return float(accuracies.max()) if accuracies.size else None
+  """The highest test accuracy of any evaluation of a finite model (rows marked `diverged`,
+  written under run.on_divergence='continue', do not count), as the run's summary gives it."""
+  accuracies = [
+    accuracy
+    for row in run.metrics
+    if not row.get('diverged') and (accuracy := as_number(row.get('test_accuracy'))) is not None
+  ]
+  return max(accuracies) if accuracies else None
 
 
 def first_reaching(run: RunFiles, target: float) -> dict[str, Any] | None:
-  """The first metrics row whose test accuracy is at least `target` (None if none is)."""
+  """The first metrics row of a finite model whose test accuracy is at least `target` (None if
+  none is)."""
   for row in run.metrics:
+    if row.get('diverged'):
+      continue
     accuracy = as_number(row.get('test_accuracy'))
     if accuracy is not None and accuracy >= target:
       return row

@@ -4,8 +4,11 @@
 
 Writes `accuracy.<format>` (every group in one figure) and, for the first seed of each group,
 `timeline_<label>`, `staleness_<label>` and `updates_<label>`; prints each path written. A
-figure whose data a run does not record is skipped with one line on stderr. Exit codes: 0 done;
-2 a path that holds no run or an invalid option (one line on stderr).
+figure whose data a run does not record is skipped with one line on stderr. Runs that have not
+completed (killed, interrupted, failed, diverged, still running, or killed while `--resume`
+extended them) are left out, each named in one line on stderr; `--include_unfinished` keeps them,
+marked unfinished in legends and titles. Exit codes: 0 done; 2 a path that holds no run, no
+completed run, or an invalid option (one line on stderr).
 """
 
 from __future__ import annotations
@@ -111,7 +114,13 @@ def main(argv: Sequence[str] | None = None) -> int:
   def body(args: argparse.Namespace) -> None:
     out = pathlib.Path(args.out) if args.out else pathlib.Path(args.dirs[0]) / 'plots'
     write_plots(
-      groups_of(args), out, args.kinds, args.format, args.band, args.max_rows, args.target
+      groups_of(args, 'fedsim-plot'),
+      out,
+      args.kinds,
+      args.format,
+      args.band,
+      args.max_rows,
+      args.target,
     )
 
   return run_command(build_parser(), argv, body)

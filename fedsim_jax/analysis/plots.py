@@ -54,7 +54,9 @@ class MissingData(ValueError):
 
 
 def _seed_text(run: RunFiles) -> str:
-  return '' if run.seed is None else f', seed {run.seed}'
+  """', seed 3' (and ', unfinished: killed' for a run that did not complete)."""
+  seed = '' if run.seed is None else f', seed {run.seed}'
+  return seed if run.finished else f'{seed}, unfinished: {run.status}'
 
 
 def mean_curve(
@@ -118,6 +120,9 @@ def accuracy_figure(
       x, mean, low, high = curve
       colour = f'C{index % 10}'
       seeds = f'{len(group)} seeds' if len(group) > 1 else '1 seed'
+      unfinished = sum(not run.finished for run in group)
+      if unfinished:
+        seeds += f', {unfinished} unfinished'
       ax.plot(x, mean, color=colour, linewidth=1.6, label=f'{group_label(group)} ({seeds})')
       if len(group) > 1:
         ax.fill_between(x, low, high, color=colour, alpha=0.2, linewidth=0)

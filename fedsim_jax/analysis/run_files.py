@@ -1,5 +1,6 @@
 """Loading run directories: one workdir (`load`) or the workdirs named on a command line
-(`discover`), a sweep root standing for its `seed*/` workdirs."""
+(`discover`), a sweep root standing for its `seed*/` workdirs; `finished_only` keeps the runs
+whose results are final."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from fedsim_jax import workdir as workdir_lib
 from fedsim_jax.metrics.writers import read_metrics
 
 METRICS = 'metrics.jsonl'
@@ -35,6 +37,8 @@ class RunFiles:
       'busy_time'), or None when absent.
     label: the name figures and tables give the run (its algorithm's name by default).
     seed: the run's seed (config 'seed', else the `seed<s>` folder name), or None.
+    status: where the run stands (`fedsim_jax.workdir.run_status`): 'completed' (its files are
+      its results), 'interrupted', 'diverged', 'failed', 'running' or 'killed'.
   """
 
   workdir: pathlib.Path
@@ -45,6 +49,21 @@ class RunFiles:
   clients: dict[str, list[float]] | None
   label: str
   seed: int | None
+  status: str = 'completed'
+
+  @property
+  def finished(self) -> bool:
+    """Whether the run completed: only then are its files its results."""
+    return self.status == 'completed'
+
+  @property
+  def unfinished_reason(self) -> str:
+    """Why the run's files are not its results, in a few words ('' for a finished run)."""
+    if self.finished:
+      return ''
+    message = (self.summary or {}).get('message') or (self.summary or {}).get('error')
+    detail = f': {str(message).splitlines()[0][:120]}' if message else ''
+    return _UNFINISHED_REASONS.get(self.status, self.status) + detail
 
   @property
   def algorithm(self) -> str | None:
@@ -78,6 +97,15 @@ class RunFiles:
       return {}
     statistics = self.summary.get('statistics')
     return statistics if isinstance(statistics, dict) else {}
+
+
+_UNFINISHED_REASONS = {
+  workdir_lib.RUNNING: 'still running',
+  workdir_lib.KILLED: 'killed (no final summary, or killed while --resume extended it)',
+  'interrupted': 'interrupted (SIGINT/SIGTERM)',
+  'diverged': 'diverged',
+  'failed': 'failed',
+}
 
 
 def _section(config: dict[str, Any], name: str) -> dict[str, Any]:
@@ -140,15 +168,19 @@ def load(workdir: str | os.PathLike, label: str | None = None) -> RunFiles:
     raise RunFilesError(f'{path / "config.json"}: not a JSON object')
   tasks_path = path / 'tasks.jsonl'
   seed = config.get('seed')
+  metrics = _read_jsonl(path / METRICS)
+  summary = _optional_json(path / 'summary.json')
+  last_version = metrics[-1].get('version') if metrics else None
   run = RunFiles(
     workdir=path,
     config=config,
-    metrics=_read_jsonl(path / METRICS),
-    summary=_optional_json(path / 'summary.json'),
+    metrics=metrics,
+    summary=summary,
     tasks=_read_jsonl(tasks_path) if tasks_path.is_file() else None,
     clients=_optional_json(path / 'clients.json'),
     label='',
     seed=int(seed) if isinstance(seed, int) else _seed_of_folder(path),
+    status=workdir_lib.run_status(path, summary, last_version),
   )
   run.label = label or run.algorithm or path.resolve().name
   return run
@@ -207,6 +239,36 @@ def _default_labels(paths: Sequence[str | os.PathLike], groups: list[list[RunFil
     f'{name} #{named[:i].count(name) + 1}' if named.count(name) > 1 else name
     for i, name in enumerate(named)
   ]
+
+
+def finished_only(
+  groups: Sequence[Sequence[RunFiles]], include_unfinished: bool = False
+) -> tuple[list[list[RunFiles]], list[str]]:
+  """The runs of `groups` whose results are final, and one note per other run.
+
+  A run that has not completed (`RunFiles.finished`: killed, interrupted, failed, diverged,
+  still running, or killed while `--resume` extended it) is left out, and a group left without
+  runs is dropped; with `include_unfinished` every run is kept. Each note names the run's
+  folder, why it is unfinished, and whether it was left out.
+
+  Raises:
+    RunFilesError: no run is left.
+  """
+  kept: list[list[RunFiles]] = []
+  notes = []
+  for group in groups:
+    for run in group:
+      if not run.finished:
+        action = 'included' if include_unfinished else 'left out (--include_unfinished keeps it)'
+        notes.append(f'{run.workdir}: {run.unfinished_reason}; {action}')
+    members = list(group) if include_unfinished else [run for run in group if run.finished]
+    if members:
+      kept.append(members)
+  if not kept:
+    raise RunFilesError(
+      'no run has completed (' + '; '.join(notes)[:300] + '); --include_unfinished includes them'
+    )
+  return kept, notes
 
 
 def group_label(group: Sequence[RunFiles]) -> str:
