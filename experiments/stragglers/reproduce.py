@@ -273,6 +273,7 @@ def _record(summary: dict[str, Any], run_dir: str, **keys) -> dict[str, Any]:
     server_versions=summary.get('final_version'),
     tasks=summary.get('tasks'),
     host_seconds=sweep.host_seconds(summary),
+    code=sweep.run_code(summary),
     curve=curve,
     workdir=run_dir,
   )
