@@ -329,7 +329,7 @@ def test_a_setting_added_after_the_checkpoint_resumes_at_its_default():
   assert config_differences(saved, current, defaults) == []
   # Without the defaults, or set away from its default, the added setting is a difference.
   assert config_differences(saved, current) == ['algorithm.kwargs.ema_warmup', 'run.write_tasks']
-  current['algorithm']['kwargs']['ema_warmup'] = 'bias_correction'
+  current['algorithm']['kwargs']['ema_warmup'] = 'num_updates'
   assert config_differences(saved, current, defaults) == ['algorithm.kwargs.ema_warmup']
   # A setting the current code no longer has is always a difference.
   saved['algorithm']['kwargs']['retired_setting'] = 1

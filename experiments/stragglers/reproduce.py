@@ -138,6 +138,7 @@ _CHECKED_SETTINGS = (
   'algorithm.kwargs.cohort_size',
   'algorithm.kwargs.num_selected',
   'algorithm.kwargs.buffer_size',
+  'algorithm.kwargs.ema_warmup',  # FARe-DUST's default changed to Algorithm 1's reading
   'algorithm.kwargs.concurrency',
 )
 
