@@ -138,7 +138,8 @@ def assess(claim: Claim) -> Assessment:
     seed: seed_side(v, claim.threshold, claim.tolerance) for seed, v in claim.seeds.items()
   }
   open_seeds = [seed for seed, side in sides_of.items() if side is None]
-  ties = [seed for seed in open_seeds if claim.seeds[seed] and not claim.seeds[seed].bound]
+  exact_seeds = {seed for seed, v in claim.seeds.items() if v is not None and not v.bound}
+  ties = [seed for seed in open_seeds if seed in exact_seeds]
   if ties:
     return result(INCONCLUSIVE, f'a tie on seed {", ".join(map(str, ties))}')
   if open_seeds:

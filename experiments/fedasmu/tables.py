@@ -823,19 +823,19 @@ def _headline_claims(column, methods) -> list[agreement.Claim]:
     ('FedASMU reaches the target before the synchronous methods', 'Sec. 5', SYNCHRONOUS),
   ):
     others = _covering(methods, 'fedasmu', [m for m in candidates if m in paper])
-    reached = [m for m in others if paper[m][1] is not None]
-    if not others or paper['fedasmu'][1] is None or not reached:
+    reached = {m: time for m in others if (time := paper[m][1]) is not None}
+    own_time = paper['fedasmu'][1]
+    if not others or own_time is None or not reached:
       continue
-    fastest = min(reached, key=lambda m: paper[m][1])
-    gap = paper['fedasmu'][1] - paper[fastest][1]
-    if gap >= 0:
+    fastest = min(reached, key=reached.__getitem__)
+    if own_time >= reached[fastest]:
       continue  # not what the paper's table shows in this column
     found.append(
       agreement.Claim(
         claim=claim,
         source=source,
-        paper=f'FedASMU {paper["fedasmu"][1]:,.0f} vs {DISPLAY_NAMES[fastest]} '
-        f'{paper[fastest][1]:,.0f} (no unit)',
+        paper=f'FedASMU {own_time:,.0f} vs {DISPLAY_NAMES[fastest]} '
+        f'{reached[fastest]:,.0f} (no unit)',
         quantity=f'FedASMU − {_combined_names("the fastest", others)}, virtual time to '
         f'{TARGET_ACCURACY[column]:.2f} (s)',
         side='<',

@@ -564,8 +564,8 @@ ASYNCHRONOUS_BASELINES = ('fedasync', 'fedbuff', 'fedat')
 
 def _fastest_baseline(relative: Mapping[str, float | None], baselines: Iterable[str]) -> str | None:
   """The baseline with the smallest relative time ("-" counts as slower); None if none reached."""
-  reached = [b for b in baselines if relative.get(b) is not None]
-  return min(reached, key=lambda b: relative[b], default=None)  # type: ignore[arg-type]
+  reached = {b: time for b in baselines if (time := relative.get(b)) is not None}
+  return min(reached, key=reached.__getitem__, default=None)
 
 
 def ordering(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -689,14 +689,16 @@ def cell_claims(
         digits=1,
       )
     )
-  others = _covering(
-    variants,
-    [a for a in ASYNCHRONOUS_BASELINES if PAPER_TOP_ACCURACY.get((partition, m, speed, a))],
-  )
+  paper_tops = {
+    a: top[0]
+    for a in ASYNCHRONOUS_BASELINES
+    if (top := PAPER_TOP_ACCURACY.get((partition, m, speed, a))) is not None
+  }
+  others = _covering(variants, list(paper_tops))
   compass_top = PAPER_TOP_ACCURACY.get((partition, m, speed, REFERENCE))
   if others and compass_top:
-    best = max(others, key=lambda a: PAPER_TOP_ACCURACY[(partition, m, speed, a)][0])
-    best_top = PAPER_TOP_ACCURACY[(partition, m, speed, best)][0]
+    best = max(others, key=paper_tops.__getitem__)
+    best_top = paper_tops[best]
     found.append(
       agreement.Claim(
         claim='FedCompass reaches a higher top accuracy than the other asynchronous algorithms',
