@@ -134,6 +134,37 @@ def prepare_path(path: str) -> None:
     raise ResultsDataError(f'--export={path}: its folder {directory}: {problem}')
 
 
+# The record keys that name a run of each kit (its method, setting and seed): a run of a later
+# result file replaces the run of an earlier one with the same values (`merge`).
+IDENTITY = {
+  'fedasmu': ('method', 'model', 'dataset', 'trigger_period', 'seed'),
+  'fedcompass': (
+    'algorithm',
+    'partition',
+    'm',
+    'speed',
+    'q_ratio',
+    'latest_time_factor',
+    'variant',
+    'seed',
+  ),
+  'stragglers': ('algorithm', 'latency', 'seed'),
+  'ccfedavg': ('algorithm', 'setting', 'participation', 'schedule', 'gamma', 'r', 'w', 'seed'),
+}
+
+
+def merge(files: Sequence[dict[str, Any]]) -> dict[str, Any]:
+  """One result file of the runs of `files` (all of one kit): the first file's header, and its
+  records with each one that a later file has a run of the same `IDENTITY` for replaced by
+  that run (runs only a later file has are added)."""
+  keys = IDENTITY[files[0]['kit']]
+  runs: dict[tuple, dict[str, Any]] = {}
+  for data in files:
+    for record in data['records']:
+      runs[tuple(repr(record.get(key)) for key in keys)] = record
+  return dict(files[0], records=list(runs.values()))
+
+
 def load(path: str) -> dict[str, Any]:
   """The result file at `path` (as `export` wrote it).
 

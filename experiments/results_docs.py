@@ -16,10 +16,18 @@ A generated table sits between two marker lines, blank lines around it:
 The marker names a renderer of `RENDERERS` (the kits' table functions, `experiments/<kit>/
 tables.py`) and, for tables of runs, the result file a reproduction binary wrote with `--export`
 (`experiments/results_data.py`), relative to the repository root, optionally followed by
-filters of its records (`seed=0`: the seed-0 runs alone). A table computed from code
-alone, with no runs behind it (the latency models' tables), names no file. A table whose runs are
-no longer kept is marked `<!-- recorded table -->` ... `<!-- end table -->` instead, with a note
-in the doc saying how to rerun it; this script leaves it as it is.
+filters of its records (`seed=0`: the seed-0 runs alone). Several result files of one kit may
+be named: a later file's runs replace the earlier files' runs of the same method, setting and
+seed (`results_data.merge`), e.g. the main sweep with one method rerun under another setting. A
+table computed from code alone, with no runs behind it (the latency models' tables), names no
+file. A table whose runs are no longer kept is marked `<!-- recorded table -->` ...
+`<!-- end table -->` instead, with a note in the doc saying how to rerun it; this script leaves
+it as it is.
+
+Renderers named `<kit>.*agreement` assess the paper's conclusions on the runs by the one rule
+of `experiments/agreement.py`; `runs` (any kit) states where the runs come from: how many, when
+they finished, their host time and the commit each ran on, as recorded (or that it was not).
+Verdict words appear in the result docs only inside such generated tables.
 
 Flags: `--docs` (comma list; default every docs/results/*.md) and `--root` (the repository root;
 default this checkout). A missing or invalid result file, an unknown renderer or an unterminated
@@ -65,15 +73,20 @@ class DocsError(ValueError):
   """A doc or marker that cannot be rendered; its message is one line."""
 
 
+ANY_KIT = '*'
+
+
 @dataclasses.dataclass(frozen=True)
 class Renderer:
   """One generated table: `render(data)` gives its markdown from a result file's contents
-  (`results_data.load`), or from nothing when `kit` is None (computed from code alone).
-  `applies(data)` says whether a result file has runs for it (`--render` prints only those)."""
+  (`results_data.load`), or from nothing when `kit` is None (computed from code alone); `kit`
+  `ANY_KIT` renders a result file of any kit. `applies(data)` says whether a result file has
+  runs for it (`--render` prints only those)."""
 
   kit: str | None
   render: Callable[[Mapping[str, Any]], str]
   applies: Callable[[Mapping[str, Any]], bool] = lambda data: True
+  merges: bool = True  # whether a marker may name several result files
 
 
 def _fedasmu(name: str) -> Callable[[Mapping[str, Any]], str]:
@@ -115,10 +128,30 @@ def _stragglers_latency(data: Mapping[str, Any]) -> str:
   return tables.latency_table(stats)
 
 
+def _stragglers_latency_agreement(data: Mapping[str, Any]) -> str:
+  from experiments.stragglers import tables
+
+  return tables.latency_agreement()
+
+
 def _stragglers_round_time(data: Mapping[str, Any]) -> str:
   from experiments.stragglers import tables
 
   return tables.round_time_table()
+
+
+def _stragglers_agreement(latency: str) -> Renderer:
+  def render(data: Mapping[str, Any]) -> str:
+    from experiments.stragglers import tables
+
+    return tables.agreement_table(data['records'], latency)
+
+  def applies(data: Mapping[str, Any]) -> bool:
+    from experiments.stragglers import tables
+
+    return bool(tables.claims(data['records'], latency))
+
+  return Renderer('stragglers', render, applies)
 
 
 def _ccfedavg(name: str, experiment: str) -> Renderer:
@@ -128,6 +161,74 @@ def _ccfedavg(name: str, experiment: str) -> Renderer:
     return getattr(tables, name)(data['records'])
 
   return Renderer('ccfedavg', render, lambda data: data['settings'].get('experiment') == experiment)
+
+
+def _span(values: Sequence[float], unit: str, digits: int = 0) -> str:
+  low, high = min(values), max(values)
+  if round(low, digits) == round(high, digits):
+    return f'{low:,.{digits}f} {unit}'
+  return f'{low:,.{digits}f}-{high:,.{digits}f} {unit}'
+
+
+def _code_text(code: Mapping[str, Any] | None) -> str:
+  """A run's `code` record (`fedsim_jax.provenance`) in words."""
+  if not code:
+    return 'not recorded'
+  if code.get('commit') is None:
+    text = f'not in a git checkout (fedsim_jax {code.get("version", "unknown")})'
+  else:
+    text = f'commit {code["commit"][:7]}' + (
+      ' with uncommitted changes' if code.get('dirty') else ''
+    )
+  earlier = code.get('earlier')
+  if earlier:
+    resumed = [_code_text(c) if c else 'code not recorded' for c in earlier]
+    text += f', resumed from a checkpoint of {", ".join(resumed)}'
+  return text
+
+
+def _runs(data: Mapping[str, Any]) -> str:
+  """Where a result file's runs come from: count, seeds, finish times, host time and code."""
+  records = data['records']
+  seeds = sorted({r['seed'] for r in records if r.get('seed') is not None})
+  finished = sorted(r['finished'] for r in records if r.get('finished'))
+  hosts = [r['host_seconds'] for r in records if r.get('host_seconds') is not None]
+  parts = [f'**Runs:** {len(records)}']
+  if seeds:
+    parts[0] += f' (seed{"s" if len(seeds) > 1 else ""} {", ".join(map(str, seeds))})'
+  if finished:
+    parts.append(
+      f'finished {finished[0]}'
+      if finished[0] == finished[-1]
+      else f'finished between {finished[0]} and {finished[-1]}'
+    )
+  if len(hosts) == 1:
+    parts.append(f'host time {_span(hosts, "s")} (as the run recorded it)')
+  elif hosts:
+    total = sum(hosts)
+    total_text = f'{total:,.0f} s' if total < 120 else f'{total / 60:,.0f} minutes'
+    parts.append(
+      f'host time {_span(hosts, "s")} per run, {total_text} in all (as each run recorded it, '
+      'beside whatever else the machine ran)'
+    )
+  counts: dict[str, int] = {}
+  for record in records:
+    text = _code_text(record.get('code'))
+    counts[text] = counts.get(text, 0) + 1
+  if list(counts) == ['not recorded']:
+    exported = data.get('exported_at_commit')
+    exported = (
+      'an unrecorded commit'
+      if not exported
+      else f'commit {exported.replace(" + changes", " with uncommitted changes")}'
+    )
+    code = (
+      'the commit each run ran on was not recorded (the runs predate that record); the file '
+      f'was exported at {exported}'
+    )
+  else:
+    code = '; '.join(f'{text} ({n} run{"s" if n > 1 else ""})' for text, n in counts.items())
+  return '; '.join(parts) + f'. **Code:** {code}.'
 
 
 def _latency_table8(data: Mapping[str, Any]) -> str:
@@ -145,24 +246,32 @@ def _latency_table8(data: Mapping[str, Any]) -> str:
 
 
 RENDERERS: dict[str, Renderer] = {
+  'runs': Renderer(ANY_KIT, _runs, merges=False),
   'fedasmu.results': Renderer('fedasmu', _fedasmu('results_table')),
   'fedasmu.ordering': Renderer('fedasmu', _fedasmu('ordering_table')),
   'fedasmu.ablations': Renderer('fedasmu', _fedasmu('ablation_table')),
   'fedasmu.per_seed': Renderer('fedasmu', _fedasmu('per_seed_table')),
+  'fedasmu.agreement': Renderer('fedasmu', _fedasmu('agreement_table')),
   'fedcompass.relative_time': Renderer('fedcompass', _fedcompass('relative_time_table')),
   'fedcompass.top_accuracy': Renderer('fedcompass', _fedcompass('top_accuracy_table')),
+  'fedcompass.ordering': Renderer('fedcompass', _fedcompass('ordering_table')),
   'fedcompass.agreement': Renderer('fedcompass', _fedcompass('agreement_table')),
   'stragglers.table20': _stragglers_results('per_example'),
   'stragglers.table21': _stragglers_results('per_domain_per_example'),
+  'stragglers.table20_agreement': _stragglers_agreement('per_example'),
+  'stragglers.table21_agreement': _stragglers_agreement('per_domain_per_example'),
   'stragglers.latency': Renderer(
     'stragglers', _stragglers_latency, lambda data: bool(data['settings'].get('latency_stats'))
   ),
   'ccfedavg.table2': _ccfedavg('table2', 'table2'),
+  'ccfedavg.table2_agreement': _ccfedavg('table2_agreement', 'table2'),
   'ccfedavg.table1': _ccfedavg('table1', 'table1'),
+  'ccfedavg.table1_agreement': _ccfedavg('table1_agreement', 'table1'),
   'ccfedavg.compute': _ccfedavg('compute_table', 'table2'),
   'ccfedavg.figure5': _ccfedavg('figure5_table', 'figure5'),
   # Computed from the latency models alone: no runs, no result file.
   'stragglers.round_time': Renderer(None, _stragglers_round_time),
+  'stragglers.latency_agreement': Renderer(None, _stragglers_latency_agreement),
   'benchmarks.latency_table': Renderer(None, _latency_table8),
 }
 
@@ -204,8 +313,10 @@ def regions(text: str, path: str = '<doc>') -> list[Region]:
 
 
 def render_spec(spec: str, root: str, cache: dict[str, Any] | None = None) -> str:
-  """The markdown of the marker `spec`: '<renderer> [<result file> [<key>=<value> ...]]', the
-  `key=value` items keeping only the records whose `key` prints as `value` (e.g. `seed=0`).
+  """The markdown of the marker `spec`: '<renderer> [<result file> ... [<key>=<value> ...]]',
+  the files' runs merged (`results_data.merge`: a later file's runs replace an earlier file's of
+  the same method, setting and seed), the `key=value` items keeping only the records whose `key`
+  prints as `value` (e.g. `seed=0`).
 
   Raises:
     DocsError: an unknown renderer, a result file missing where one is needed (or given where
@@ -216,9 +327,6 @@ def render_spec(spec: str, root: str, cache: dict[str, Any] | None = None) -> st
   name, *rest = spec.split()
   filters = [item.partition('=')[::2] for item in rest if '=' in item]
   paths = [item for item in rest if '=' not in item]
-  if len(paths) > 1:
-    raise DocsError(f'table {spec!r}: one result file at most, then key=value filters')
-  data_path = paths[0] if paths else ''
   renderer = RENDERERS.get(name)
   if renderer is None:
     raise DocsError(f'table {name!r} is not allowed; allowed values: {sorted(RENDERERS)}')
@@ -226,16 +334,24 @@ def render_spec(spec: str, root: str, cache: dict[str, Any] | None = None) -> st
     if rest:
       raise DocsError(f'table {name!r} is computed from code alone; remove {" ".join(rest)!r}')
     return renderer.render({}).strip()
-  if not data_path:
+  if not paths:
     raise DocsError(f'table {name!r} needs a result file, e.g. docs/results/data/<sweep>.json')
-  full = os.path.join(root, data_path)
-  if full not in cache:
-    cache[full] = results_data.load(full)
-  data = cache[full]
-  if data['kit'] != renderer.kit:
-    raise DocsError(
-      f'table {name!r} renders {renderer.kit} results; {data_path} holds {data["kit"]}'
-    )
+  if len(paths) > 1 and not renderer.merges:
+    raise DocsError(f'table {name!r} takes one result file; give each file its own marker')
+  loaded = []
+  for data_path in paths:
+    full = os.path.join(root, data_path)
+    if full not in cache:
+      cache[full] = results_data.load(full)
+    if renderer.kit not in (ANY_KIT, cache[full]['kit']):
+      raise DocsError(
+        f'table {name!r} renders {renderer.kit} results; {data_path} holds {cache[full]["kit"]}'
+      )
+    loaded.append(cache[full])
+  if len({data['kit'] for data in loaded}) > 1:
+    raise DocsError(f'table {spec!r}: the result files hold runs of different kits')
+  data = loaded[0] if len(loaded) == 1 else results_data.merge(loaded)
+  data_path = ' '.join(paths)
   if filters:
     records = [r for r in data['records'] if all(str(r.get(k)) == v for k, v in filters)]
     if not records:
@@ -313,7 +429,7 @@ def render_file(path: str, root: str) -> str:
   relative = os.path.relpath(os.path.abspath(path), os.path.abspath(root))
   blocks = []
   for name, renderer in RENDERERS.items():
-    if renderer.kit == data['kit'] and renderer.applies(data):
+    if renderer.kit in (ANY_KIT, data['kit']) and renderer.applies(data):
       spec = f'{name} {relative}'
       blocks.append(
         f'<!-- table: {spec} -->\n\n{render_spec(spec, root, {os.path.join(root, relative): data})}'

@@ -75,6 +75,13 @@ def host_seconds(summary: dict[str, Any]) -> float | None:
   return host.get('seconds') if total is None else total
 
 
+def run_code(summary: dict[str, Any]) -> dict[str, Any] | None:
+  """The code a run ran on, as its summary records it (`summary['host']['code']`: the commit,
+  whether the checkout had uncommitted changes, the package version; `fedsim_jax.provenance`);
+  None for a run that predates the record."""
+  return summary.get('host', {}).get('code')
+
+
 def run_state(run_dir: str) -> RunState:
   """The `RunState` of the run in `run_dir`, read from its files (nothing is run)."""
   summary_path = os.path.join(run_dir, 'summary.json')

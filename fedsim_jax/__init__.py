@@ -19,8 +19,8 @@ package itself loads no JAX):
 
 Layers, bottom to top; a layer imports only the rows below it (tests/test_import_graph.py):
   settings, tree               (ConfigError and typed settings; pytree helpers)
-  checkpointing, distributed, interrupts, workdir   (a run's lifecycle: checkpoints, processes,
-                               signals, its folder)
+  checkpointing, distributed, interrupts, provenance, workdir   (a run's lifecycle:
+                               checkpoints, processes, signals, the code it ran on, its folder)
   data, models                 (side by side: neither imports the other)
   client
   executor

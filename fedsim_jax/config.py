@@ -193,15 +193,18 @@ FEDASMU_READINGS = ('tables', 'appendix')
 
 
 def fedasmu_trigger(reading: str = 'tables') -> dict[str, Any]:
-  """FedASMU's system model for asynchronous algorithms (`algorithm.kwargs`): at most 10% of
-  the devices training, and the trigger of `reading`: 'tables' (Tables 5-6: up to m' = 10 idle
-  devices every 10 s) or 'appendix' ("one idle task every 5 seconds")."""
+  """FedASMU's system model for asynchronous algorithms (`algorithm.kwargs`): the trigger of
+  `reading`, 'tables' (Tables 5-6: up to m' = 10 idle devices every calligraphic T = 10 s) or
+  'appendix' ("one idle task every 5 seconds"), with at most 10% of the devices training under
+  either. That cap is the appendix's ("with a maximum parallelism constraint, i.e., 10% of the
+  total device number", stated with its own trigger): Tables 5-6 give no value for Algorithm 1's
+  "predefined value", so the 'tables' reading borrows it."""
   if reading not in FEDASMU_READINGS:
     raise ConfigError(
       f'reading={reading!r} is not allowed; allowed values: {list(FEDASMU_READINGS)}'
     )
   return {
-    'concurrency': 10,  # "10% of the total device number"
+    'concurrency': 10,  # the appendix's "10% of the total device number" (not in Table 5)
     'trigger_period': 5.0 if reading == 'appendix' else 10.0,  # calligraphic T
     'trigger_count': 1 if reading == 'appendix' else 10,  # m'
   }

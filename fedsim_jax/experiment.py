@@ -48,6 +48,7 @@ from fedsim_jax.metrics import MetricsWriter, make_evaluator, summarize, write_j
 from fedsim_jax.metrics.tensorboard import TensorBoardWriter, tensorboard_available
 from fedsim_jax.metrics.writers import TaskTraceWriter
 from fedsim_jax.models import Model, get_model
+from fedsim_jax.provenance import code_record, code_version
 from fedsim_jax.runtime import Simulation, SimulationStalled, StopCondition
 from fedsim_jax.runtime.latency.registry import make_availability, make_latency
 from fedsim_jax.runtime.statistics import staleness_histogram, statistics
@@ -614,6 +615,9 @@ class PreparedRun:
     self._earlier_host_seconds = run_state.get('host_seconds') if restored is not None else 0.0
     earlier_processes = run_state.get('processes_run') if restored is not None else 0
     self._processes_run = None if earlier_processes is None else earlier_processes + 1
+    # The code of every process of this run, oldest first (None: before a checkpoint that
+    # predates the record).
+    self._code = [*(run_state.get('code', [None]) if restored is not None else []), code_version()]
     self._best = run_state.get('best')  # (accuracy, version, evaluated params) or None
     self.host_extra: dict[str, Any] = {}  # e.g. lockstep batching figures, for summary['host']
     self._checkpoint_requested = False
@@ -775,6 +779,7 @@ class PreparedRun:
         'best': self._best,
         'host_seconds': self._total_host_seconds(),
         'processes_run': self._processes_run,
+        'code': self._code,
       },
     }
     if self.config.run.distributed:  # every process gathers; process 0 writes
@@ -975,6 +980,7 @@ class PreparedRun:
       'seconds': time.perf_counter() - self.host_start,
       'total_seconds': self._total_host_seconds(),
       'processes_run': self._processes_run,
+      'code': code_record(self._code),
       'simulation_seconds': simulation_seconds,
       'compiled_client_programs': sim.executor.num_compiled_programs,
       'checkpoints_written': self.checkpoints_written,

@@ -332,7 +332,7 @@ def test_a_setting_added_after_the_checkpoint_resumes_at_its_default():
     'algorithm.kwargs.ema_warmup',
     'run.on_divergence',
   ]
-  current['algorithm']['kwargs']['ema_warmup'] = 'bias_correction'
+  current['algorithm']['kwargs']['ema_warmup'] = 'num_updates'
   assert config_differences(saved, current, defaults) == ['algorithm.kwargs.ema_warmup']
   # A setting the current code no longer has is always a difference.
   saved['algorithm']['kwargs']['retired_setting'] = 1

@@ -206,6 +206,7 @@ def _record(
     estimated_updates=scheduler.get('estimated_updates'),
     gradient_steps=summary.get('gradient_steps'),
     host_seconds=sweep.host_seconds(summary),
+    code=sweep.run_code(summary),
     workdir=run_dir,
   )
 

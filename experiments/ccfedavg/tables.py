@@ -32,6 +32,7 @@ from typing import Any
 
 import ml_collections
 
+from experiments import agreement
 from experiments.sweep import (
   check_choice,
   markdown_table,
@@ -442,6 +443,147 @@ def figure5_table(records: Iterable[Mapping[str, Any]]) -> str:
         + markdown_table(['r \\ W'] + [f'W={w}' for w in ws], body)
       )
   return '\n\n'.join(parts)
+
+
+# ------------------------------------------------------------------------------------------------
+# The paper's conclusions (Sec. VI-B, VI-G; Tables I-III), assessed by `experiments.agreement`.
+
+
+def _per_seed(records: Iterable[Mapping[str, Any]], column_of) -> dict[Any, dict[str, dict]]:
+  """{column: {row: {seed: accuracy in % as an `agreement.Value`}}}."""
+  grouped: dict[Any, dict[str, dict]] = {}
+  for record in records:
+    for row, metric in _rows_of(record['algorithm']):
+      value = record.get(metric)
+      cell = grouped.setdefault(column_of(record), {}).setdefault(row, {})
+      cell[int(record['seed'])] = agreement.exact(None if value is None else 100.0 * value)
+  return grouped
+
+
+def _paper_mean(value: float | tuple[float, float] | None) -> float | None:
+  return value[0] if isinstance(value, tuple) else value
+
+
+def _comparison(
+  claim: str,
+  source: str,
+  rows: Mapping[str, dict],
+  paper,
+  first: str,
+  second: str,
+  side: str = '>',
+  threshold: float = 0.0,
+) -> agreement.Claim | None:
+  """`first` − `second` (best accuracy, pp) per seed, if both ran and the paper has both."""
+  paper_first, paper_second = _paper_mean(paper(first)), _paper_mean(paper(second))
+  if first not in rows or second not in rows or paper_first is None or paper_second is None:
+    return None
+  return agreement.Claim(
+    claim=claim,
+    source=source,
+    paper=f'{DISPLAY_NAMES[first]} {paper_first:.2f} vs {DISPLAY_NAMES[second]} '
+    f'{paper_second:.2f} ({paper_first - paper_second:+.2f})',
+    quantity=f'{DISPLAY_NAMES[first]} − {DISPLAY_NAMES[second]}, best accuracy (pp)',
+    side=side,
+    seeds=agreement.paired(rows[first], rows[second]),
+    threshold=threshold,
+  )
+
+
+def _beats_the_baselines(rows, paper, source: str) -> list[agreement.Claim | None]:
+  """ "CC-FedAvg ... consistently outperforms other two strategies and FedAvg (dropout)"."""
+  return [
+    _comparison(
+      f'CC-FedAvg is more accurate than {DISPLAY_NAMES[other]}',
+      source,
+      rows,
+      paper,
+      'ccfedavg',
+      other,
+    )
+    for other in ('ccfedavg_strategy1', 'ccfedavg_strategy2', 'fedavg_dropout_best')
+  ]
+
+
+def table2_claims(records: Iterable[Mapping[str, Any]]) -> dict[float, list[agreement.Claim]]:
+  """{participation: Table II's and Table III's conclusions whose methods ran}."""
+  records = [r for r in records if r.get('setting') == 'cross_device' and r.get('r') is None]
+  found = {}
+  for column, rows in sorted(_per_seed(records, lambda r: _key(r['participation'])).items()):
+
+    def paper(row: str, column: float = column):
+      return PAPER_TABLE_2.get((column, row), PAPER_TABLE_3.get(('fmnist', column, row)))
+
+    claims = _beats_the_baselines(rows, paper, 'Sec. VI-B, Table II')
+    claims.append(
+      _comparison(
+        'CC-FedAvg is at most 3 points below FedAvg (full)',
+        'Sec. VI-B, Table II',
+        rows,
+        paper,
+        'fedavg',
+        'ccfedavg',
+        side='<',
+        threshold=3.0,
+      )
+    )
+    claims.append(
+      _comparison(
+        'CC-FedAvg(c) is more accurate than Strategy 2',
+        'Sec. VI-G, Table III',
+        rows,
+        paper,
+        'ccfedavg_c',
+        'ccfedavg_strategy2',
+      )
+    )
+    switch_ahead = _paper_mean(paper('ccfedavg_c')) or 0.0
+    if switch_ahead > (_paper_mean(paper('ccfedavg')) or math.inf):
+      claims.append(
+        _comparison(
+          'CC-FedAvg(c) is more accurate than CC-FedAvg ("in some cases")',
+          'Sec. VI-G, Table III',
+          rows,
+          paper,
+          'ccfedavg_c',
+          'ccfedavg',
+        )
+      )
+    found[column] = [c for c in claims if c is not None]
+  return found
+
+
+def table1_claims(
+  records: Iterable[Mapping[str, Any]],
+) -> dict[tuple[str, float], list[agreement.Claim]]:
+  """{(schedule, gamma): Table I's conclusions whose methods ran}."""
+  records = [r for r in records if r.get('setting') == 'cross_silo' and r.get('r') is None]
+  grouped = _per_seed(records, lambda r: (r['schedule'], _key(r['gamma'])))
+  found = {}
+  for column in sorted(grouped, key=lambda c: (SCHEDULES.index(c[0]), c[1])):
+
+    def paper(row: str, column: tuple[str, float] = column):
+      return PAPER_TABLE_1.get(column + (row,))
+
+    claims = _beats_the_baselines(grouped[column], paper, 'Sec. VI-B, Table I, CIFAR-10')
+    found[column] = [c for c in claims if c is not None]
+  return found
+
+
+def table2_agreement(records: Iterable[Mapping[str, Any]]) -> str:
+  """Markdown, one block per participation: the paper's conclusions against these runs."""
+  return agreement.agreement_blocks(
+    (f'{100 * column:g}% participation', claims)
+    for column, claims in table2_claims(records).items()
+  )
+
+
+def table1_agreement(records: Iterable[Mapping[str, Any]]) -> str:
+  """Markdown, one block per (schedule, gamma): the paper's conclusions against these runs."""
+  return agreement.agreement_blocks(
+    (f'{SCHEDULE_NAMES[schedule]}, gamma = {gamma:g}', claims)
+    for (schedule, gamma), claims in table1_claims(records).items()
+  )
 
 
 def write_outputs(

@@ -214,6 +214,7 @@ def _record(summary: dict[str, Any], config, **keys) -> dict[str, Any]:
     client_updates=summary.get('client_updates'),
     trigger_period=config.algorithm.kwargs.get('trigger_period'),
     host_seconds=sweep.host_seconds(summary),
+    code=sweep.run_code(summary),
   )
 
 

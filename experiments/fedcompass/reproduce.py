@@ -179,6 +179,7 @@ def _record(summary: dict[str, Any], **keys) -> dict[str, Any]:
     final_accuracy=summary.get('final_accuracy'),
     final_virtual_time=summary.get('final_virtual_time'),
     host_seconds=sweep.host_seconds(summary),
+    code=sweep.run_code(summary),
   )
 
 

@@ -6,9 +6,10 @@
   `PAPER_TOP_ACCURACY` (Tables 14-15, mean and std in %), `PAPER_Q_RATIO_TIME` and
   `PAPER_Q_RATIO_TOP_ACCURACY` (Tables 19-20, MNIST blocks) hold the published numbers, keyed
   by (partition, m, speed, algorithm) or (partition, m, speed, q_ratio); None stands for "-".
-* `relative_time_table`, `top_accuracy_table` and `agreement_table` turn run records into markdown
-  with the paper's value beside ours; `ordering_agreement` says per cell whether our ordering of
-  the algorithms agrees with the paper's.
+* `relative_time_table` and `top_accuracy_table` turn run records into markdown with the paper's
+  value beside ours; `ordering_table` sets our ordering of the algorithms by time beside the
+  paper's (Spearman's rho) and `agreement_table` assesses the paper's conclusions per cell
+  (`experiments.agreement`).
 
 A run record is a mapping with keys algorithm, partition, m, speed, seed, time_to_target (None
 when the target was missed) and best_accuracy (a fraction), optionally variant (see
@@ -23,6 +24,7 @@ from typing import Any
 
 import ml_collections
 
+from experiments import agreement
 from experiments.sweep import (
   check_choice,
   markdown_table,
@@ -554,23 +556,24 @@ def top_accuracy_table(results: Iterable[Mapping[str, Any]]) -> str:
 
 
 # ------------------------------------------------------------------------------------------------
-# Agreement with the paper's ordering.
+# The paper's ordering (Table 1) and conclusions (Sec. 5, App. F), assessed by
+# `experiments.agreement`.
+
+ASYNCHRONOUS_BASELINES = ('fedasync', 'fedbuff', 'fedat')
 
 
-def _compass_fastest(relative: Mapping[str, float | None], baselines: Iterable[str]) -> bool | None:
-  """FedCompass faster than every baseline ("-" counts as slower); None without baselines."""
-  baselines = list(baselines)
-  if not baselines:
-    return None
-  return all(relative.get(b) is None or relative[b] > 1.0 for b in baselines)
+def _fastest_baseline(relative: Mapping[str, float | None], baselines: Iterable[str]) -> str | None:
+  """The baseline with the smallest relative time ("-" counts as slower); None if none reached."""
+  reached = {b: time for b in baselines if (time := relative.get(b)) is not None}
+  return min(reached, key=reached.__getitem__, default=None)
 
 
-def ordering_agreement(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-  """Per (partition, m, speed) cell with a FedCompass run that reached the target, whether
-  FedCompass beats every baseline run (FedAvg, FedAvgM, FedAsync, FedBuff, FedAT) in our runs
-  and in the paper's Table 1, and Spearman's rank correlation between our and the paper's
-  relative times over the Table 1 algorithms for which both have a number ('spearman', None
-  for fewer than three; 'pairs' counts them)."""
+def ordering(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+  """Per (partition, m, speed) cell with a FedCompass run that reached the target: our fastest
+  baseline and the paper's (Table 1), and Spearman's rank correlation between our and the
+  paper's relative times over the Table 1 algorithms other than FedCompass (whose relative time
+  is 1 by definition) for which both have a number ('spearman', None for fewer than three;
+  'methods' lists them)."""
   results = list(results)
   relative = relative_times(results)
   cells: dict[tuple[str, int, str], dict[str, float | None]] = {}
@@ -582,73 +585,149 @@ def ordering_agreement(results: Iterable[Mapping[str, Any]]) -> list[dict[str, A
       continue
     baselines = [b for b in BASELINES if b in ours]
     paper = {a: PAPER_TABLE_1.get((partition, m, speed, a)) for a in ALGORITHMS}
-    both = [a for a in ALGORITHMS if ours.get(a) is not None and paper.get(a) is not None]
-    fastest_baseline = min(
-      (b for b in baselines if ours[b] is not None), key=lambda b: ours[b], default=None
-    )
+    both = [
+      a
+      for a in ALGORITHMS
+      if a != REFERENCE and ours.get(a) is not None and paper.get(a) is not None
+    ]
     rows.append(
       {
         'partition': partition,
         'm': m,
         'speed': speed,
-        'ours_compass_fastest': _compass_fastest(ours, baselines),
-        'paper_compass_fastest': _compass_fastest(paper, baselines),
-        'fastest_baseline': fastest_baseline,
+        'fastest_baseline': _fastest_baseline(ours, baselines),
+        'paper_fastest_baseline': _fastest_baseline(paper, baselines),
         'spearman': spearman([ours[a] for a in both], [paper[a] for a in both]),
-        'pairs': len(both),
+        'methods': both,
       }
     )
   return rows
 
 
-def agreement_table(results: Iterable[Mapping[str, Any]]) -> str:
-  """Markdown: `ordering_agreement` per cell plus a one-paragraph summary."""
-  rows = ordering_agreement(results)
+def ordering_table(results: Iterable[Mapping[str, Any]]) -> str:
+  """Markdown: `ordering` per cell."""
+  rows = ordering(results)
   if not rows:
     return 'No cell has a FedCompass run that reached the target; no ordering to compare.'
 
-  def yes_no(value: bool | None) -> str:
-    return 'n/a' if value is None else ('yes' if value else 'no')
+  def name(algorithm: str | None) -> str:
+    return DISPLAY_NAMES.get(algorithm, '-') if algorithm else '-'
 
-  table = markdown_table(
+  return markdown_table(
     [
       'Partition',
       'Cell',
-      'FedCompass beats all baselines: ours',
+      'fastest baseline: ours',
       'paper',
-      'fastest baseline (ours)',
-      'Spearman ρ vs paper',
-      'pairs',
+      'Spearman ρ of relative times vs paper',
+      'methods ranked (FedCompass left out)',
     ],
     [
       [
         PARTITION_NAMES.get(r['partition'], r['partition']),
         _column_name(r['m'], r['speed']),
-        yes_no(r['ours_compass_fastest']),
-        yes_no(r['paper_compass_fastest']),
-        DISPLAY_NAMES.get(r['fastest_baseline'], '-'),
+        name(r['fastest_baseline']),
+        name(r['paper_fastest_baseline']),
         '-' if r['spearman'] is None else f'{r["spearman"]:+.2f}',
-        str(r['pairs']),
+        f'{len(r["methods"])}: ' + ', '.join(DISPLAY_NAMES[a] for a in r['methods']),
       ]
       for r in rows
     ],
   )
-  judged = [r for r in rows if r['ours_compass_fastest'] is not None]
-  ours = sum(bool(r['ours_compass_fastest']) for r in judged)
-  paper = sum(bool(r['paper_compass_fastest']) for r in judged)
-  same = sum(r['ours_compass_fastest'] == r['paper_compass_fastest'] for r in judged)
-  rhos = [r['spearman'] for r in rows if r['spearman'] is not None]
-  summary = (
-    f'FedCompass beats every baseline in {ours}/{len(judged)} cells in our runs and in '
-    f'{paper}/{len(judged)} of the same cells in the paper (same verdict in '
-    f'{same}/{len(judged)}).'
+
+
+def _per_seed(records: Sequence[Mapping[str, Any]], value) -> dict[int, agreement.Value | None]:
+  return {int(r['seed']): value(r) for r in records}
+
+
+def _time(record: Mapping[str, Any]) -> agreement.Value | None:
+  return agreement.time_value(record.get('time_to_target'), record.get('final_virtual_time'))
+
+
+def _top(record: Mapping[str, Any]) -> agreement.Value | None:
+  return agreement.exact(None if record['best_accuracy'] is None else 100 * record['best_accuracy'])
+
+
+def _covering(variants: Mapping[str, Sequence[Mapping[str, Any]]], candidates) -> list[str]:
+  """The candidates that ran on every seed FedCompass ran on in the cell."""
+  seeds = {r['seed'] for r in variants[REFERENCE]}
+  return [c for c in candidates if c in variants and seeds <= {r['seed'] for r in variants[c]}]
+
+
+def _names(algorithms: Sequence[str]) -> str:
+  return ', '.join(DISPLAY_NAMES[a] for a in algorithms)
+
+
+def cell_claims(
+  partition: str, m: int, speed: str, variants: Mapping[str, Sequence[Mapping[str, Any]]]
+) -> list[agreement.Claim]:
+  """The paper's conclusions about one cell whose algorithms ran in it: FedCompass reaches the
+  target before every baseline (Table 1) and tops the other asynchronous algorithms' accuracy
+  (Tables 14-15)."""
+  if REFERENCE not in variants:
+    return []
+  found = []
+  baselines = _covering(
+    variants, [b for b in BASELINES if (partition, m, speed, b) in PAPER_TABLE_1]
   )
-  if rhos:
-    summary += (
-      f' Spearman ρ of relative times vs the paper: mean {sum(rhos) / len(rhos):+.2f}'
-      f' over {len(rhos)} cells (min {min(rhos):+.2f}, max {max(rhos):+.2f}).'
+  paper_times = {b: PAPER_TABLE_1[(partition, m, speed, b)] for b in baselines}
+  fastest = _fastest_baseline(paper_times, baselines)
+  if fastest is not None:
+    found.append(
+      agreement.Claim(
+        claim='FedCompass reaches the target before every baseline',
+        source='Sec. 5, Table 1',
+        paper=f'FedCompass 1.00 vs {DISPLAY_NAMES[fastest]} {paper_times[fastest]:.2f} '
+        '(relative time)',
+        quantity=f'FedCompass − the fastest of {_names(baselines)}, virtual time to '
+        f'{TARGET_ACCURACY:.0%} (s)',
+        side='<',
+        seeds=agreement.paired(
+          _per_seed(variants[REFERENCE], _time),
+          agreement.combined([_per_seed(variants[b], _time) for b in baselines], agreement.minimum),
+        ),
+        digits=1,
+      )
     )
-  return table + '\n\n' + summary
+  paper_tops = {
+    a: top[0]
+    for a in ASYNCHRONOUS_BASELINES
+    if (top := PAPER_TOP_ACCURACY.get((partition, m, speed, a))) is not None
+  }
+  others = _covering(variants, list(paper_tops))
+  compass_top = PAPER_TOP_ACCURACY.get((partition, m, speed, REFERENCE))
+  if others and compass_top:
+    best = max(others, key=paper_tops.__getitem__)
+    best_top = paper_tops[best]
+    found.append(
+      agreement.Claim(
+        claim='FedCompass reaches a higher top accuracy than the other asynchronous algorithms',
+        source='Sec. 5, App. F, Tables 14-15',
+        paper=f'FedCompass {compass_top[0]:.2f}% vs {DISPLAY_NAMES[best]} {best_top:.2f}% '
+        f'({compass_top[0] - best_top:+.2f})',
+        quantity=f'FedCompass − the best of {_names(others)}, top accuracy (pp)',
+        side='>',
+        seeds=agreement.paired(
+          _per_seed(variants[REFERENCE], _top),
+          agreement.combined([_per_seed(variants[a], _top) for a in others], agreement.maximum),
+        ),
+      )
+    )
+  return found
+
+
+def agreement_table(results: Iterable[Mapping[str, Any]]) -> str:
+  """Markdown, one block per cell with a FedCompass run: the paper's conclusions against these
+  runs (`experiments.agreement`)."""
+  grouped, _, _ = _cells(results)
+  return agreement.agreement_blocks(
+    (
+      f'{PARTITION_NAMES.get(partition, partition)}, {_column_name(m, speed)}',
+      cell_claims(partition, m, speed, grouped[partition][(m, speed)]),
+    )
+    for partition in _sorted_partitions(grouped)
+    for m, speed in _sorted_columns(grouped[partition])
+  )
 
 
 def write_outputs(
@@ -678,7 +757,9 @@ def write_outputs(
         relative_time_table(records),
         '## Top accuracy (Tables 14-15)',
         top_accuracy_table(records),
-        "## Agreement with the paper's ordering",
+        "## The paper's ordering",
+        ordering_table(records),
+        "## The paper's conclusions",
         agreement_table(records),
       ]
     )

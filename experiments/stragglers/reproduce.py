@@ -138,6 +138,7 @@ _CHECKED_SETTINGS = (
   'algorithm.kwargs.cohort_size',
   'algorithm.kwargs.num_selected',
   'algorithm.kwargs.buffer_size',
+  'algorithm.kwargs.ema_warmup',  # FARe-DUST's default changed to Algorithm 1's reading
   'algorithm.kwargs.concurrency',
 )
 
@@ -273,6 +274,7 @@ def _record(summary: dict[str, Any], run_dir: str, **keys) -> dict[str, Any]:
     server_versions=summary.get('final_version'),
     tasks=summary.get('tasks'),
     host_seconds=sweep.host_seconds(summary),
+    code=sweep.run_code(summary),
     curve=curve,
     workdir=run_dir,
   )

@@ -63,6 +63,7 @@ from typing import Any, NamedTuple
 import ml_collections
 import numpy as np
 
+from experiments import agreement
 from experiments.sweep import (
   check_choice,
   markdown_table,
@@ -351,6 +352,16 @@ PAPER_TABLE_7: dict[tuple[str, str], tuple[float, float, float]] = {
   ('per_domain_per_example', 'standard'): (59.35, 117.3, 194.3),
   ('per_domain_per_example', 'straggler'): (151.5, 323.8, 472.0),
 }
+
+
+# Table 8 (App. F): the same on CIFAR-100 (500 clients x 100 examples, 125 stragglers).
+PAPER_TABLE_8: dict[tuple[str, str], tuple[float, float, float]] = {
+  ('per_example', 'standard'): (60.21, 117.9, 193.5),
+  ('per_example', 'straggler'): (60.21, 117.1, 204.7),
+  ('per_domain_per_example', 'standard'): (52.04, 111.2, 154.6),
+  ('per_domain_per_example', 'straggler'): (114.2, 259.9, 450.6),
+}
+LATENCY_PERCENTILES = (50, 95, 99)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -777,6 +788,307 @@ def curves_table(
       )
     rows.append(cells)
   return markdown_table(['Algorithm'] + [f't={t:,.0f}s' for t in grid], rows)
+
+
+# ------------------------------------------------------------------------------------------------
+# The paper's conclusions (Sec. 6, App. B, Tables 20-21), assessed by `experiments.agreement`.
+
+
+class Conclusion(NamedTuple):
+  """A conclusion about one latency model's table: `subject`'s `metric` minus that of `others`
+  (one method, or the best / lowest / fastest of several: `combine`) lies on `side` of 0."""
+
+  latency: str
+  claim: str
+  source: str
+  metric: str  # 'straggler' or 'total' accuracy (percentage points), or 'time' (seconds)
+  subject: str
+  others: tuple[str, ...]
+  combine: str  # 'max' or 'min' of the others' values ('max' for a single other too)
+  side: str
+
+
+_BASELINES = ASYNCHRONOUS + (
+  'fedavg',
+  'fedavg_overselection',
+  'fedavg_time_limited',
+  'fedadam',
+  'fedadam_overselection',
+)
+_SYNCHRONOUS = tuple(a for a in ALGORITHMS if a not in ASYNCHRONOUS)
+_PER_DOMAIN = 'per_domain_per_example'
+_TABLE_21_SOURCE = 'Sec. 6, Table 21'
+
+
+def _all_but(algorithm: str) -> tuple[str, ...]:
+  return tuple(a for a in ALGORITHMS if a != algorithm)
+
+
+CONCLUSIONS: tuple[Conclusion, ...] = (
+  Conclusion(
+    _PER_DOMAIN,
+    'FARe-DUST learns more from the stragglers than the over-selecting baselines, which run '
+    'the same rounds',
+    _TABLE_21_SOURCE,
+    'straggler',
+    'fare_dust',
+    ('fedavg_overselection', 'fedadam_overselection'),
+    'max',
+    '>',
+  ),
+  Conclusion(
+    _PER_DOMAIN,
+    'FARe-DUST reaches a higher straggler accuracy than every baseline',
+    _TABLE_21_SOURCE,
+    'straggler',
+    'fare_dust',
+    _BASELINES,
+    'max',
+    '>',
+  ),
+  Conclusion(
+    _PER_DOMAIN,
+    'FARe-DUST has the highest total accuracy',
+    _TABLE_21_SOURCE,
+    'total',
+    'fare_dust',
+    _all_but('fare_dust'),
+    'max',
+    '>',
+  ),
+  Conclusion(
+    _PER_DOMAIN,
+    'FeAST-on-MSG has the highest straggler accuracy',
+    _TABLE_21_SOURCE,
+    'straggler',
+    'feast_msg',
+    _all_but('feast_msg'),
+    'max',
+    '>',
+  ),
+  Conclusion(
+    _PER_DOMAIN,
+    'FeAST-on-MSG, over-tuned for straggler accuracy, has the lowest total accuracy',
+    _TABLE_21_SOURCE,
+    'total',
+    'feast_msg',
+    _all_but('feast_msg'),
+    'min',
+    '<',
+  ),
+  *(
+    Conclusion(
+      _PER_DOMAIN,
+      f"Over-selection lowers {DISPLAY_NAMES[base]}'s {metric} accuracy",
+      'Sec. 6, Table 21',
+      metric,
+      base,
+      (f'{base}_overselection',),
+      'max',
+      '>',
+    )
+    for base in ('fedavg', 'fedadam')
+    for metric in ('straggler', 'total')
+  ),
+  *(
+    Conclusion(
+      _PER_DOMAIN,
+      f"Over-selection shortens {DISPLAY_NAMES[base]}'s training time",
+      'Sec. 6, Table 21',
+      'time',
+      base,
+      (f'{base}_overselection',),
+      'max',
+      '>',
+    )
+    for base in ('fedavg', 'fedadam')
+  ),
+  Conclusion(
+    _PER_DOMAIN,
+    "The time limit lowers FedAvg's straggler accuracy",
+    'Sec. 6, Table 21',
+    'straggler',
+    'fedavg',
+    ('fedavg_time_limited',),
+    'max',
+    '>',
+  ),
+  Conclusion(
+    _PER_DOMAIN,
+    "The time limit shortens FedAvg's training time",
+    'Sec. 6, Table 21',
+    'time',
+    'fedavg',
+    ('fedavg_time_limited',),
+    'max',
+    '>',
+  ),
+  Conclusion(
+    _PER_DOMAIN,
+    'FedBuff trains faster than every synchronous algorithm',
+    'Sec. 6, Table 21',
+    'time',
+    'fedbuff',
+    _SYNCHRONOUS,
+    'min',
+    '<',
+  ),
+  *(
+    Conclusion(
+      'per_example',
+      f"Under the per-example model over-selection raises {DISPLAY_NAMES[base]}'s straggler "
+      'accuracy',
+      'Sec. 6, Table 20',
+      'straggler',
+      f'{base}_overselection',
+      (base,),
+      'max',
+      '>',
+    )
+    for base in ('fedavg', 'fedadam')
+  ),
+)
+
+_METRICS = {
+  'straggler': ('straggler_accuracy', 100.0, 'straggler accuracy (pp)'),
+  'total': ('total_accuracy', 100.0, 'total accuracy (pp)'),
+  'time': ('virtual_time', 1.0, 'training time (s)'),
+}
+_COMBINED = {('max', 'straggler'): 'best', ('max', 'total'): 'best', ('min', 'total'): 'lowest'}
+
+
+def _paper_value(paper: PaperRow, metric: str) -> float:
+  return paper.time if metric == 'time' else getattr(paper, metric)[0]
+
+
+def _others_text(conclusion: Conclusion, others: Sequence[str]) -> str:
+  names = ', '.join(DISPLAY_NAMES[o] for o in others)
+  if len(others) == 1:
+    return names
+  word = _COMBINED.get((conclusion.combine, conclusion.metric))
+  if conclusion.metric == 'time':
+    word = 'fastest' if conclusion.combine == 'min' else 'slowest'
+  return f'the {word} of {names}'
+
+
+def claims(records: Iterable[Mapping[str, Any]], latency: str) -> list[agreement.Claim]:
+  """The conclusions of `CONCLUSIONS` about `latency`'s table whose methods ran: ours per seed
+  (a single other method on the seeds both ran; several: those that ran on every seed of the
+  subject), the paper's figure over the same methods."""
+  runs = _by_algorithm(records, latency)
+  paper_rows = PAPER_RESULTS[latency]
+  found = []
+  for conclusion in CONCLUSIONS:
+    if conclusion.latency != latency or conclusion.subject not in runs:
+      continue
+    key, scale, unit = _METRICS[conclusion.metric]
+
+    def per_seed(algorithm: str) -> dict[int, agreement.Value | None]:
+      return {
+        int(r['seed']): agreement.exact(None if r.get(key) is None else scale * r[key])
+        for r in runs[algorithm]
+      }
+
+    subject = per_seed(conclusion.subject)
+    others = [o for o in ALGORITHMS if o in conclusion.others and o in runs]
+    if len(conclusion.others) > 1:
+      others = [o for o in others if set(subject) <= {int(r['seed']) for r in runs[o]}]
+    if not others:
+      continue
+    combine = agreement.maximum if conclusion.combine == 'max' else agreement.minimum
+    ours = agreement.paired(subject, agreement.combined([per_seed(o) for o in others], combine))
+    paper_subject = _paper_value(paper_rows[conclusion.subject], conclusion.metric)
+    paper_others = {o: _paper_value(paper_rows[o], conclusion.metric) for o in others}
+    pick = max if conclusion.combine == 'max' else min
+    reference = pick(paper_others, key=paper_others.__getitem__)
+    gap = paper_subject - paper_others[reference]
+    if agreement.seed_side(agreement.Value(gap)) != conclusion.side:
+      raise AssertionError(f"the paper's figures do not support {conclusion.claim!r}")
+    digits = 0 if conclusion.metric == 'time' else 1
+    fmt = (lambda v: f'{v:,.0f} s') if conclusion.metric == 'time' else (lambda v: f'{v:.1f}%')
+    found.append(
+      agreement.Claim(
+        claim=conclusion.claim,
+        source=conclusion.source,
+        paper=(
+          f'{DISPLAY_NAMES[conclusion.subject]} {fmt(paper_subject)} vs '
+          f'{DISPLAY_NAMES[reference]} {fmt(paper_others[reference])} '
+          f'({agreement.format_value(agreement.Value(gap), digits)})'
+        ),
+        quantity=f'{DISPLAY_NAMES[conclusion.subject]} − {_others_text(conclusion, others)}, '
+        f'{unit}',
+        side=conclusion.side,
+        seeds=ours,
+        digits=digits,
+      )
+    )
+  return found
+
+
+def agreement_table(records: Iterable[Mapping[str, Any]], latency: str) -> str:
+  """Markdown: the paper's conclusions about `latency`'s table against these runs
+  (`experiments.agreement`)."""
+  return agreement.agreement_table(claims(list(records), latency))
+
+
+def one_epoch_latencies(latency: str, seed: int) -> dict[str, np.ndarray]:
+  """One CIFAR-100-shaped epoch (App. F, Table 8): one one-epoch latency per client of 500
+  clients x 100 examples, batch 20, the first 125 of them stragglers, as the paper's table
+  samples it ("one epoch over the dataset"); {'standard': ..., 'straggler': ...} in seconds."""
+  from fedsim_jax.runtime.latency.registry import make_latency
+
+  mask = np.arange(CIFAR_NUM_CLIENTS) < CIFAR_NUM_STRAGGLERS
+  model = make_latency(
+    'lognormal',
+    num_clients=CIFAR_NUM_CLIENTS,
+    rng=np.random.default_rng(seed),
+    client_sizes=np.full(CIFAR_NUM_CLIENTS, CIFAR_EXAMPLES, np.int64),
+    batch_size=BATCH_SIZE,
+    model_bytes=0,
+    straggler_mask=mask,
+    model=latency,
+  )
+  draws = model.sample_many(np.arange(CIFAR_NUM_CLIENTS))
+  times = draws.communication + draws.overhead + draws.per_step * (CIFAR_EXAMPLES // BATCH_SIZE)
+  return {'standard': times[~mask], 'straggler': times[mask]}
+
+
+def latency_claims(seeds: Sequence[int] = range(5)) -> list[agreement.Claim]:
+  """App. F's statement about the per-domain per-example model on CIFAR-100 (Table 8):
+  straggler clients are slower than standard clients, by 3x at the 99th percentile; ours per
+  seed of one sampled epoch, at each percentile of Table 8."""
+  epochs = {seed: one_epoch_latencies('per_domain_per_example', seed) for seed in seeds}
+  found = []
+  for index, percentile in enumerate(LATENCY_PERCENTILES):
+    paper_straggler = PAPER_TABLE_8[('per_domain_per_example', 'straggler')][index]
+    paper_standard = PAPER_TABLE_8[('per_domain_per_example', 'standard')][index]
+    found.append(
+      agreement.Claim(
+        claim='Under the per-domain per-example model straggler clients are slower than '
+        'standard clients ("3× slower than standard clients at the 99th percentile")',
+        source='Sec. 4.2, App. F, Table 8, CIFAR-100',
+        paper=f'p{percentile}: {paper_straggler:g} s vs {paper_standard:g} s '
+        f'({paper_straggler / paper_standard:.1f}x)',
+        quantity=f'straggler p{percentile} − standard p{percentile}, one sampled epoch (s)',
+        side='>',
+        seeds={
+          seed: agreement.Value(
+            float(
+              np.percentile(epoch['straggler'], percentile)
+              - np.percentile(epoch['standard'], percentile)
+            )
+          )
+          for seed, epoch in epochs.items()
+        },
+        digits=1,
+      )
+    )
+  return found
+
+
+def latency_agreement() -> str:
+  """Markdown: `latency_claims` (`experiments.agreement`)."""
+  return agreement.agreement_table(latency_claims())
 
 
 def write_outputs(

@@ -10,7 +10,11 @@ G.1's EMNIST values (G.3: "Default values for FedAdam from Appendix G.1 were use
 eta_g 0.003, beta_1 0.9, beta_2 0.99, epsilon 1e-4; its client learning rate 0.03 is
 `client.learning_rate`, not an algorithm setting), and Algorithm 1's unweighted sums
 (`weighting='uniform'`). The teacher's eta_g (`teacher_learning_rate`) defaults to
-`server_learning_rate`, as Algorithm 1 line 7 uses the same eta_g as line 15.
+`server_learning_rate`, as Algorithm 1 line 7 uses the same eta_g as line 15. The evaluated
+model is Algorithm 1's output EMA_beta(w_1, ..., w_T), which leaves the initial model w_0 out:
+`ema_warmup='bias_correction'` (the default) is the beta-weighted mean of w_1..w_t with weights
+summing to one; 'none' starts the EMA at w_0 instead (after 100 rounds at beta 0.99, 37% of the
+evaluated model is then w_0) and 'num_updates' follows TensorFlow's warm-up schedule.
 """
 
 from __future__ import annotations
@@ -56,7 +60,9 @@ class FareDustSettings(CohortSettings, LocalWorkSettings, ServerOptimizerSetting
   rho: float = setting(0.1, positive(allow_zero=True), 'distillation strength')
   temperature: float = setting(1.0, positive(), 'T of the distillation loss (not stated)')
   ema_decay: float = setting(0.99, decay(), 'beta of the evaluated EMA')
-  ema_warmup: str = ema_warmup_setting()
+  # Algorithm 1's output EMA_beta(w_1, ..., w_T) leaves w_0 out: the beta-weighted mean of the
+  # server models after each update; 'none' (an EMA started at w_0) is the other reading.
+  ema_warmup: str = ema_warmup_setting('bias_correction')
   teacher_learning_rate: float | None = setting(
     None,
     positive(optional=True),

@@ -313,12 +313,13 @@ class ClientTermsSettings(Base):
     return functools.partial(local_update, objective=self.client_objective(), prelude=prelude)
 
 
-def ema_warmup_setting() -> Any:
-  """The `ema_warmup` setting of every algorithm that evaluates an EMA (`strategy/ema.py`)."""
+def ema_warmup_setting(default: str = 'none') -> Any:
+  """The `ema_warmup` setting of every algorithm that evaluates an EMA (`strategy/ema.py`):
+  'none' (the EMA starts at the initial model) unless the algorithm's paper says otherwise."""
   return setting(
-    'none',
+    default,
     one_of(EMA_WARMUPS),
-    "EMA start: the initial model, 'bias_correction' or TF's 'num_updates'",
+    "EMA start: 'none' (the initial model), 'bias_correction' or TF's 'num_updates'",
   )
 
 

@@ -3,11 +3,12 @@
 The straggler paper's `+ EMA` variant of FedBuff ("EMA post-processing of weights"): after every
 server update, ema <- decay * ema + (1 - decay) * params, and the EMA is the evaluated model.
 
-How the EMA starts, which the paper does not say, is `warmup` (a named setting,
-`algorithm.kwargs.ema_warmup`):
+How the EMA starts, which the paper does not say for FedBuff, is `warmup` (a named setting,
+`algorithm.kwargs.ema_warmup`; FARe-DUST, whose Algorithm 1 outputs EMA_beta(w_1, ..., w_T),
+defaults to 'bias_correction'):
 
-- 'none' (default): the EMA starts at the initial model. After t updates a weight decay^t of
-  it is still the random initialisation (37% after 100 updates at decay 0.99).
+- 'none' (`with_ema`'s default): the EMA starts at the initial model. After t updates a weight
+  decay^t of it is still the random initialisation (37% after 100 updates at decay 0.99).
 - 'bias_correction': the EMA accumulates from zero and is divided by 1 - decay^t (Adam's
   correction): a weighted mean of the server models so far, with no share of the initial model.
 - 'num_updates': the decay of update t is min(decay, (1 + t) / (10 + t)), as TensorFlow's

@@ -44,8 +44,10 @@ where the choice can change results):
     F_i alone, as `Deltas = {}` has nothing to draw) or 'latest_model' (distil from w_t).
   * [`temperature` = T] Distillation form: T^2 KL(softmax(z_teacher / T) || softmax(z / T)),
     added to the task loss as F + rho psi (Sec. 2.2); T = 1 by default (not stated).
-  * [`ema_decay` = beta] EMA: after every server version, ema <- beta ema + (1 - beta) w,
-    starting at w_0 (`strategy.ema.with_ema`); beta = 0 evaluates w itself.
+  * [`ema_decay` = beta, `ema_warmup`] EMA: the output EMA_beta(w_1, ..., w_T) of Algorithm 1,
+    updated after every server version (`strategy.ema.with_ema`); by default
+    ('bias_correction') the beta-weighted mean of w_1..w_t, leaving w_0 out as the output's
+    index range does; 'none' starts the EMA at w_0. beta = 0 evaluates w itself.
   * [`server_optimizer`] The main update is FedAdam (G.3) with the server optimizer settings
     (`server_learning_rate` eta_g, `b1`, `b2`, `eps`, `adaptive_form`); other FedOpt server
     optimizers are allowed.

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from experiments import agreement
 from experiments.ccfedavg import tables
 from experiments.sweep import table_row as _row
 from fedsim_jax.config import ConfigError
@@ -217,3 +218,44 @@ def test_binary_rejects_bad_flags_with_one_line(flag, tmp_path):
   assert len(lines) == 1, result.stderr
   assert lines[0].startswith('error: ')
   assert not os.listdir(tmp_path)
+
+
+def _device_runs(algorithm, bests, participation=0.2):
+  return [
+    dict(
+      algorithm=algorithm,
+      setting='cross_device',
+      participation=participation,
+      seed=seed,
+      best_accuracy=best,
+      final_accuracy=best - 0.1,
+    )
+    for seed, best in enumerate(bests)
+  ]
+
+
+def test_the_papers_conclusions_on_table_2():
+  records = (
+    _device_runs('fedavg', [0.82, 0.83, 0.81])
+    + _device_runs('ccfedavg', [0.80, 0.80, 0.77])
+    + _device_runs('ccfedavg_strategy2', [0.70, 0.72, 0.71])
+    + _device_runs('ccfedavg_c', [0.75, 0.76, 0.74])
+    + _device_runs('fedavg', [0.82, 0.83], participation=0.1)  # no CC-FedAvg at 10%: nothing
+  )
+  found = tables.table2_claims(records)
+  assert list(found) == [0.1, 0.2] and found[0.1] == []
+  by_claim = {c.claim: c for c in found[0.2]}
+  strategy2 = by_claim['CC-FedAvg is more accurate than Strategy 2']
+  assert strategy2.paper == 'CC-FedAvg 78.40 vs Strategy 2 73.63 (+4.77)'
+  assert agreement.assess(strategy2).verdict == agreement.AGREES
+  # "a performance decline of no more than 3%": FedAvg (full) - CC-FedAvg < 3 on every seed.
+  decline = by_claim['CC-FedAvg is at most 3 points below FedAvg (full)']
+  assert (decline.side, decline.threshold) == ('<', 3.0)
+  assert {s: round(v.value, 6) for s, v in decline.seeds.items()} == {0: 2.0, 1: 3.0, 2: 4.0}
+  assert agreement.assess(decline).reason == 'a tie on seed 1'
+  # Table III: CC-FedAvg(c) above CC-FedAvg at 20% in the paper (79.07 vs 78.40); here below.
+  switch = by_claim['CC-FedAvg(c) is more accurate than CC-FedAvg ("in some cases")']
+  assert agreement.assess(switch).verdict == agreement.DOES_NOT_AGREE
+  # Strategy 1 and FedAvg (dropout) did not run: no conclusion about them.
+  assert not any('Strategy 1' in c or 'dropout' in c for c in by_claim)
+  assert tables.table2_agreement(records).count(agreement.CRITERION) == 1

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from experiments import sweep
+from experiments import agreement, sweep
 from experiments.fedasmu import tables
 from experiments.sweep import table_row as _row
 from fedsim_jax import algorithms, experiment
@@ -230,11 +230,11 @@ def test_ordering_spearman_against_the_paper():
   assert row['accuracy_rho'] == pytest.approx(1 - 6 * 2 / (4 * 15))  # sum d^2 = 2
   # Times where both reached the target (FedAvg '/'): ours 100 < 200 < 300 (FedASMU, FedBuff,
   # FedAsync), paper 8250 < 12371 < 27179 (FedASMU, FedAsync, FedBuff).
-  assert row['time_pairs'] == 3
+  assert row['time_methods'] == 3
   assert row['time_rho'] == pytest.approx(0.5)
   assert row['fedasmu_best_ours'] is True and row['fedasmu_best_paper'] is True
   text = tables.ordering_table(_records())
-  assert _row(text, 'LeNet FMNIST')[:5] == ['4', '+0.80', '+0.50 (3)', 'yes', 'yes']
+  assert _row(text, 'LeNet FMNIST')[:4] == ['4', '+0.80', '+0.50', '3']
   assert 'FedASMU > FedBuff > FedAsync > FedAvg' in text
 
 
@@ -242,7 +242,7 @@ def test_ordering_needs_three_methods():
   records = [r for r in _records() if r['method'] in ('fedasmu', 'fedavg')]
   (row,) = tables.ordering(records)
   assert row['accuracy_rho'] is None and row['time_rho'] is None
-  assert _row(tables.ordering_table(records), 'LeNet FMNIST')[1:3] == ['-', '- (1)']
+  assert _row(tables.ordering_table(records), 'LeNet FMNIST')[1:4] == ['-', '-', '1']
 
 
 def test_ablation_table():
@@ -415,3 +415,52 @@ def test_binary_end_to_end_on_a_tiny_federation(tiny_fashion_mnist, tmp_path):
   again = _run(*flags, '--only_existing', timeout=120)
   assert again.returncode == 0, again.stderr
   assert again.stdout.count(': reused') == 3
+
+
+def _seeded(method, finals, times, end=1000.0):
+  return [
+    dict(
+      method=method,
+      model='lenet5',
+      dataset='fashion_mnist',
+      seed=seed,
+      final_accuracy=final,
+      best_accuracy=final,
+      time_to_target=time,
+      final_version=500,
+      final_virtual_time=end,
+    )
+    for seed, (final, time) in enumerate(zip(finals, times))
+  ]
+
+
+def test_the_papers_conclusions_paired_on_the_seeds():
+  records = (
+    _seeded('fedasmu', [0.80, 0.70, 0.75], [100.0, 300.0, None])
+    + _seeded('fedsa', [0.78, 0.74, 0.76], [200.0, 250.0, 400.0])
+    + _seeded('fedasmu_da', [0.79, 0.69, 0.74], [150.0, 250.0, 300.0])
+    + _seeded('fedasmu_fa', [0.78, 0.71, 0.75], [100.0, 300.0, 300.0])
+  )
+  found = {c.claim: c for c in tables.claims(records)[('lenet5', 'fashion_mnist')]}
+  best = found['FedASMU is the most accurate method']
+  assert best.paper == 'FedASMU 0.829 vs FedSA 0.783 (+4.6 pp)'
+  assert best.quantity == 'FedASMU − FedSA, final accuracy (pp)'
+  assert {s: round(v.value, 6) for s, v in best.seeds.items()} == {0: 2.0, 1: -4.0, 2: -1.0}
+  assert agreement.assess(best).reason == 'seeds on both sides'
+  first = found['FedASMU reaches the target first']
+  # Seed 2: FedASMU missed (ended at 1,000 s), FedSA reached at 400 s: later by more than 600 s.
+  assert first.seeds == {
+    0: agreement.Value(-100.0),
+    1: agreement.Value(50.0),
+    2: agreement.Value(600.0, '>'),
+  }
+  dynamic = found['FedASMU is more accurate than FedASMU-DA']
+  assert dynamic.paper == '1.38 to 4.32 pp'
+  assert {s: round(v.value, 6) for s, v in dynamic.seeds.items()} == {0: 1.0, 1: 1.0, 2: 1.0}
+  assert agreement.assess(dynamic).verdict == agreement.AGREES
+  # Equal times to the target are a tie, not a side (seed 1).
+  sooner = found['FedASMU reaches the target sooner than FedASMU-FA']
+  assert sooner.seeds[1] == agreement.Value(0.0)
+  assert agreement.assess(sooner).reason == 'a tie on seed 0, 1'
+  text = tables.agreement_table(records)
+  assert text.startswith('**LeNet FMNIST**') and text.count(agreement.CRITERION) == 1

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from experiments import agreement
 from experiments.fedcompass import tables
 from experiments.sweep import table_row as _row
 from fedsim_jax.config import ConfigError
@@ -282,34 +283,67 @@ def test_spearman():
   assert tables.spearman([1, 1, 2], [1, 2, 3]) == pytest.approx(math.sqrt(3) / 2)
 
 
-def test_ordering_agreement():
-  rows = tables.ordering_agreement(_synthetic_results())
-  assert len(rows) == 1
-  row = rows[0]
+def test_ordering_ranks_the_methods_without_fedcompass():
+  (row,) = tables.ordering(_synthetic_results())
   assert (row['partition'], row['m'], row['speed']) == ('class', 5, 'normal')
-  assert row['ours_compass_fastest'] is True
-  assert row['paper_compass_fastest'] is True
   assert row['fastest_baseline'] == 'fedbuff'
-  # Both have FedAvg 2.50/2.82, FedBuff 1.50/1.57, FedCompass 1/1, +M 0.90/1.19: only
-  # FedCompass and +M swap, so rho = 1 - 6 * 2 / (4 * 15) = 0.8.
-  assert row['pairs'] == 4
-  assert row['spearman'] == pytest.approx(0.8)
-  markdown = tables.agreement_table(_synthetic_results())
-  assert 'FedCompass beats every baseline in 1/1 cells in our runs and in 1/1' in markdown
-  assert 'mean +0.80 over 1 cells' in markdown
+  assert row['paper_fastest_baseline'] == 'fedbuff'
+  # FedCompass's relative time is 1 by definition in both: left out. Ours FedAvg 2.50, FedBuff
+  # 1.50, +M 0.90; the paper's 2.82, 1.57, 1.19: the same order, rho = 1 over three methods.
+  assert row['methods'] == ['fedavg', 'fedbuff', 'fedcompass_m']
+  assert row['spearman'] == pytest.approx(1.0)
+  markdown = tables.ordering_table(_synthetic_results())
+  assert '| MNIST-Class Partition | 5-normal | FedBuff | FedBuff | +1.00 | 3: FedAvg,' in markdown
 
 
-def test_ordering_agreement_when_a_baseline_wins():
+def test_ordering_when_a_baseline_wins():
   results = [
     _record('fedcompass', 0, 100.0, m=20, speed='homogeneous'),
     _record('fedat', 0, 90.0, m=20, speed='homogeneous'),
     _record('fedavg', 0, 150.0, m=20, speed='homogeneous'),
   ]
-  (row,) = tables.ordering_agreement(results)
-  assert row['ours_compass_fastest'] is False
-  assert row['paper_compass_fastest'] is False  # the paper's FedAT 0.97x in this cell
+  (row,) = tables.ordering(results)
   assert row['fastest_baseline'] == 'fedat'
-  assert tables.agreement_table([_record('fedcompass', 0, None)]).startswith('No cell')
+  assert row['paper_fastest_baseline'] == 'fedat'  # the paper's FedAT 0.97x in this cell
+  assert tables.ordering_table([_record('fedcompass', 0, None)]).startswith('No cell')
+
+
+def _cell(algorithm, times, bests, end=600.0, **extra):
+  return [
+    _record(algorithm, seed, time, best=best, final_virtual_time=end, **extra)
+    for seed, (time, best) in enumerate(zip(times, bests))
+  ]
+
+
+def test_the_papers_conclusions_per_cell_with_targets_missed():
+  results = (
+    _cell('fedcompass', [80.0, 120.0], [0.97, 0.96])
+    + _cell('fedbuff', [None, None], [0.90, 0.91])
+    + _cell('fedat', [150.0, 200.0], [0.93, 0.92])
+    + _cell('fedavg', [None, None], [0.91, 0.91], end=1200.0)
+  )
+  first, second = tables.cell_claims(
+    'class', 5, 'normal', tables._cells(results)[0]['class'][(5, 'normal')]
+  )
+  # Before every baseline: FedCompass minus the fastest baseline (FedAT; the misses end later).
+  assert first.seeds == {0: agreement.Value(-70.0), 1: agreement.Value(-80.0)}
+  assert first.paper == 'FedCompass 1.00 vs FedBuff 1.57 (relative time)'
+  assert agreement.assess(first).verdict == agreement.AGREES
+  # Top accuracy against the best of the other asynchronous algorithms (FedAT here).
+  assert {s: round(v.value, 6) for s, v in second.seeds.items()} == {0: 4.0, 1: 4.0}
+  assert agreement.assess(second).verdict == agreement.AGREES
+  # FedCompass missing the target on its one seed while FedAvgM reaches it: a bound, one seed.
+  results = _cell('fedcompass', [None], [0.88], end=594.0, speed='exponential') + _cell(
+    'fedavgm', [587.0], [0.97], end=1185.0, speed='exponential'
+  )
+  # (no other asynchronous algorithm ran: no top-accuracy conclusion)
+  (first,) = tables.cell_claims(
+    'class', 5, 'exponential', tables._cells(results)[0]['class'][(5, 'exponential')]
+  )
+  assert first.seeds == {0: agreement.Value(7.0, '>')}
+  assessment = agreement.assess(first)
+  assert (assessment.verdict, assessment.reason) == (agreement.INCONCLUSIVE, 'one seed')
+  assert '| 0: > +7.0 |' in tables.agreement_table(results)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -396,7 +430,8 @@ def test_write_outputs_writes_results_and_tables(tmp_path):
   for section in (
     '## Relative time to target (Table 1)',
     '## Top accuracy (Tables 14-15)',
-    "## Agreement with the paper's ordering",
+    "## The paper's ordering",
+    "## The paper's conclusions",
     '| FedAvg | 2.50 (2.82) |',
   ):
     assert section in text

@@ -65,6 +65,87 @@ def test_every_table_is_generated_or_marked_recorded():
   }
 
 
+# Words that judge a result against the paper. They belong to the generated conclusions tables
+# (experiments/agreement.py computes them); prose outside generated tables explains, never
+# judges. Every form, any case: agree / agrees / agreed / agreement, disagree..., reproduces /
+# reproduced, inconclusive, confirm..., contradict... (not the modules experiments/agreement.py
+# and experiments/<kit>/reproduce.py, nor the runs/reproduce_* folders).
+VERDICT_WORDS = re.compile(
+  r'\b(?:dis)?agree(?:s|d|ing|ments?)?\b(?!\.py)'
+  r'|\binconclusive\b'
+  r'|\breproduc(?:e|es|ed|ing)\b(?!\.py)'
+  r'|\bconfirm(?:s|ed|ing)?\b'
+  r'|\bcontradict(?:s|ed|ing)?\b',
+  re.IGNORECASE,
+)
+# The pages of reproductions of a paper: each assesses the paper's conclusions in generated
+# tables (latency.md from the latency model alone).
+_CONCLUSION_DOCS = (
+  'ccfedavg.md',
+  'fedasmu.md',
+  'fedcompass_mnist.md',
+  'latency.md',
+  'stragglers.md',
+)
+
+
+def verdict_words_outside_generated_tables(text: str, path: str = '<doc>') -> list[str]:
+  """'line: word' for each verdict word of `text` outside its generated tables."""
+  spans = [(r.start, r.end) for r in results_docs.regions(text, path) if r.spec is not None]
+  found = []
+  for match in VERDICT_WORDS.finditer(text):
+    if not any(start <= match.start() < end for start, end in spans):
+      found.append(f'{text.count(chr(10), 0, match.start()) + 1}: {match.group(0)}')
+  return found
+
+
+def test_verdict_words_appear_only_in_generated_tables():
+  for path in sorted(glob.glob(os.path.join(_REPO, 'docs', 'results', '*.md'))):
+    found = verdict_words_outside_generated_tables(_read(path), path)
+    assert not found, f'{os.path.basename(path)}: verdict words outside generated tables: {found}'
+
+
+def test_the_verdict_word_check_catches_every_form_and_spares_binaries():
+  text = (
+    'Agreement with the paper. It agrees, it DOES NOT AGREE, they disagree; inconclusive.\n'
+    'FedAvg reproduces it; the paper is confirmed, not contradicted.\n'
+    'Run experiments/fedasmu/reproduce.py --workdir=runs/reproduce_fedasmu; a reproduction;\n'
+    'experiments/agreement.py.\n'
+    '<!-- table: runs docs/results/data/x.json -->\n\nagrees\n\n<!-- end table -->\n'
+    '<!-- recorded table -->\nagrees\n<!-- end table -->\n'
+  )
+  assert verdict_words_outside_generated_tables(text) == [
+    '1: Agreement',
+    '1: agrees',
+    '1: AGREE',
+    '1: disagree',
+    '1: inconclusive',
+    '2: reproduces',
+    '2: confirmed',
+    '2: contradicted',
+    '11: agrees',  # a recorded table is not generated
+  ]
+
+
+def test_every_reproduction_page_assesses_the_papers_conclusions_in_generated_tables():
+  for name in _CONCLUSION_DOCS:
+    path = os.path.join(_REPO, 'docs', 'results', name)
+    specs = [r.spec for r in results_docs.regions(_read(path), path) if r.spec]
+    assert any(spec.split()[0].endswith('agreement') for spec in specs), name
+
+
+def test_pages_state_the_code_their_runs_ran_on():
+  texts = {p: _read(p) for p in glob.glob(os.path.join(_REPO, 'docs', 'results', '*.md'))}
+  for path, text in texts.items():
+    assert 'current code' not in text, path
+  specs = [
+    r.spec for path, text in texts.items() for r in results_docs.regions(text, path) if r.spec
+  ]
+  described = {spec.split()[1] for spec in specs if spec.split()[0] == 'runs'}
+  for path in glob.glob(os.path.join(_REPO, 'docs', 'results', 'data', '*.json')):
+    assert os.path.relpath(path, _REPO) in described, f'no runs block for {path}'
+
+
 def test_commands_in_the_results_docs_are_written_in_full():
   for path in glob.glob(os.path.join(_REPO, 'docs', 'results', '*.md')):
     for block in re.findall(r'```(?:bash)?\n(.*?)```', _read(path), re.DOTALL):
@@ -190,6 +271,22 @@ def test_markers_name_a_known_renderer_and_a_result_file_of_its_kit(tmp_path):
     results_docs.check(_REPO, [str(unterminated)])
 
 
+def test_several_result_files_merge_with_the_later_runs_replacing_earlier_ones(tmp_path):
+  main = 'docs/results/data/stragglers.json'
+  rerun = 'docs/results/data/stragglers_ema_warmup_num_updates.json'
+  text = results_docs.render_spec(f'stragglers.table21 {main} {rerun}', _REPO)
+  # FARe-DUST's row is the rerun's (73.5% straggler), every other row the main file's.
+  assert '| FARe-DUST | 73.5% [72.2%, 75.4%] |' in text
+  assert '| FedAdam + over-sel. | 81.5% [78.8%, 81.5%] |' in text
+  assert text.count('| FARe-DUST |') == 1
+  with pytest.raises(results_docs.DocsError, match='takes one result file'):
+    results_docs.render_spec(f'runs {main} {rerun}', _REPO)
+  with pytest.raises(results_docs.DocsError, match='renders stragglers results'):
+    results_docs.render_spec(
+      f'stragglers.table21 {main} docs/results/data/fedasmu_600s.json', _REPO
+    )
+
+
 def test_filters_keep_the_matching_records(tmp_path):
   data = 'docs/results/data/fedasmu_600s.json'
   text = results_docs.render_spec(f'fedasmu.results {data} method=fedbuff seed=0', _REPO)
@@ -206,7 +303,7 @@ def test_export_refuses_no_records_and_load_refuses_other_files(tmp_path):
     results_data.load(str(tmp_path / 'other.json'))
 
 
-def _fake_run(run_dir, final, best, time_to_target, status='completed'):
+def _fake_run(run_dir, final, best, time_to_target, status='completed', code=None):
   os.makedirs(run_dir)
   summary = {
     'status': status,
@@ -217,7 +314,7 @@ def _fake_run(run_dir, final, best, time_to_target, status='completed'):
     'final_version': 120,
     'final_virtual_time': 600.0,
     'client_updates': 120,
-    'host': {'seconds': 50.0},
+    'host': {'seconds': 50.0, **({} if code is None else {'code': code})},
   }
   with open(os.path.join(run_dir, 'summary.json'), 'w', encoding='utf-8') as f:
     json.dump(summary, f)
@@ -226,7 +323,8 @@ def _fake_run(run_dir, final, best, time_to_target, status='completed'):
 def test_binary_exports_the_finished_runs_and_render_prints_their_tables(tmp_path):
   runs = tmp_path / 'runs'
   column = runs / 'fashion_mnist' / 'lenet5'
-  _fake_run(column / 'fedasmu' / 'seed0', 0.71, 0.72, 450.0)
+  code = {'commit': 'f' * 40, 'dirty': False, 'version': '0.1.0'}
+  _fake_run(column / 'fedasmu' / 'seed0', 0.71, 0.72, 450.0, code=code)
   _fake_run(column / 'fedasmu' / 'seed1', 0.69, 0.70, None)
   _fake_run(column / 'fedavg' / 'seed0', 0.65, 0.66, None)
   (column / 'fedavg' / 'seed1').mkdir()  # started, never finished: not exported
@@ -252,15 +350,26 @@ def test_binary_exports_the_finished_runs_and_render_prints_their_tables(tmp_pat
     ('fedasmu', 1, 0.69),
   ]
   assert all('workdir' not in r and r['finished'].endswith('UTC') for r in data['records'])
+  # Each run carries the code it ran on, as its summary recorded it (None: not recorded).
+  assert [r['code'] for r in data['records']] == [code, None, None]
   # One record per line: a rerun shows in git diff run by run.
   assert len(exported.read_text('utf-8').splitlines()) == 8 + 3 + 2
 
   rendered = _run(_SCRIPT, f'--render={exported}', f'--root={tmp_path}')
   assert rendered.returncode == 0, rendered.stderr
   out = rendered.stdout
-  for name in ('fedasmu.results', 'fedasmu.ordering', 'fedasmu.ablations', 'fedasmu.per_seed'):
+  names = (
+    'runs',
+    'fedasmu.results',
+    'fedasmu.ordering',
+    'fedasmu.ablations',
+    'fedasmu.per_seed',
+    'fedasmu.agreement',
+  )
+  for name in names:
     assert f'<!-- table: {name} data/fedasmu_test.json -->' in out
-  assert out.count('<!-- end table -->') == 4
+  assert out.count('<!-- end table -->') == len(names)
+  assert '**Code:** commit fffffff (1 run); not recorded (2 runs).' in out
   assert '| FedASMU | 0.700±0.014 | 0.829 | 0.710 | / |' in out  # missed on one of two seeds
   assert '| FedAvg | 0.650 | 0.706 | 0.660 | / |' in out
 
@@ -310,3 +419,70 @@ def test_export_replaces_the_file_whole(tmp_path, monkeypatch):
     results_data.export(str(path), 'fedasmu', [{'method': 'fedasmu'}], {}, 'cmd')
   assert path.read_text('utf-8') == 'old'  # a failed write leaves the previous file
   assert [p.name for p in tmp_path.iterdir()] == ['x.json']  # and no temporary file
+
+
+@pytest.mark.parametrize(
+  'codes, text',
+  [
+    (
+      [None, None],
+      'the commit each run ran on was not recorded (the runs predate that record); '
+      'the file was exported at commit 1234567',
+    ),
+    (
+      [{'commit': 'c' * 40, 'dirty': False, 'version': '0.1.0'}, None],
+      'commit ccccccc (1 run); not recorded (1 run)',
+    ),
+    (
+      [
+        {
+          'commit': 'c' * 40,
+          'dirty': True,
+          'version': '0.1.0',
+          'earlier': [{'commit': 'd' * 40, 'dirty': False}],
+        }
+      ]
+      * 2,
+      'commit ccccccc with uncommitted changes, resumed from a checkpoint of commit ddddddd '
+      '(2 runs)',
+    ),
+    (
+      [{'commit': None, 'dirty': None, 'version': '0.1.0'}] * 2,
+      'not in a git checkout (fedsim_jax 0.1.0) (2 runs)',
+    ),
+  ],
+)
+def test_the_runs_block_shows_the_recorded_code_or_says_it_was_not_recorded(codes, text):
+  records = [
+    {'seed': seed, 'finished': '2026-11-26 06:03 UTC', 'host_seconds': 60.0 * (seed + 1)}
+    | ({} if code is None else {'code': code})
+    for seed, code in enumerate(codes)
+  ]
+  data = {'kit': 'fedasmu', 'exported_at_commit': '1234567', 'records': records}
+  block = results_docs.RENDERERS['runs'].render(data)
+  assert block.startswith('**Runs:** 2 (seeds 0, 1); finished 2026-11-26 06:03 UTC; host time ')
+  assert '60-120 s per run, 3 minutes in all' in block
+  assert block.endswith(f'**Code:** {text}.')
+
+
+def test_merged_result_files_replace_the_runs_of_the_same_method_and_seed():
+  first = {
+    'kit': 'stragglers',
+    'records': [
+      {'algorithm': 'fare_dust', 'latency': 'per_example', 'seed': 0, 'total_accuracy': 0.5},
+      {'algorithm': 'fedavg', 'latency': 'per_example', 'seed': 0, 'total_accuracy': 0.8},
+    ],
+  }
+  second = {
+    'kit': 'stragglers',
+    'records': [
+      {'algorithm': 'fare_dust', 'latency': 'per_example', 'seed': 0, 'total_accuracy': 0.7},
+      {'algorithm': 'fare_dust', 'latency': 'per_example', 'seed': 1, 'total_accuracy': 0.6},
+    ],
+  }
+  merged = results_data.merge([first, second])
+  assert [(r['algorithm'], r['seed'], r['total_accuracy']) for r in merged['records']] == [
+    ('fare_dust', 0, 0.7),
+    ('fedavg', 0, 0.8),
+    ('fare_dust', 1, 0.6),
+  ]

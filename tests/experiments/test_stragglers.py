@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from experiments import agreement
 from experiments.stragglers import tables
 from experiments.sweep import table_row as _row
 from fedsim_jax import algorithms
@@ -608,3 +609,69 @@ def test_binary_runs_the_writer_partitioned_emnist_task(tmp_path):
   assert record['server_versions'] == 2 and 0 <= record['straggler_accuracy'] <= 1
   text = (workdir / 'tables.md').read_text(encoding='utf-8')
   assert 'split by its writers' in text and 'offline stand-in' not in text
+
+
+def _runs(algorithm, straggler, total, times, latency='per_domain_per_example'):
+  return [
+    dict(
+      algorithm=algorithm,
+      latency=latency,
+      seed=seed,
+      straggler_accuracy=s,
+      total_accuracy=t,
+      virtual_time=time,
+    )
+    for seed, (s, t, time) in enumerate(zip(straggler, total, times))
+  ]
+
+
+def test_the_papers_conclusions_on_table_21():
+  records = (
+    _runs('fare_dust', [0.90, 0.92, 0.91], [0.95, 0.96, 0.95], [100.0, 110.0, 105.0])
+    + _runs('fedadam_overselection', [0.91, 0.90, 0.93], [0.94, 0.95, 0.96], [100.0, 110.0, 105.0])
+    + _runs('fedadam', [0.97, 0.97, 0.98], [0.97, 0.98, 0.98], [300.0, 320.0, 310.0])
+    + _runs('fedbuff', [0.80, 0.85], [0.88, 0.90], [20.0, 21.0])  # two seeds only
+  )
+  found = {c.claim: c for c in tables.claims(records, 'per_domain_per_example')}
+  first = found[
+    'FARe-DUST learns more from the stragglers than the over-selecting baselines, which run '
+    'the same rounds'
+  ]
+  # FARe-DUST minus FedAdam + over-sel.: the one over-selecting baseline that ran.
+  assert first.quantity == 'FARe-DUST − FedAdam + over-sel., straggler accuracy (pp)'
+  assert first.paper == 'FARe-DUST 91.7% vs FedAdam + over-sel. 55.8% (+35.9)'
+  assert {s: round(v.value, 6) for s, v in first.seeds.items()} == {0: -1.0, 1: 2.0, 2: -2.0}
+  assert agreement.assess(first).verdict == agreement.INCONCLUSIVE
+  # Against every baseline: FedBuff ran on two of FARe-DUST's three seeds, so it is left out.
+  every = found['FARe-DUST reaches a higher straggler accuracy than every baseline']
+  assert every.quantity.startswith('FARe-DUST − the best of FedAdam, FedAdam + over-sel.,')
+  assert every.paper == 'FARe-DUST 91.7% vs FedAdam 79.8% (+11.9)'
+  assert agreement.assess(every).verdict == agreement.DOES_NOT_AGREE  # FedAdam: 97-98%
+  faster = found['FedBuff trains faster than every synchronous algorithm']
+  assert faster.side == '<' and set(faster.seeds) == {0, 1}
+  assert agreement.assess(faster).verdict == agreement.AGREES
+  # Per-example conclusions need per-example runs.
+  assert tables.claims(records, 'per_example') == []
+
+
+@pytest.mark.parametrize('latency', tables.LATENCY_MODELS)
+def test_the_papers_own_figures_back_every_conclusion(latency):
+  # With every algorithm run, every conclusion about the table is built, and building checks
+  # that the paper's Table 20 / 21 figures lie on the conclusion's side.
+  records = [
+    r for a in tables.ALGORITHMS for r in _runs(a, [0.5, 0.6], [0.7, 0.8], [10.0, 11.0], latency)
+  ]
+  found = tables.claims(records, latency)
+  assert len(found) == sum(c.latency == latency for c in tables.CONCLUSIONS) > 0
+
+
+def test_latency_conclusion_is_computed_from_the_latency_model():
+  claims = tables.latency_claims(seeds=[0, 1])
+  assert [c.quantity.split(',')[0] for c in claims] == [
+    'straggler p50 − standard p50',
+    'straggler p95 − standard p95',
+    'straggler p99 − standard p99',
+  ]
+  assert claims[2].paper == 'p99: 450.6 s vs 154.6 s (2.9x)'
+  assert all(v.value > 0 for c in claims for v in c.seeds.values())
+  assert tables.latency_claims(seeds=[0, 1])[0].seeds == claims[0].seeds  # seeded

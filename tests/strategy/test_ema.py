@@ -65,7 +65,9 @@ def test_the_settings_pass_the_warmup_through():
   from fedsim_jax.algorithms.fare_dust import FareDustSettings
   from fedsim_jax.algorithms.groups import ServerEmaSettings
 
-  assert FareDustSettings().ema_warmup == 'none'
+  # FARe-DUST's output is EMA_beta(w_1, ..., w_T) (Algorithm 1): w_0 left out by default.
+  assert FareDustSettings().ema_warmup == 'bias_correction'
+  assert ServerEmaSettings().ema_warmup == 'none'  # FedBuff + EMA: the start is not stated
   aggregator = ServerEmaSettings.from_kwargs(
     {'ema_decay': 0.5, 'ema_warmup': 'bias_correction'}
   ).with_ema(server_update(optax.sgd(1.0)))
