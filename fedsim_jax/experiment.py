@@ -32,7 +32,7 @@ from fedsim_jax.data import partition as partition_lib
 from fedsim_jax.data.federated import FederatedDataset
 from fedsim_jax.data.lazy import LazyFederation
 from fedsim_jax.data.loading import load_dataset
-from fedsim_jax.executor import Executor
+from fedsim_jax.executor import Executor, cpu_pool
 from fedsim_jax.executor.choice import (
   compiler_options,
   model_has_convolution,
@@ -275,9 +275,11 @@ def build_simulation(
   model: Model,
   on_version: Callable[[Simulation], None] | None = None,
   settings: Settings | None = None,
+  host_threads: int = 1,
 ) -> Simulation:
   """Wires model, algorithm, executor and latency model into a ready-to-run `Simulation`;
-  `settings`: the algorithm's, when already resolved from `config`."""
+  `settings`: the algorithm's, when already resolved from `config`; `host_threads`: the
+  simulations run at once in this process (`Executor`)."""
   streams = RandomStreams.from_seed(config.seed)
   init_params = model.init(streams.init_key)
   model_bytes = 4 * model.num_params(init_params)
@@ -317,6 +319,7 @@ def build_simulation(
       step_loop=step_loop,
       devices=config.executor.devices,
       threads=resolve_threads(config.executor.threads, backend),
+      host_threads=host_threads,
     )
   except ValueError as error:  # e.g. more devices than this host has
     raise config_lib.ConfigError(str(error)) from None
@@ -438,9 +441,11 @@ class PreparedRun:
     resume: bool = False,
     overwrite: bool = False,
     periodic_checkpoints: bool = True,
+    host_threads: int = 1,
   ):
     settings = validate(config)
     run = config.run
+    cpu_pool.reserve(config.executor.devices, host_threads)  # before JAX starts, if it has not
     if run.distributed:  # before anything touches a device
       distributed.initialize(run.coordinator_address, run.num_processes, run.process_id)
     # In a multi-process run only process 0 writes the workdir; the others write their own
@@ -485,7 +490,12 @@ class PreparedRun:
     # Built before anything is written (building writes nothing): the memory check reads
     # what the built run will hold.
     self.simulation = build_simulation(
-      config, dataset, model, on_version, settings=self.algorithm_settings
+      config,
+      dataset,
+      model,
+      on_version,
+      settings=self.algorithm_settings,
+      host_threads=host_threads,
     )
     if config.run.check_memory:
       self._check_memory(config, dataset, model)
@@ -940,7 +950,15 @@ def run_experiments_lockstep(
   datasets = list(datasets) if datasets is not None else [None] * len(configs)
   # Simulations advancing together cannot pause one by one: lockstep runs checkpoint at the end.
   runs = [
-    PreparedRun(c, w, d, resume=resume, overwrite=overwrite, periodic_checkpoints=False)
+    PreparedRun(
+      c,
+      w,
+      d,
+      resume=resume,
+      overwrite=overwrite,
+      periodic_checkpoints=False,
+      host_threads=len(configs),
+    )
     for c, w, d in zip(configs, workdirs, datasets)
   ]
   first = runs[0].simulation.executor
@@ -961,6 +979,7 @@ def run_experiments_lockstep(
       step_loop=first.step_loop,
       devices=first.devices,
       threads=first.threads,
+      host_threads=first.host_threads,
     )
     shared, executors = lockstep_executors(
       lambda data, keys: Executor(first.client_update, data, keys, **settings),
