@@ -139,6 +139,43 @@ def test_a_burst_of_aggregations_over_four_devices_finishes(tmp_path):
   assert result.returncode == 0 and 'OK' in result.stdout, result.stderr[-3000:]
 
 
+_EVALUATION = textwrap.dedent("""
+    import jax, numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    from fedsim_jax.data.synthetic import toy_federation
+    from fedsim_jax.metrics import make_evaluator
+    from fedsim_jax.metrics.evaluation import _on_one_device
+    from fedsim_jax.models import get_model
+
+    fed = toy_federation(num_clients=4)
+    model = get_model('mlp', fed.input_shape, fed.num_classes, hidden_sizes=(16,))
+    params = model.init(jax.random.PRNGKey(0))
+    mesh = Mesh(np.array(jax.devices()), ('tasks',))
+    replicated = jax.device_put(params, NamedSharding(mesh, PartitionSpec()))
+    copy = _on_one_device(replicated)
+    for leaf, original in zip(jax.tree_util.tree_leaves(copy), jax.tree_util.tree_leaves(params)):
+      assert leaf.sharding.device_set == {jax.devices()[0]}, leaf.sharding
+      np.testing.assert_array_equal(leaf, original)
+    evaluate = make_evaluator(model, fed.test_x, fed.test_y, batch_size=7)
+    assert evaluate(replicated) == evaluate(params), (evaluate(replicated), evaluate(params))
+    print('OK')
+""")
+
+
+def test_a_model_replicated_over_four_devices_is_evaluated_on_one(tmp_path):
+  # Evaluated as a program over all four devices, it computed the same pass four times.
+  result = subprocess.run(
+    [sys.executable, '-c', _EVALUATION],
+    cwd=ROOT,
+    env=_environment(PJRT_NPROC='8'),
+    capture_output=True,
+    text=True,
+    timeout=300,
+    check=False,
+  )
+  assert result.returncode == 0 and 'OK' in result.stdout, result.stderr[-3000:]
+
+
 def test_a_pool_too_small_for_four_devices_is_refused_before_anything_is_written(
   digits_data_dir, tmp_path
 ):
