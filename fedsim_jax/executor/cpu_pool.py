@@ -9,8 +9,8 @@ one collective program at a time). The simulation never waits for a device value
 server versions, so it runs ahead of the devices; once 32 programs are queued, D launches can
 hold D pool threads, a collective's last partition then finds no thread, and XLA aborts the
 process after 40 seconds ("Termination timeout for all reduce"). XLA sizes the pool
-max(CPU cores, D), which leaves no room: on the 2-core CPU, FedAvg and FedBuff on 2 and on 4
-devices aborted this way within a few dozen server versions.
+max(CPU cores, D), which leaves no room: on the 2-core CPU, FedAvg and FedBuff on Fashion-MNIST
+with 4 devices, and FedAvg with 2, aborted this way within 20 server versions.
 
 A host thread that launches programs blocks at most D pool threads, so (H + 1) x D threads,
 H being the host threads that launch at once, always leave D threads for the collective.
