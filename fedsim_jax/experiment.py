@@ -36,7 +36,7 @@ from fedsim_jax.data.errors import CorruptDatasetError, DatasetNotFoundError
 from fedsim_jax.data.federated import FederatedDataset, steps_for_epochs
 from fedsim_jax.data.lazy import LazyFederation
 from fedsim_jax.data.loading import load_dataset
-from fedsim_jax.executor import Executor
+from fedsim_jax.executor import Executor, cpu_pool
 from fedsim_jax.executor.choice import (
   compiler_options,
   model_has_convolution,
@@ -306,11 +306,13 @@ def build_simulation(
   on_version: Callable[[Simulation], None] | None = None,
   settings: Settings | None = None,
   before_allocation: Callable[[algorithms.Algorithm], None] | None = None,
+  host_threads: int = 1,
 ) -> Simulation:
   """Wires model, algorithm, executor and latency model into a ready-to-run `Simulation`;
   `settings`: the algorithm's, when already resolved from `config`; `before_allocation`:
   called with the built algorithm before the model's parameters or the data's device copy
-  are allocated (the memory check)."""
+  are allocated (the memory check); `host_threads`: the simulations run at once in this
+  process (`Executor`)."""
   streams = RandomStreams.from_seed(config.seed)
   model_bytes = 4 * model.num_params(jax.eval_shape(model.init, streams.init_key))
   latency = build_latency(config, dataset, model_bytes, streams.latency_rng)
@@ -352,6 +354,7 @@ def build_simulation(
       step_loop=step_loop,
       devices=config.executor.devices,
       threads=resolve_threads(config.executor.threads, backend),
+      host_threads=host_threads,
     )
   except ValueError as error:  # e.g. more devices than this host has
     raise config_lib.ConfigError(str(error)) from None
@@ -483,15 +486,12 @@ class PreparedRun:
     *,
     resume: bool = False,
     overwrite: bool = False,
+    host_threads: int = 1,
   ):
     self._lock: workdir_lib.WorkdirLock | None = None
     try:
       self._prepare(
-        config,
-        workdir,
-        dataset,
-        resume=resume,
-        overwrite=overwrite,
+        config, workdir, dataset, resume=resume, overwrite=overwrite, host_threads=host_threads
       )
     except BaseException:
       if self._lock is not None:
@@ -506,9 +506,11 @@ class PreparedRun:
     *,
     resume: bool,
     overwrite: bool,
+    host_threads: int,
   ) -> None:
     settings = validate(config)
     run = config.run
+    cpu_pool.reserve(config.executor.devices, host_threads)  # before JAX starts, if it has not
     if run.distributed:  # before anything touches a device
       distributed.initialize(run.coordinator_address, run.num_processes, run.process_id)
     # In a multi-process run only process 0 writes the workdir; the others write their own
@@ -566,6 +568,7 @@ class PreparedRun:
       on_version,
       settings=self.algorithm_settings,
       before_allocation=check_memory,
+      host_threads=host_threads,
     )
     self.checkpoints = Checkpoints(checkpoint_dir, keep=config.run.keep_checkpoints)
     restored = self._checkpoint_to_resume(resolved) if resume else None
@@ -1194,7 +1197,7 @@ def run_experiments_lockstep(
   # hands every seed the same arrays, which a shared batch's union then holds once.
   datasets = list(datasets) if datasets is not None else [None] * len(configs)
   runs = [
-    PreparedRun(c, w, d, resume=resume, overwrite=overwrite)
+    PreparedRun(c, w, d, resume=resume, overwrite=overwrite, host_threads=len(configs))
     for c, w, d in zip(configs, workdirs, datasets)
   ]
   first = runs[0].simulation.executor
@@ -1246,6 +1249,7 @@ def _run_in_shared_batches(
     step_loop=first.step_loop,
     devices=first.devices,
     threads=first.threads,
+    host_threads=first.host_threads,
   )
   shared, executors = lockstep_executors(
     lambda data, keys: Executor(first.client_update, data, keys, **settings),

@@ -22,6 +22,7 @@ from fedsim_jax.client.runner import local_step, run_local_training
 from fedsim_jax.data.bucketing import round_up_to_bucket
 from fedsim_jax.data.federated import BatchCursor, ClientDataArrays
 from fedsim_jax.data.lazy import LazyFederation
+from fedsim_jax.executor import cpu_pool
 from fedsim_jax.executor.choice import jit
 from fedsim_jax.models import Params
 from fedsim_jax.tree import stack
@@ -112,13 +113,17 @@ class Executor:
       share of the rows. Results do not depend on it (each task's key derives from its seed).
       In a multi-process run (`fedsim_jax.distributed`): 1 (each process trains every task on
       its first device) or `jax.device_count()` (the rows are sharded over every device of
-      every process).
+      every process). On XLA:CPU the process's thread pool must hold `(host_threads + 1)` threads
+      per device of the process, else `ValueError` (`fedsim_jax.executor.cpu_pool`).
     threads: loop backend: how many tasks run at once, each called from its own host thread
       and waited for there. XLA:CPU runs a small client step on about one core (a B = 32 MLP
       step gains 1.3x from a second core, a B = 1,024 one 1.9x), and calls from one thread run
       in turn, so on a 2-core CPU two tasks at once train about 1.5x more examples per second
       (docs/results/performance.md). Results do not depend on it: every task is the same
       program on the same inputs, and rows keep the order of `tasks`.
+    host_threads: how many host threads launch programs on the results at once (a lockstep
+      sweep's simulations; 1 otherwise): with several XLA:CPU devices, it sizes the thread pool
+      the devices need.
   """
 
   def __init__(
@@ -134,6 +139,7 @@ class Executor:
     step_loop: str = 'scan',
     devices: int = 1,
     threads: int = 1,
+    host_threads: int = 1,
   ) -> None:
     if backend not in BACKENDS:
       raise ValueError(f'executor.backend={backend!r}; allowed: {BACKENDS}')
@@ -159,9 +165,15 @@ class Executor:
       raise ValueError(f'executor.threads={threads!r}; allowed: an integer >= 1')
     if threads > 1 and backend != 'loop':
       raise ValueError(f"executor.threads={threads} needs executor.backend='loop'")
+    if isinstance(host_threads, bool) or not isinstance(host_threads, int) or host_threads < 1:
+      raise ValueError(f'host_threads={host_threads!r}; allowed: an integer >= 1')
     self.threads = threads
     self.devices = devices
+    self.host_threads = host_threads
     mesh_devices = jax.devices() if jax.process_count() > 1 else jax.local_devices()
+    local_mesh = [d for d in mesh_devices[:devices] if d.process_index == jax.process_index()]
+    if devices > 1 and local_mesh[0].platform == 'cpu':  # too few threads deadlock XLA:CPU
+      cpu_pool.check(devices, len(local_mesh), host_threads)
     self._mesh = Mesh(np.array(mesh_devices[:devices]), ('tasks',)) if devices > 1 else None
     if self._mesh is not None:
       base_key = jax.device_put(base_key, NamedSharding(self._mesh, PartitionSpec()))

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedsim_jax.distributed import host_value
 from fedsim_jax.executor.choice import jit
 from fedsim_jax.models import Model, Params
 
@@ -63,6 +64,22 @@ def _check_class_metrics(
   return num_classes
 
 
+def _on_one_device(params: Params) -> Params:
+  """`params` with every array on one device. A server model replicated over several devices
+  (that of an executor sharded over them) gives this process's first copy, so that evaluation
+  runs once rather than the same pass on every device; an array split over devices is
+  gathered."""
+
+  def leaf_on_one_device(leaf: object) -> object:
+    if not isinstance(leaf, jax.Array) or len(leaf.sharding.device_set) == 1:
+      return leaf
+    if leaf.sharding.is_fully_replicated:
+      return leaf.addressable_shards[0].data
+    return jnp.asarray(host_value(leaf))
+
+  return jax.tree_util.tree_map(leaf_on_one_device, params)
+
+
 def make_evaluator(
   model: Model,
   x: np.ndarray,
@@ -76,9 +93,12 @@ def make_evaluator(
   """Returns `evaluate(params) -> {'accuracy', 'loss', 'num_examples', ...}` over `(x, y)`.
 
   The split is padded to whole batches (padding weighted 0) and kept on device; one jitted
-  program is compiled per model. Batches run from a Python loop, which on XLA:CPU is faster for
-  convolutions than a scan (docs/design-notes.md, "Backends"). `accuracy` and `loss` always come from
-  `model.evaluate`, so they work for any model, sequence models included.
+  program is compiled per model, and runs on one device: a model replicated over several
+  devices (a sharded executor's) is evaluated from one copy, which on XLA:CPU took a quarter of
+  the time of the same program on 4 devices, with the same metrics. Batches run from a Python
+  loop, which on XLA:CPU is faster for convolutions than a scan (docs/design-notes.md,
+  "Backends"). `accuracy` and `loss` always come from `model.evaluate`, so they work for any
+  model, sequence models included.
 
   Class metrics (classification models only: logits `[B, num_classes]`, labels `[N]`) are
   computed in the same jitted pass from `model.apply` (XLA shares the forward pass with
@@ -152,6 +172,7 @@ def make_evaluator(
   group_members = {name: np.unique(classes) for name, classes in class_groups.items()}
 
   def evaluate(params: Params) -> dict[str, float]:
+    params = _on_one_device(params)
     totals = None
     for i in range(num_batches):
       m = batch_metrics(params, xs[i], ys[i], ws[i])

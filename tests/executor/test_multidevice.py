@@ -65,7 +65,13 @@ _SCRIPT = textwrap.dedent("""
 
 
 def test_four_devices_give_the_results_of_one():
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=4', JAX_PLATFORMS='cpu')
+  # The script starts JAX before building the executors: it sizes XLA's thread pool itself.
+  env = dict(
+    os.environ,
+    XLA_FLAGS='--xla_force_host_platform_device_count=4',
+    JAX_PLATFORMS='cpu',
+    PJRT_NPROC='8',
+  )
   result = subprocess.run(
     [sys.executable, '-c', _SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
   )
