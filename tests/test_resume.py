@@ -82,18 +82,21 @@ def _start(config_path, workdir, *flags):
   )
 
 
-def _wait_for_checkpoint(process, workdir, step, timeout=120):
-  """Waits until checkpoint `step` exists (orbax renames a complete one into place)."""
+def _wait_for_checkpoint(process, workdir, step):
+  """Waits until checkpoint `step` exists (orbax renames a complete one into place). A run that
+  never writes it is failed by the test's timeout (pytest-timeout), and killed."""
   path = os.path.join(workdir, 'checkpoints', str(step))
-  deadline = time.monotonic() + timeout
-  while not os.path.isdir(path):
-    if process.poll() is not None:
-      out, err = process.communicate()
-      pytest.fail(f'the run ended before checkpoint {step}: rc {process.returncode}\n{err[-2000:]}')
-    if time.monotonic() > deadline:
-      process.kill()
-      pytest.fail(f'no checkpoint {step} after {timeout}s')
-    time.sleep(0.005)
+  try:
+    while not os.path.isdir(path):
+      if process.poll() is not None:
+        out, err = process.communicate()
+        pytest.fail(
+          f'the run ended before checkpoint {step}: rc {process.returncode}\n{err[-2000:]}'
+        )
+      time.sleep(0.005)
+  except BaseException:  # the timeout's failure included
+    process.kill()
+    raise
 
 
 def _outputs(workdir):
