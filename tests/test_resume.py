@@ -127,6 +127,7 @@ def _assert_same_run(workdir, reference):
       np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.timeout(900)  # up to 82 s on two idle cores (fedasmu), several times that loaded
 @pytest.mark.parametrize('case', sorted(KILL_CASES))
 def test_a_killed_run_resumes_to_the_uninterrupted_run_bit_for_bit(digits_data_dir, tmp_path, case):
   algorithm, extra = KILL_CASES[case]
@@ -149,6 +150,7 @@ def test_a_killed_run_resumes_to_the_uninterrupted_run_bit_for_bit(digits_data_d
   _assert_same_run(workdir, reference)
 
 
+@pytest.mark.timeout(900)  # up to 62 s on two idle cores
 @pytest.mark.parametrize('signum, code', [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_an_interrupted_run_checkpoints_says_how_to_resume_and_resumes(
   digits_data_dir, tmp_path, signum, code

@@ -37,7 +37,6 @@ run_main()
 _EXTRA = {'algorithm.kwargs.ema_decay': 0.9, 'run.checkpoint_every': 4}
 
 
-@pytest.mark.timeout(300)
 def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_beginning(
   digits_data_dir, tmp_path
 ):
