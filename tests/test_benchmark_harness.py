@@ -7,7 +7,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -45,6 +44,7 @@ def _positive(value) -> bool:
   return isinstance(value, (int, float)) and value > 0
 
 
+@pytest.mark.timeout(900)  # the slowest test: 107 s on two idle cores, 370 s loaded
 def test_quick_run_measures_every_case_and_strategy(tmp_path):
   output = tmp_path / 'out' / 'bench.jsonl'
   # One PyTorch thread: OpenMP threads spinning on a busy machine (parallel tests) cost seconds.
@@ -126,19 +126,33 @@ def test_bad_flags_exit_2_with_one_line(args, tmp_path):
   assert not os.path.exists(tmp_path / 'x.jsonl')
 
 
-def test_measure_separates_warm_up_from_steady_state():
+class _Clock:
+  """A stand-in for `time.perf_counter` that moves only when told."""
+
+  def __init__(self):
+    self.now = 1000.0
+
+  def perf_counter(self):
+    return self.now
+
+
+def test_measure_separates_warm_up_from_steady_state(monkeypatch):
+  clock = _Clock()
+  monkeypatch.setattr(harness_lib, 'time', clock)
   calls = []
 
   def unit():
-    time.sleep(0.3 if not calls else 0.01)
+    clock.now += 0.3 if not calls else 0.01  # the first call compiles
     calls.append(1)
     return harness_lib.Work(examples=100, updates=2)
 
   m = harness_lib.measure(unit, min_seconds=0.0, min_units=3, max_units=3)
   assert m.units == 3 and len(calls) == 4
   assert m.work.examples == 300 and m.work.updates == 6
-  assert m.compile_s > 0.1  # the first call's extra time, not its whole time
-  assert m.compile_s < 0.3
+  assert m.seconds == pytest.approx(0.03)
+  # the first call's extra time, not its whole time: 0.3 s less its 100 examples at the steady
+  # rate of 100 examples per 0.01 s
+  assert m.compile_s == pytest.approx(0.29)
 
 
 def test_report_prints_ratios_to_roofline_torch_and_sync():

@@ -9,8 +9,10 @@ import socket
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
+from fedsim_jax import load_run
 from fedsim_jax.config import ConfigError
 from fedsim_jax.experiment import run_experiment, validate
 from tests.helpers import make_tiny_config
@@ -18,19 +20,57 @@ from tests.helpers import make_tiny_config
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Each process runs this with the run's settings in FEDSIM_* environment variables, as a
-# cluster launcher would set them.
+# cluster launcher would set them. An audit hook records every write the process makes under the
+# workdir (files opened for writing, folders made, renames, removals, from Python: orbax makes
+# and renames each checkpoint's and model's folders from Python too) and prints them at the end.
 _WORKER = """
+import json
+import os
 import sys
 from tests.helpers import make_tiny_config
 from fedsim_jax.experiment import run_experiment
 
 algorithm, data_dir, workdir, resume = sys.argv[1:]
+watched = os.path.realpath(workdir)
+writes = []
+write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+changes = {  # event: (number of path arguments, index of their dir_fd)
+  'os.mkdir': (1, 2), 'os.rename': (2, 2), 'os.remove': (1, 1), 'os.rmdir': (1, 1),
+  'os.truncate': (1, None), 'os.link': (2, 2), 'os.symlink': (2, 2), 'os.chmod': (1, 2),
+  'os.utime': (1, 3), 'shutil.rmtree': (1, None), 'shutil.copyfile': (2, None),
+}
+
+def full_path(path, dir_fd):
+  path = os.fsdecode(path)
+  if dir_fd is not None and dir_fd >= 0 and not os.path.isabs(path):
+    path = os.path.join(os.readlink(f'/proc/self/fd/{dir_fd}'), path)
+  return os.path.realpath(path)
+
+def record_workdir_writes(event, args):
+  if event == 'open':
+    path, _, flags = args
+    paths, dir_fd = ([path] if flags & write_flags else []), None
+  elif event in changes:
+    count, fd_index = changes[event]
+    paths, dir_fd = args[:count], (args[fd_index] if fd_index is not None else None)
+  else:
+    return
+  for path in paths:
+    if isinstance(path, (str, bytes, os.PathLike)):
+      path = full_path(path, dir_fd)
+      if event == 'os.mkdir' and os.path.isdir(path):
+        continue  # makedirs(exist_ok=True) of an existing folder: nothing is written
+      if path == watched or path.startswith(watched + os.sep):
+        writes.append(f'{event} {path}')
+
+sys.addaudithook(record_workdir_writes)
 config = make_tiny_config(algorithm, data_dir, clients=8)
 config.run.distributed = True
 config.executor.backend = 'vmap'
 config.executor.devices = 4  # both processes' devices
 summary = run_experiment(config, workdir, resume=resume == 'resume')
 print('final', summary['final_accuracy'])
+print('workdir writes', json.dumps(writes))
 """
 
 
@@ -38,6 +78,19 @@ def _free_port():
   with socket.socket() as s:
     s.bind(('127.0.0.1', 0))
     return s.getsockname()[1]
+
+
+def _workdir_writes(stdout):
+  """The writes under the workdir a worker reported (see `_WORKER`)."""
+  lines = [line for line in stdout.splitlines() if line.startswith('workdir writes ')]
+  assert len(lines) == 1, stdout[-2000:]
+  return json.loads(lines[0].removeprefix('workdir writes '))
+
+
+def _final_params(workdir):
+  import jax
+
+  return [np.asarray(x) for x in jax.tree_util.tree_leaves(load_run(workdir).params['final'])]
 
 
 def _metrics(workdir):
@@ -99,6 +152,17 @@ def test_two_processes_give_the_one_process_run_and_only_process_0_writes(
   assert list((tmp_path / 'tmp1').iterdir()) == []
   finals = [[line for line in out.splitlines() if line.startswith('final')] for out, _ in outputs]
   assert finals[0] == finals[1] == [f'final {summary["final_accuracy"]}']
+  # Process 1 wrote nothing into the workdir, not even for a moment; the hook saw process 0's.
+  writes = [_workdir_writes(out) for out, _ in outputs]
+  assert writes[1] == []
+  written = {os.path.relpath(w.split(' ', 1)[1], workdir).split(os.sep)[0] for w in writes[0]}
+  assert {'metrics.jsonl', 'summary.json', 'models'} <= written, sorted(written)
+  # The saved final parameters are the one-process run's, to float32 rounding: the sharded
+  # weighted sum adds the clients' updates in another order than one device does.
+  got_params, want_params = _final_params(workdir), _final_params(reference)
+  assert [p.shape for p in got_params] == [p.shape for p in want_params] != []
+  for got, want in zip(got_params, want_params):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
 
 
 def test_a_process_id_beyond_the_process_count_is_refused():

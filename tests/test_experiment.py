@@ -10,6 +10,7 @@ import pytest
 
 from fedsim_jax import algorithms, experiment
 from fedsim_jax.config import ConfigError, base_config, validate
+from fedsim_jax.data.errors import DatasetNotFoundError
 from fedsim_jax.data.synthetic import toy_federation as make_toy_federation
 from fedsim_jax.experiment import run_experiment
 from tests.helpers import make_tiny_config
@@ -257,15 +258,28 @@ def test_binary_rejects_unknown_fields_and_bad_values_before_writing(
   assert not workdir.exists()
 
 
-def test_binary_reports_missing_data_fast(tmp_path):
-  result, seconds = _run_binary(
+def test_binary_reports_missing_data_before_writing(tmp_path):
+  result, _ = _run_binary(
     f'--config.data.data_dir={tmp_path / "nowhere"}', f'--workdir={tmp_path / "run"}'
   )
   assert result.returncode == 2
   lines = result.stderr.strip().splitlines()
   assert len(lines) == 1, result.stderr
   assert 'fedsim_jax.data.prepare --dataset=fashion_mnist' in lines[0]
-  assert seconds < 5 + 5  # start-up (importing jax) plus the 5 s the issue allows
+  assert not (tmp_path / 'run').exists()
+
+
+def test_missing_data_is_refused_before_the_model_or_simulation_is_built(tmp_path, monkeypatch):
+  # (the time the binary takes to refuse: benchmarks/data_loading.py, `make bench`)
+  def build(*args, **kwargs):
+    raise AssertionError('built a run whose data is missing')
+
+  monkeypatch.setattr(experiment, 'build_model', build)
+  monkeypatch.setattr(experiment, 'build_simulation', build)
+  config = make_tiny_config('fedavg', tmp_path / 'nowhere')
+  with pytest.raises(DatasetNotFoundError, match='fedsim_jax.data.prepare --dataset=digits'):
+    run_experiment(config, tmp_path / 'run')
+  assert not (tmp_path / 'run').exists()
 
 
 def test_binary_reports_unknown_dataset(tmp_path):

@@ -5,7 +5,8 @@ and final parameters.
 Bits are compared where the goldens were recorded with the same JAX build on a CPU with the same
 instruction set (XLA:CPU's floating-point results depend on both); elsewhere floats are compared
 to 1e-6 relative and the parameter digests are not compared.
-Rerecord deliberately with `.venv/bin/python tests/goldens/record.py [case ...]`.
+Rerecord deliberately with `.venv/bin/python tests/goldens/record.py [case ...]`; when and what
+to check: tests/goldens/README.md.
 """
 
 import json

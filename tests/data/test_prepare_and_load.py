@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -80,9 +79,8 @@ def test_overwrite_rebuilds(tmp_path: Path) -> None:
 
 
 def test_fashion_mnist_round_trip(fashion_mnist_dir: Path) -> None:
-  start = time.perf_counter()
+  # (its load time is a figure of `make bench`: benchmarks/data_loading.py)
   loaded = load_dataset('fashion_mnist', fashion_mnist_dir.parents[1])
-  assert time.perf_counter() - start < 10
   assert loaded.train_x.shape == (60000, 28, 28, 1) and loaded.test_x.shape == (10000, 28, 28, 1)
   np.testing.assert_array_equal(np.bincount(loaded.train_y), np.full(10, 6000))
   _assert_same(loaded, sources.fashion_mnist())
@@ -104,12 +102,24 @@ def test_default_data_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
   assert default_data_dir() == Path.home() / 'fedsim_data'
 
 
+def _fail_if_called(what: str):
+  def fail(*args, **kwargs):
+    raise AssertionError(f'{what} was called')
+
+  return fail
+
+
 @pytest.mark.parametrize('name', ['fashion_mnist', 'digits'])
-def test_missing_dataset_is_fast_and_gives_command(name: str, tmp_path: Path) -> None:
-  start = time.perf_counter()
+def test_missing_dataset_reads_nothing_and_gives_command(
+  name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+  from fedsim_jax.data import loading
+
+  # Refused before any reading or decoding (its time: benchmarks/data_loading.py).
+  monkeypatch.setattr(loading, '_decode', _fail_if_called('_decode'))
+  monkeypatch.setattr(loading.manifest, 'verify', _fail_if_called('manifest.verify'))
   with pytest.raises(DatasetNotFoundError) as info:
     load_dataset(name, tmp_path)
-  assert time.perf_counter() - start < 5
   message = str(info.value)
   assert '\n' not in message
   assert f'python -m fedsim_jax.data.prepare --dataset={name} --data_dir={tmp_path}' in message

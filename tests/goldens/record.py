@@ -1,5 +1,5 @@
 """Writes the golden outputs of every case in `cases.py` (run after a deliberate change of
-results, and say why in the commit):
+results or a pinned-version bump, and say why in the commit; README.md in this folder):
 
   .venv/bin/python tests/goldens/record.py [case ...]
 """
