@@ -925,9 +925,9 @@ class PreparedRun:
         self._write_summary(self._summary('failed', error=f'{type(error).__name__}: {error}'))
       self._lock.release()
       raise
-    if interrupt.signal is not None:
+    if interrupt.signal is not None and not sim.finished(self.stop):
       return 'interrupted', {'signal': interrupt.signal}
-    return 'completed', {}
+    return 'completed', {}  # (a signal that came as the run reached its end waits for `finish`)
 
   def finish_stopped(self, status: str, extra: dict[str, Any]) -> dict[str, Any]:
     """`finish(status, **extra)` for a run that `run_until_stopped` stopped; a divergence found

@@ -127,8 +127,19 @@ def _assert_same_run(workdir, reference):
       np.testing.assert_array_equal(got, want)
 
 
+# The three most stateful algorithms run in `make test`; the others in `make test-slow` (every
+# algorithm's save-and-restore is checked in `make test` without a process kill, below).
+_KILLED_IN_THE_FAST_SUITE = ('fedasmu', 'fedbuff_ema', 'fedcompass')
+
+
 @pytest.mark.timeout(900)  # up to 82 s on two idle cores (fedasmu), several times that loaded
-@pytest.mark.parametrize('case', sorted(KILL_CASES))
+@pytest.mark.parametrize(
+  'case',
+  [
+    case if case in _KILLED_IN_THE_FAST_SUITE else pytest.param(case, marks=pytest.mark.slow)
+    for case in sorted(KILL_CASES)
+  ],
+)
 def test_a_killed_run_resumes_to_the_uninterrupted_run_bit_for_bit(digits_data_dir, tmp_path, case):
   algorithm, extra = KILL_CASES[case]
   reference = tmp_path / 'reference'

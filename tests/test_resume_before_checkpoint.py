@@ -56,9 +56,10 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_beginning(
     pytest.fail(f'rc {process.returncode}:\n{(tmp_path / "halted.stderr").read_text()[-3000:]}')
   assert line == 'checkpoint due at version 4\n'
   # Halted where its first checkpoint was due: the outputs of versions 0 to 4 are written, no
-  # checkpoint, summary or model, and the run holds its workdir.
-  written = ['.lock', 'config.json', 'metrics.jsonl', 'tasks.jsonl', 'tensorboard']
+  # checkpoint or model, a summary that says the run is running, and the run holds its workdir.
+  written = ['.lock', 'config.json', 'metrics.jsonl', 'summary.json', 'tasks.jsonl', 'tensorboard']
   assert sorted(os.listdir(workdir)) == written
+  assert json.loads((workdir / 'summary.json').read_text()) == {'status': 'running'}
   assert workdir_lib.in_use(workdir)
   process.send_signal(signal.SIGKILL)
   process.communicate()
