@@ -1,16 +1,37 @@
-"""Shared fixtures: small federations that build in milliseconds."""
+"""Shared fixtures: small federations that build in milliseconds; compiled programs shared
+between tests."""
+
+import atexit
+import os
+import shutil
+import tempfile
 
 import pytest
 
-from fedsim_jax import compilation_cache
-from fedsim_jax.data.federated import FederatedDataset
-from fedsim_jax.data.synthetic import toy_federation as make_toy_federation
-from tests.helpers import make_tiny_config
+# The binaries and scripts that tests start share one compilation cache for the whole test
+# session (JAX's own, through the environment they inherit): each would otherwise compile the
+# same small programs again, most of a short run's time. The test processes themselves (the
+# xdist workers inherit the variables) keep fedsim's 'process' cache below, which
+# tests/test_compilation_cache.py checks, so the variables are set aside until JAX is imported.
+_SHARED_CACHE = 'JAX_COMPILATION_CACHE_DIR'
+_MIN_COMPILE_TIME = 'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS'
+_inherited = {name: os.environ.pop(name, None) for name in (_SHARED_CACHE, _MIN_COMPILE_TIME)}
+
+from fedsim_jax import compilation_cache  # noqa: E402 - after the variables are set aside
+from fedsim_jax.data.federated import FederatedDataset  # noqa: E402
+from fedsim_jax.data.synthetic import toy_federation as make_toy_federation  # noqa: E402
+from tests.helpers import make_tiny_config  # noqa: E402
 
 # Every test shares compiled programs with the earlier tests of its worker, as runs of one
 # process do by default (`run.compilation_cache = 'process'`): many tests build the same
 # client, aggregation and evaluation programs afresh.
 compilation_cache.enable('process')
+
+if _inherited[_SHARED_CACHE] is None:  # the first process of the session: it owns the cache
+  _inherited[_SHARED_CACHE] = tempfile.mkdtemp(prefix='fedsim-tests-xla-')
+  atexit.register(shutil.rmtree, _inherited[_SHARED_CACHE], True)
+os.environ[_SHARED_CACHE] = _inherited[_SHARED_CACHE]
+os.environ[_MIN_COMPILE_TIME] = _inherited[_MIN_COMPILE_TIME] or '0'  # every program counts
 
 
 @pytest.fixture

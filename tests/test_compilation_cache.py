@@ -146,6 +146,9 @@ def test_binary_reports_an_unusable_directory_in_one_line(tmp_path):
     text=True,
     timeout=120,
     cwd=ROOT,
+    # Without the test session's shared cache (tests/conftest.py): a cache configured through
+    # JAX's own variable takes precedence over the setting.
+    env={k: v for k, v in os.environ.items() if k != 'JAX_COMPILATION_CACHE_DIR'},
   )
   assert result.returncode != 0
   assert 'run.compilation_cache' in result.stderr and 'Traceback' not in result.stderr

@@ -13,7 +13,6 @@ import sys
 import textwrap
 import time
 
-import numpy as np
 import pytest
 
 import fedsim_jax
@@ -26,6 +25,7 @@ from fedsim_jax.config import ConfigError
 from fedsim_jax.experiment import PreparedRun, run_experiment
 from tests.analysis.workdirs import write_workdir
 from tests.helpers import make_tiny_config
+from tests.test_resume import _assert_same_run
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TMP_MARK = '.orbax-checkpoint-tmp'
@@ -98,29 +98,6 @@ def _leftovers(workdir):
     for name in dirs + files
     if _TMP_MARK in name
   ]
-
-
-def _results(workdir):
-  """What a run's result is: metrics.jsonl, the summary without host timings, the models."""
-  run = fedsim_jax.load_run(workdir)
-  summary = {k: v for k, v in run.summary.items() if k != 'host'}
-  metrics = (workdir / 'metrics.jsonl').read_text()
-  params = {
-    name: [np.asarray(leaf) for leaf in __import__('jax').tree_util.tree_leaves(p)]
-    for name, p in run.params.items()
-  }
-  return metrics, summary, params
-
-
-def _assert_same_results(workdir, reference):
-  metrics, summary, params = _results(workdir)
-  ref_metrics, ref_summary, ref_params = _results(reference)
-  assert metrics == ref_metrics
-  assert summary == ref_summary
-  assert params.keys() == ref_params.keys()
-  for name in params:
-    for got, want in zip(params[name], ref_params[name]):
-      np.testing.assert_array_equal(got, want)
 
 
 def _killed_after_checkpoint(config, workdir, version, resume=False):
@@ -327,7 +304,7 @@ def test_resume_repairs_damaged_outputs_of_a_killed_run(
   with caplog.at_level('WARNING'):
     summary = run_experiment(config, workdir, resume=True)
   assert summary['status'] == 'completed'
-  _assert_same_results(workdir, tmp_path / 'reference')
+  _assert_same_run(workdir, tmp_path / 'reference', with_trace=False)
   if trace_kept:
     assert (workdir / 'tasks.jsonl').read_text() == (
       tmp_path / 'reference' / 'tasks.jsonl'
@@ -395,7 +372,7 @@ def test_an_output_that_cannot_be_written_ends_the_run_cleanly_and_resumably(
   assert fedsim_jax.load_run(workdir).status == 'failed'
   # the cause fixed, --resume continues to the run that never failed
   assert run_experiment(config, workdir, resume=True)['status'] == 'completed'
-  _assert_same_results(workdir, tmp_path / 'reference')
+  _assert_same_run(workdir, tmp_path / 'reference', with_trace=False)
 
 
 def test_a_full_disk_at_a_checkpoint_is_one_line_and_exit_2_from_the_binary(
