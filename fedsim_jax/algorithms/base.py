@@ -19,16 +19,16 @@ import first, so user code registers algorithms without touching the library.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from fedsim_jax.client import ClientUpdate, sgd_client_update
+from fedsim_jax.registry import Entry, Registry
 from fedsim_jax.runtime.latency import LatencyModel
 from fedsim_jax.runtime.updates import Aggregator
-from fedsim_jax.settings import ConfigError, Settings, closest
+from fedsim_jax.settings import Settings
 
 KWARGS_PREFIX = 'algorithm.kwargs.'
 
@@ -82,57 +82,18 @@ class Algorithm(NamedTuple):
 Factory = Callable[[Any, BuildContext], Algorithm]
 
 
-class AlgorithmSpec(NamedTuple):
-  name: str
-  settings: type[Settings]
-  factory: Factory
+AlgorithmSpec = Entry[Factory]
 
-
-_REGISTRY: dict[str, AlgorithmSpec] = {}
-
-
-def register(name: str, settings: type[Settings]) -> Callable[[Factory], Factory]:
-  """Registers `factory` under `name` with its settings dataclass (a decorator; stack it to
-  register one factory under several names: the factory reads `context.name`)."""
-
-  def decorate(factory: Factory) -> Factory:
-    if name in _REGISTRY and _REGISTRY[name].factory is not factory:
-      raise ValueError(f'algorithm {name!r} is already registered')
-    _REGISTRY[name] = AlgorithmSpec(name, settings, factory)
-    return factory
-
-  return decorate
-
-
-def names() -> list[str]:
-  """Every registered algorithm name, sorted."""
-  return sorted(_REGISTRY)
-
-
-def import_module(module: str | None) -> None:
-  """Imports a user module that registers algorithms (`algorithm.module`)."""
-  if not module:
-    return
-  try:
-    importlib.import_module(module)
-  except ImportError as error:
-    raise ConfigError(
-      f'algorithm.module={module!r} cannot be imported ({error}); allowed values: an importable '
-      'module name or None'
-    ) from None
-
-
-def get_spec(name: str) -> AlgorithmSpec:
-  if name not in _REGISTRY:
-    raise ConfigError(
-      f'algorithm.name={name!r} is not known{closest(name, _REGISTRY)}; allowed values: {names()}'
-    )
-  return _REGISTRY[name]
+ALGORITHMS: Registry[Factory] = Registry('algorithm', 'algorithm')
+register = ALGORITHMS.register
+names = ALGORITHMS.names
+get_spec = ALGORITHMS.get
+import_module = ALGORITHMS.import_module
 
 
 def resolve_settings(name: str, kwargs: Mapping[str, Any], run: RunFacts) -> Settings:
   """The validated settings of algorithm `name` from `kwargs`, checked against the run."""
-  settings = get_spec(name).settings.from_kwargs(kwargs, KWARGS_PREFIX)
+  settings = ALGORITHMS.resolve(name, kwargs).settings
   check_run = getattr(settings, 'check_run', None)
   if check_run is not None:
     check_run(name, run, KWARGS_PREFIX)

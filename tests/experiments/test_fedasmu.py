@@ -131,7 +131,7 @@ def test_make_config_rejects_bad_settings(monkeypatch):
     tables.make_config('fedavg', 'fedasmu_cnn', 'fashion_mnist')
   with pytest.raises(ConfigError, match='give at least one budget'):
     tables.make_config('fedavg', *_FMNIST, num_rounds=None)
-  monkeypatch.delitem(algorithms.base._REGISTRY, 'fedbuff')
+  monkeypatch.delitem(algorithms.base.ALGORITHMS._entries, 'fedbuff')
   with pytest.raises(
     ConfigError,
     match=r"^method='fedbuff' is not registered in this build .*"
