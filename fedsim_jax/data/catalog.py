@@ -36,6 +36,7 @@ allocation) need a dir converted from TFF's h5 files with the extra `client_id` 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from fedsim_jax.data.text import SEQUENCE_LENGTH, SHAKESPEARE_VOCABULARY
@@ -316,7 +317,7 @@ def get_spec(name: str) -> DatasetSpec:
   return DATASETS[name]
 
 
-def _client_id_feature(client_names: list[str] | tuple[str, ...] | None) -> Any:
+def _client_id_feature(client_names: Sequence[str] | None) -> Any:
   import numpy as np
   import tensorflow_datasets as tfds
 
@@ -325,7 +326,7 @@ def _client_id_feature(client_names: list[str] | tuple[str, ...] | None) -> Any:
   return tfds.features.ClassLabel(names=list(client_names))
 
 
-def feature_schema(name: str, client_names: list[str] | tuple[str, ...] | None = None) -> Any:
+def feature_schema(name: str, client_names: Sequence[str] | None = None) -> Any:
   """The `tfds.features.FeaturesDict` a prepared dir of dataset `name` must have.
 
   For datasets in the tfds catalog these are tfds's own features (read offline from the

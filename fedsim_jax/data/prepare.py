@@ -53,27 +53,6 @@ from fedsim_jax.data.sources import SOURCES, CentralizedDataset
 DATASET_VERSION = '1.0.0'
 
 
-def _features(raw: CentralizedDataset) -> Any:
-  """Feature name -> tfds feature, keyed as the catalog entry of `raw.name` says."""
-  import tensorflow_datasets as tfds
-
-  spec = catalog.get_spec(raw.name)
-  if raw.label_names is not None:
-    label = tfds.features.ClassLabel(names=list(raw.label_names))
-  else:
-    label = tfds.features.ClassLabel(num_classes=raw.num_classes)
-  if raw.kind == catalog.SEQUENCE:
-    label = tfds.features.Tensor(shape=raw.train_y.shape[1:], dtype=np.int32)
-    inputs = tfds.features.Tensor(shape=raw.train_x.shape[1:], dtype=np.int32)
-  else:
-    inputs = tfds.features.Tensor(shape=raw.train_x.shape[1:], dtype=np.uint8)
-  features = {spec.input_key: inputs, spec.label_key: label}
-  if raw.train_client_ids is not None:
-    assert spec.client_id_key is not None and raw.client_names is not None
-    features[spec.client_id_key] = tfds.features.ClassLabel(names=list(raw.client_names))
-  return features
-
-
 def _builder_class(
   directory: str,
   version: str,
@@ -90,7 +69,8 @@ def _builder_class(
 
   dataset_name, _, config = directory.partition('/')
 
-  class ExamplesBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+  # tfds's `__init_subclass__` takes skip_registration; its stubs do not say so.
+  class ExamplesBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):  # type: ignore
     name = dataset_name
     VERSION = tfds.core.Version(version)
     BUILDER_CONFIGS = [tfds.core.BuilderConfig(name=config)] if config else []
@@ -333,8 +313,9 @@ def prepare(
     return out
   raw = SOURCES[name](source) if source is not None else SOURCES[name]()
   splits = {split: _examples(raw, split) for split in ('train', 'test')}
-  return write_data_dir(root, spec.directory, DATASET_VERSION, _features(raw), splits,
-                        (spec.input_key, spec.label_key), _metadata(raw))  # fmt: skip
+  keys = (spec.input_key, spec.label_key) if spec.label_key is not None else None
+  return write_data_dir(root, spec.directory, DATASET_VERSION, _features(raw), splits, keys,
+                        _metadata(raw))  # fmt: skip
 
 
 def _define_flags() -> None:

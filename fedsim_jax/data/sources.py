@@ -307,7 +307,10 @@ def shakespeare(source_path: str | os.PathLike[str] | None = None) -> Centralize
     test_client_ids=np.concatenate(test_ids),
     client_names=tuple(names),
     vocabulary=text.SHAKESPEARE_VOCABULARY,
-    **arrays,
+    train_x=arrays['train_x'],
+    train_y=arrays['train_y'],
+    test_x=arrays['test_x'],
+    test_y=arrays['test_y'],
   )
 
 
