@@ -12,7 +12,7 @@ package itself loads no JAX):
                     and server updates (fs.server_update, fs.server_optimizer, reducers such as
                     fs.weighted_mean, fs.staleness_scaled, ...), fs.LocalWork
   data and models   fs.load_dataset, fs.FederatedDataset, the partitioners of
-                    `fedsim_jax.data.partition` (fs.iid, fs.dirichlet, fs.shards, ...),
+                    `fedsim_jax.data.partitioners` (fs.iid, fs.dirichlet, fs.shards, ...),
                     fs.get_model, fs.Model
   experiments       fs.base_config, fs.run_experiment, fs.run_experiments_lockstep, fs.load_run,
                     fs.algorithms (the registry module), fs.Settings, fs.setting, fs.ConfigError
@@ -96,7 +96,7 @@ _STRATEGY = (
 )
 _PARTITIONERS = (
   'PARTITIONERS',
-  'PARTITIONS',
+  'PartitionContext',
   'iid',
   'dirichlet',
   'shards',
@@ -110,7 +110,7 @@ _PARTITIONERS = (
   'natural',
   'straggler_domain_split',
   'partition',
-  'partition_by_name',
+  'run_partitioner',
 )
 _EXPORTS: dict[str, str] = {
   **dict.fromkeys(
@@ -147,7 +147,7 @@ _EXPORTS: dict[str, str] = {
     ),
     'data',
   ),
-  **dict.fromkeys(_PARTITIONERS, 'data.partition'),
+  **dict.fromkeys(_PARTITIONERS, 'data.partitioners'),
   **dict.fromkeys(('get_model', 'Model'), 'models'),
   **dict.fromkeys(('Settings', 'setting', 'ConfigError'), 'settings'),
   'base_config': 'config',

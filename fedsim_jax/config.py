@@ -11,6 +11,7 @@ clamped.
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
@@ -18,8 +19,9 @@ import ml_collections
 from ml_collections import config_dict
 
 from fedsim_jax.client.local_update import CLIENT_OPTIMIZERS
+from fedsim_jax.data.datasets import DATASET_SOURCES
 from fedsim_jax.data.federated import SAMPLING_MODES
-from fedsim_jax.data.partition import BUDGET_SKEWS, PARTITIONS
+from fedsim_jax.data.partitioners import PARTITIONERS
 from fedsim_jax.executor.choice import BACKEND_SETTINGS, STEP_LOOP_SETTINGS
 from fedsim_jax.models import MODELS
 from fedsim_jax.runtime.latency.registry import AVAILABILITY_MODELS, LATENCY_MODELS
@@ -52,30 +54,29 @@ def base_config() -> ml_collections.ConfigDict:
   c.algorithm.kwargs = ml_collections.ConfigDict()
   c.algorithm.module = config_dict.placeholder(str)
 
+  # The dataset (fedsim_jax/data/datasets.py): a registered dataset source (the catalog's
+  # datasets) or a prepared directory under data_dir; its settings (fields of the source's
+  # settings dataclass) and, optionally, a module to import first that registers a source.
   c.data = ml_collections.ConfigDict()
   c.data.name = 'fashion_mnist'
+  c.data.kwargs = ml_collections.ConfigDict()
+  c.data.module = config_dict.placeholder(str)
   c.data.data_dir = config_dict.placeholder(str)  # default: $FEDSIM_DATA_DIR or ~/fedsim_data
   c.data.num_clients = 100
-  c.data.partition = 'dirichlet'
-  c.data.concentration = 0.5  # Dirichlet alpha
-  c.data.min_client_size = 10  # Dirichlet: resample until every client has this many;
-  # natural: drop clients with fewer examples
-  c.data.shards_per_client = 2  # shards partition (McMahan et al.)
-  # FedCompass class partition (Alg. 4) / dual Dirichlet (Alg. 5); None: the paper's per-m values
-  c.data.classes_per_client = config_dict.placeholder(tuple)  # (n_min, n_max)
-  c.data.alpha_1 = config_dict.placeholder(float)  # client sizes (paper: m)
-  c.data.alpha_2 = config_dict.placeholder(float)  # class mix (paper: 0.5)
-  c.data.gamma = 0.0  # CC-FedAvg gamma-mix: 0 totally non-IID ... 1 IID
   c.data.partition_seed = config_dict.placeholder(int)  # default: the run seed
-  c.data.balance = False  # Dirichlet: FedMA/MOON self-balancing (full clients get 0)
-  c.data.budget_skew = 'high'  # budget_skewed: CC-FedAvg Table II 'none', IV 'high', V 'moderate'
-  c.data.skewed_fraction = 0.1  # budget_skewed 'moderate': share of skewed clients
   # Straggler-domain split (Hard et al. 2024, Sec. 4.1) applied after the partition: the
   # num_stragglers clients holding most straggler-class examples become stragglers; the other
   # clients lose those classes. None: no split / every holder is a straggler.
   c.data.straggler_classes = config_dict.placeholder(tuple)
   c.data.num_stragglers = config_dict.placeholder(int)
   c.data.lazy = False  # keep examples on the host; gather active clients per batch
+
+  # How the training examples are spread over clients (fedsim_jax/data/partitioners): the
+  # partitioner's name, its settings and, optionally, a module that registers one.
+  c.partition = ml_collections.ConfigDict()
+  c.partition.name = 'dirichlet'
+  c.partition.kwargs = ml_collections.ConfigDict()
+  c.partition.module = config_dict.placeholder(str)
 
   c.model = ml_collections.ConfigDict()
   c.model.name = 'mlp'
@@ -180,8 +181,7 @@ def fashion_mnist_config(algorithm: str, **kwargs: Any) -> ml_collections.Config
   config.algorithm.kwargs.update(kwargs)
   config.data.name = 'fashion_mnist'
   config.data.num_clients = 100
-  config.data.partition = 'dirichlet'
-  config.data.concentration = 0.5
+  config.partition.name = 'dirichlet'  # its default concentration: 0.5
   config.model.name = 'mlp'
   config.client.learning_rate = 0.05
   config.client.batch_size = 32
@@ -250,6 +250,8 @@ def set_by_path(config: ml_collections.ConfigDict, path: str, value: Any) -> Non
 # Sections whose keys are free: the algorithm's settings (checked by the algorithm), named
 # class groups, and latency / availability model settings (checked by the model).
 _FREE_SECTIONS = ('algorithm.kwargs', 'run.eval_class_groups', 'latency.', 'availability.')
+# The dataset source's and the partitioner's settings (checked by their settings dataclasses).
+_FREE_SECTIONS += ('data.kwargs', 'partition.kwargs')
 
 
 def _check_finite_numbers(path: str, section: ml_collections.ConfigDict) -> None:
@@ -302,10 +304,40 @@ _RENAMED = {
   'budget.schedule': 'budget_schedule',
 }
 
+# Data settings of earlier versions that moved to the partitioner's section: old path -> new.
+# `upgrade_layout` keeps a `partition.kwargs.<field>` only when the stored partitioner has it.
+_MOVED_DATA = {
+  'data.partition': 'partition.name',
+  **{
+    f'data.{field}': f'partition.kwargs.{field}'
+    for field in (
+      'concentration min_client_size balance shards_per_client classes_per_client alpha_1 '
+      'alpha_2 gamma budget_skew skewed_fraction'
+    ).split()
+  },
+}
+
+# What the new place of a moved setting is, by the start of its path (for the one-line message).
+_MOVED_TO = {
+  'algorithm.kwargs': 'the settings of the algorithm that algorithm.name names',
+  'partition.kwargs': 'the settings of the partitioner that partition.name names',
+  'partition.name': 'the registered partitioner',
+}
+
+
+def _moved_note(moved: str) -> str:
+  """': <what the new place is> (--describe lists them)' for a moved setting's new path."""
+  for start, what in _MOVED_TO.items():
+    if moved.startswith(start):
+      return f': {what} (--describe lists them)'
+  return ''
+
 
 def moved_setting(path: str) -> str | None:
   """The current name of a setting an earlier version had at `path` (e.g. 'scheduler.concurrency'
   -> 'algorithm.kwargs.concurrency'), 'algorithm.kwargs' for such a section itself, or None."""
+  if path in _MOVED_DATA:
+    return _MOVED_DATA[path]
   section, _, field = path.partition('.')
   if section not in _MOVED_SECTIONS:
     return None
@@ -314,6 +346,35 @@ def moved_setting(path: str) -> str | None:
     return 'algorithm.kwargs'
   name = _RENAMED.get(f'{section}.{field}', _MOVED_PREFIXES.get(section, '') + field)
   return f'algorithm.kwargs.{name}'
+
+
+def upgrade_layout(stored: dict[str, Any]) -> dict[str, Any]:
+  """A stored config (a run's config.json, a checkpoint's) in the current layout: the settings
+  of earlier versions moved to their new place, so that runs started before a setting moved
+  still resume and read. A config in the current layout comes back unchanged (a copy)."""
+  config = copy.deepcopy(stored)
+  _upgrade_data_layout(config)
+  return config
+
+
+def _upgrade_data_layout(config: dict[str, Any]) -> None:
+  """`data.partition` and its settings -> `partition.name` and `partition.kwargs` (only the
+  stored partitioner's fields), and the `data.kwargs` / `data.module` of dataset sources."""
+  data = config.get('data')
+  if not isinstance(data, dict) or 'partition' not in data or 'partition' in config:
+    return
+  name = data.pop('partition')
+  fields = PARTITIONERS.get(name).settings.field_names() if name in PARTITIONERS else ()
+  kwargs = {}
+  for old, new in _MOVED_DATA.items():
+    field = old.partition('.')[2]
+    if field in data and new.startswith('partition.kwargs.'):
+      value = data.pop(field)
+      if field in fields:
+        kwargs[field] = value
+  config['partition'] = {'name': name, 'kwargs': kwargs, 'module': None}
+  data.setdefault('kwargs', {})
+  data.setdefault('module', None)
 
 
 def _unknown_setting(
@@ -326,10 +387,7 @@ def _unknown_setting(
     if isinstance(value, ml_collections.ConfigDict) and value.keys():
       fields = ', '.join(f'{name}.{k} -> {moved_setting(f"{name}.{k}")}' for k in value.keys())
       moved = f'{moved} ({fields})'
-    return (
-      f'{name} is not a setting; it is now {moved}: the settings of the algorithm that '
-      'algorithm.name names (--describe lists them)'
-    )
+    return f'{name} is not a setting; it is now {moved}{_moved_note(moved)}'
   return (
     f'{name} is not a setting{closest(key, reference.keys())}; allowed: '
     f'{sorted(path + k for k in reference.keys())}'
@@ -364,10 +422,7 @@ def check_override_path(path: str, reference: ml_collections.ConfigDict | None =
     if key not in node:
       moved = moved_setting(path)
       if moved is not None and moved != 'algorithm.kwargs':
-        raise ConfigError(
-          f'{path} is not a setting; it is now {moved}: the settings of the algorithm that '
-          'algorithm.name names (--describe lists them)'
-        )
+        raise ConfigError(f'{path} is not a setting; it is now {moved}{_moved_note(moved)}')
       raise ConfigError(_unknown_setting(name, key, f'{prefix}.' if prefix else '', node))
     node = node[key]
 
@@ -446,35 +501,19 @@ FIELDS: dict[str, tuple[Check, str]] = {
   'seed': (number(integer=True, minimum=0, below=2**63), 'seed of every random stream'),
   'algorithm.name': (text(), 'a registered algorithm (fedsim_jax.algorithms.names())'),
   'algorithm.module': (text(optional=True), 'module imported first; it registers algorithms'),
-  'data.name': (text(), 'a catalog dataset (fedsim_jax.data.catalog) or a prepared directory'),
+  'data.name': (
+    text(),
+    'a registered dataset source (fedsim_jax.data.datasets) or a prepared directory',
+  ),
+  'data.module': (text(optional=True), 'module imported first; it registers dataset sources'),
   'data.data_dir': (
     text(optional=True),
     'root of the prepared datasets (default $FEDSIM_DATA_DIR or ~/fedsim_data)',
   ),
   'data.num_clients': (_INTEGERS, 'clients the training split is partitioned over'),
-  'data.partition': (one_of(PARTITIONS), 'how examples are spread over clients'),
-  'data.concentration': (positive(), 'Dirichlet alpha (dirichlet partition)'),
-  'data.min_client_size': (
-    positive(integer=True, allow_zero=True),
-    'dirichlet: resample until every client has this many; natural: drop smaller clients',
-  ),
-  'data.shards_per_client': (_INTEGERS, 'shards partition (McMahan et al.)'),
-  'data.classes_per_client': (
-    _tuple_of(_INTEGERS, '(n_min, n_max): integers >= 1', length=2, optional=True),
-    "FedCompass class partition; None: the paper's per-m values",
-  ),
-  'data.alpha_1': (positive(optional=True), 'dual Dirichlet: client sizes (paper: m)'),
-  'data.alpha_2': (positive(optional=True), 'dual Dirichlet: class mix (paper: 0.5)'),
-  'data.gamma': (number(minimum=0, maximum=1), 'CC-FedAvg gamma-mix: 0 non-IID ... 1 IID'),
   'data.partition_seed': (
     positive(integer=True, allow_zero=True, optional=True),
     'seed of the partition (default: seed)',
-  ),
-  'data.balance': (boolean, 'dirichlet: FedMA/MOON self-balancing (full clients get 0)'),
-  'data.budget_skew': (one_of(BUDGET_SKEWS), "budget_skewed partition: CC-FedAvg's skew"),
-  'data.skewed_fraction': (
-    number(minimum=0, maximum=1),
-    "budget_skewed 'moderate': share of skewed clients",
   ),
   'data.straggler_classes': (
     _tuple_of(_CLASS, 'a tuple of class ids', optional=True),
@@ -485,6 +524,8 @@ FIELDS: dict[str, tuple[Check, str]] = {
     'straggler-domain split: clients made stragglers (None: every holder)',
   ),
   'data.lazy': (boolean, 'keep examples on the host; gather active clients per batch'),
+  'partition.name': (text(), 'a registered partitioner: how examples are spread over clients'),
+  'partition.module': (text(optional=True), 'module imported first; it registers partitioners'),
   'model.name': (one_of(MODELS), 'architecture (the model zoo)'),
   'model.hidden_sizes': (
     _tuple_of(_INTEGERS, 'a tuple of integers >= 1'),
@@ -673,4 +714,6 @@ def describe(config: ml_collections.ConfigDict | None = None) -> str:
         lines.append(f'{section}.{model}: {values}')
         lines.append(f"    settings of {section}.model='{model}' (checked by the model)")
   lines.append('run.eval_class_groups: named class subsets reported as test_accuracy/<name>')
+  lines.append(DATASET_SOURCES.describe())
+  lines.append(PARTITIONERS.describe())
   return '\n'.join(lines)

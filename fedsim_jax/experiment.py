@@ -31,11 +31,16 @@ from fedsim_jax import config as config_lib
 from fedsim_jax import workdir as workdir_lib
 from fedsim_jax.checkpointing import CheckpointError, Checkpoints, Restored, WriteError
 from fedsim_jax.client import client_optimizer
-from fedsim_jax.data import partition as partition_lib
+from fedsim_jax.data import datasets
 from fedsim_jax.data.errors import CorruptDatasetError, DatasetNotFoundError
 from fedsim_jax.data.federated import FederatedDataset, steps_for_epochs
 from fedsim_jax.data.lazy import LazyFederation
-from fedsim_jax.data.loading import load_dataset
+from fedsim_jax.data.partitioners import (
+  PARTITIONERS,
+  PartitionContext,
+  run_partitioner,
+  straggler_domain_split,
+)
 from fedsim_jax.executor import Executor, cpu_pool
 from fedsim_jax.executor.choice import (
   compiler_options,
@@ -49,6 +54,7 @@ from fedsim_jax.metrics.tensorboard import TensorBoardWriter, tensorboard_availa
 from fedsim_jax.metrics.writers import TaskTraceWriter
 from fedsim_jax.models import Model, get_model
 from fedsim_jax.provenance import code_record, code_version
+from fedsim_jax.registry import Selection
 from fedsim_jax.runtime import Simulation, SimulationStalled, StopCondition
 from fedsim_jax.runtime.latency.registry import make_availability, make_latency
 from fedsim_jax.runtime.statistics import staleness_histogram, statistics
@@ -117,22 +123,47 @@ def algorithm_settings(config: ml_collections.ConfigDict) -> Settings:
 
 
 def validate(config: ml_collections.ConfigDict) -> Settings:
-  """Checks every setting of `config` that can be checked without data, the algorithm's
-  included; returns the algorithm's settings. Raises `ConfigError`."""
+  """Checks every setting of `config` that can be checked without data, the algorithm's, the
+  dataset source's and the partitioner's included; returns the algorithm's settings. Raises
+  `ConfigError`."""
   config_lib.validate(config)
+  dataset_selection(config)
+  partition_selection(config)
   return algorithm_settings(config)
 
 
-def client_budgets(config: ml_collections.ConfigDict, num_clients: int) -> np.ndarray:
-  """The compute budgets p_i the configured algorithm draws (the budget_skewed partition
-  skews data by them)."""
-  settings = algorithm_settings(config)
-  if not hasattr(settings, 'client_budgets'):
-    raise config_lib.ConfigError(
-      f"data.partition='budget_skewed' is invalid with algorithm.name={config.algorithm.name!r} "
-      '(it has no compute budgets); allowed: an algorithm with budgets (ccfedavg, ...)'
-    )
-  return settings.client_budgets(num_clients, config.seed)
+def dataset_selection(config: ml_collections.ConfigDict) -> Selection:
+  """`config.data`'s dataset source with its validated settings (importing `data.module`
+  first)."""
+  datasets.DATASET_SOURCES.import_module(config.data.module)
+  return datasets.resolve(config.data.name, config.data.kwargs.to_dict())
+
+
+def partition_selection(config: ml_collections.ConfigDict) -> Selection:
+  """`config.partition`'s partitioner with its validated settings (importing
+  `partition.module` first)."""
+  PARTITIONERS.import_module(config.partition.module)
+  return PARTITIONERS.resolve(config.partition.name, config.partition.kwargs.to_dict())
+
+
+def client_budgets(
+  config: ml_collections.ConfigDict, partitioner: Selection
+) -> Callable[[], np.ndarray]:
+  """The compute budgets p_i the configured algorithm draws for `data.num_clients` clients, as
+  a call a partitioner makes when it needs them (budget_skewed skews data by them); the call
+  raises `ConfigError` when the algorithm has no budgets."""
+
+  def draw() -> np.ndarray:
+    settings = algorithm_settings(config)
+    if not hasattr(settings, 'client_budgets'):
+      raise config_lib.ConfigError(
+        f'partition.name={partitioner.name!r} is invalid with algorithm.name='
+        f'{config.algorithm.name!r} (it has no compute budgets); allowed: an algorithm with '
+        'budgets (ccfedavg, ...)'
+      )
+    return settings.client_budgets(config.data.num_clients, config.seed)
+
+  return draw
 
 
 def build_latency(
@@ -213,9 +244,10 @@ def build_availability(
     raise config_lib.ConfigError(f'availability.{name}: {error}') from None
 
 
-def _load_central_dataset(name: str, data_dir: str | None) -> Any:
-  """`load_dataset`, with a data dir that is a file and a file that cannot be read as one-line
-  errors (`ConfigError`, `CorruptDatasetError`) rather than the OS error's traceback."""
+def _load_central_dataset(source: Selection, data_dir: str | None) -> Any:
+  """The dataset `source` loads, with a data dir that is a file and a file that cannot be read
+  as one-line errors (`ConfigError`, `CorruptDatasetError`) rather than the OS error's
+  traceback."""
   if data_dir is not None:
     path = os.path.expanduser(data_dir)
     if os.path.exists(path) and not os.path.isdir(path):
@@ -223,53 +255,49 @@ def _load_central_dataset(name: str, data_dir: str | None) -> Any:
         f'data.data_dir={data_dir} is a file; allowed values: a directory of prepared datasets'
       )
   try:
-    return load_dataset(name, data_dir)
+    return datasets.load(source, data_dir)
   except DatasetNotFoundError:  # (a FileNotFoundError): its message says how to prepare it
     raise
   except OSError as error:
     where = error.filename or data_dir or 'the data dir'
     raise CorruptDatasetError(
-      f'dataset {name!r}: cannot read {where} ({error.strerror or error}); allowed: a prepared '
-      'dataset this user can read (fix its permissions, or prepare it again)'
+      f'dataset {source.name!r}: cannot read {where} ({error.strerror or error}); allowed: a '
+      'prepared dataset this user can read (fix its permissions, or prepare it again)'
     ) from None
 
 
-def build_federated_dataset(config: ml_collections.ConfigDict) -> FederatedDataset:
-  """Loads `config.data.name` and partitions its training split over clients."""
+def build_federated_dataset(
+  config: ml_collections.ConfigDict,
+  source: Selection | None = None,
+  partitioner: Selection | None = None,
+) -> FederatedDataset:
+  """Loads the dataset `source` selects and partitions its training split over clients by
+  `partitioner`, then applies the straggler-domain split when `data.straggler_classes` is set
+  (`source` and `partitioner` default to those `config.data` and `config.partition` select)."""
   data = config.data
-  central = _load_central_dataset(data.name, data.data_dir)
-  seed = config.seed if data.partition_seed is None else data.partition_seed
-  try:
+  source = dataset_selection(config) if source is None else source
+  partitioner = partition_selection(config) if partitioner is None else partitioner
+  central = _load_central_dataset(source, data.data_dir)
+  context = PartitionContext(
+    labels=central.train_y,
+    num_clients=data.num_clients,
+    seed=config.seed if data.partition_seed is None else data.partition_seed,
+    dataset_name=central.name,
+    client_ids=central.train_client_ids,
     # budget_skewed's shards follow the p_i the algorithm draws (from the same seed stream).
-    budgets = (
-      client_budgets(config, data.num_clients) if data.partition == 'budget_skewed' else None
-    )
-    parts = partition_lib.partition_by_name(
-      data.partition,
-      central.train_y,
-      data.num_clients,
-      seed,
-      client_ids=central.train_client_ids,
-      dataset_name=central.name,
-      budgets=budgets,
-      concentration=data.concentration,
-      min_client_size=data.min_client_size,
-      balance=data.balance,
-      shards_per_client=data.shards_per_client,
-      classes_per_client=data.classes_per_client,
-      alpha_1=data.alpha_1,
-      alpha_2=data.alpha_2,
-      gamma=data.gamma,
-      budget_skew=data.budget_skew,
-      skewed_fraction=data.skewed_fraction,
-    )
+    client_budgets=client_budgets(config, partitioner),
+  )
+  try:
+    parts = run_partitioner(partitioner, context)
     straggler_mask = None
     if data.straggler_classes is not None:
-      parts, straggler_mask = partition_lib.straggler_domain_split(
+      parts, straggler_mask = straggler_domain_split(
         central.train_y, parts, list(data.straggler_classes), data.num_stragglers
       )
+  except config_lib.ConfigError:
+    raise
   except ValueError as error:  # an impossible partition is a settings error
-    raise config_lib.ConfigError(f'data.partition={data.partition!r}: {error}') from None
+    raise config_lib.ConfigError(f'partition.name={partitioner.name!r}: {error}') from None
   federation = LazyFederation if data.lazy else FederatedDataset
   return federation.from_partition(
     central.name,
@@ -547,6 +575,8 @@ class PreparedRun:
     # that config.json alone describes (and reruns) the run.
     resolved = config.to_dict()
     resolved['algorithm']['kwargs'] = self.algorithm_settings.as_dict()
+    resolved['data']['kwargs'] = dataset_selection(config).settings.as_dict()
+    resolved['partition']['kwargs'] = partition_selection(config).settings.as_dict()
 
     def on_version(sim: Simulation) -> None:
       if sim.version % config.run.eval_every == 0:
@@ -719,7 +749,9 @@ class PreparedRun:
         logging.warning('--resume: no checkpoint in %s; starting from the beginning', self.workdir)
       return None
     differing = config_differences(
-      restored.meta['config'], resolved, default_settings(self.algorithm_settings)
+      config_lib.upgrade_layout(restored.meta['config']),
+      resolved,
+      default_settings(self.algorithm_settings),
     )
     if differing:
       raise config_lib.ConfigError(

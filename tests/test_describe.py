@@ -17,7 +17,9 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _leaves(config, prefix=''):
   for key, value in config.items():
     path = prefix + key
-    if path in ('algorithm.kwargs', 'run.eval_class_groups') or path in MODEL_SECTIONS:
+    if path in ('algorithm.kwargs', 'data.kwargs', 'partition.kwargs', 'run.eval_class_groups') or (
+      path in MODEL_SECTIONS
+    ):
       if path in MODEL_SECTIONS:
         yield f'{path}.model'
       continue

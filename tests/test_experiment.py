@@ -25,7 +25,7 @@ def _tiny_digits_config(data_dir, **overrides):
     clients=10,
     slots=4,
     **{
-      'data.partition': 'iid',
+      'partition.name': 'iid',
       'model.hidden_sizes': (32,),
       'client.batch_size': 32,
       'client.local_steps': 5,

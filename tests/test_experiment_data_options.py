@@ -6,9 +6,15 @@ import os
 
 import pytest
 
-from fedsim_jax.config import ConfigError, base_config, set_by_path, validate
+from fedsim_jax.config import ConfigError, base_config, set_by_path
 from fedsim_jax.data.lazy import LazyFederation
-from fedsim_jax.experiment import build_federated_dataset, client_budgets, run_experiment
+from fedsim_jax.experiment import (
+  build_federated_dataset,
+  client_budgets,
+  partition_selection,
+  run_experiment,
+  validate,
+)
 from tests.helpers import make_tiny_config
 
 
@@ -19,8 +25,8 @@ def _digits_config(data_dir, **overrides):
     clients=10,
     slots=4,
     **{
-      'data.partition': 'dirichlet',
-      'data.min_client_size': 5,
+      'partition.name': 'dirichlet',
+      'partition.kwargs.min_client_size': 5,
       'client.batch_size': 32,
       'run.num_rounds': 3,
       'run.eval_every': 1,
@@ -72,14 +78,15 @@ def test_straggler_split_and_evaluation_groups_reach_the_metrics(digits_data_dir
 def test_budget_skewed_partition_follows_the_algorithms_budgets(digits_data_dir):
   config = _digits_config(
     digits_data_dir,
-    **{'algorithm.name': 'ccfedavg', 'data.partition': 'budget_skewed', 'data.num_clients': 8},
+    **{'algorithm.name': 'ccfedavg', 'partition.name': 'budget_skewed', 'data.num_clients': 8},
   )
+  config.partition.kwargs = {}
   dataset = build_federated_dataset(config)
   assert dataset.num_clients == 8 and dataset.client_sizes.sum() > 0
   # 'high' skew (Table IV): clients ranked by the budgets ccfedavg draws from the same seed
   # take shards from both ends of the (randomly permuted) class order, so each budget level
   # holds a contiguous block of classes: a class lies in one level or in two adjacent ones.
-  budgets = client_budgets(config, 8)
+  budgets = client_budgets(config, partition_selection(config))()
   levels = sorted(set(budgets.tolist()))
   assert len(levels) > 2
 
@@ -94,13 +101,13 @@ def test_budget_skewed_partition_follows_the_algorithms_budgets(digits_data_dir)
   for label, where in levels_of_each_class(dataset).items():
     assert len(where) <= 2 and max(where) - min(where) <= 1, (label, where)
   # With skew 'none' the shards ignore the budgets: some class spreads further.
-  config.data.budget_skew = 'none'
+  config.partition.kwargs.budget_skew = 'none'
   spread = levels_of_each_class(build_federated_dataset(config)).values()
   assert any(len(where) > 2 or max(where) - min(where) > 1 for where in spread)
 
 
 def test_natural_partition_needs_client_ids(digits_data_dir):
-  config = _digits_config(digits_data_dir, **{'data.partition': 'natural'})
+  config = _digits_config(digits_data_dir, **{'partition.name': 'natural'})
   with pytest.raises(ConfigError, match='no natural client ids'):
     build_federated_dataset(config)
 
@@ -108,8 +115,8 @@ def test_natural_partition_needs_client_ids(digits_data_dir):
 @pytest.mark.parametrize(
   'key, value, message',
   [
-    ('data.budget_skew', 'extreme', 'data.budget_skew'),
-    ('data.skewed_fraction', 1.5, 'data.skewed_fraction'),
+    ('partition.kwargs.budget_skew', 'extreme', 'partition.kwargs.budget_skew'),
+    ('partition.kwargs.skewed_fraction', 1.5, 'partition.kwargs.skewed_fraction'),
     ('data.num_stragglers', 3, 'needs data.straggler_classes'),
     ('run.eval_top_k', (0,), 'run.eval_top_k'),
   ],
@@ -117,6 +124,7 @@ def test_natural_partition_needs_client_ids(digits_data_dir):
 def test_invalid_data_options_are_one_line_errors(key, value, message):
   config = base_config()
   config.client.local_steps = 1
+  config.partition.name = 'budget_skewed'
   set_by_path(config, key, value)
   with pytest.raises(ConfigError, match=message):
     validate(config)

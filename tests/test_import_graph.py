@@ -21,7 +21,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / 'fedsim_jax'
 # `algorithms` may not exist yet; a tier lists it so that it lands above `strategy`.
 TIERS = (
   ('settings', 'tree'),
-  ('checkpointing', 'distributed', 'interrupts', 'provenance', 'workdir'),
+  ('checkpointing', 'distributed', 'interrupts', 'provenance', 'registry', 'workdir'),
   ('data', 'models'),
   ('client',),
   ('executor',),

@@ -14,7 +14,7 @@ from tests.helpers import make_tiny_config
 def _config(data_dir, seed, algorithm='fedavg', backend='vmap'):
   overrides = {
     'seed': seed,
-    'data.min_client_size': 5,
+    'partition.kwargs.min_client_size': 5,
     'latency.per_step.distribution': 'exponential',
     'latency.per_step.jitter': 0.1,
     'executor.backend': backend,

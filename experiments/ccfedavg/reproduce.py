@@ -244,7 +244,8 @@ def run_sweep(
         run_dir,
         config,
         lambda: federations.get(
-          (config.data.partition, config.data.gamma, seed), lambda: build_federated_dataset(config)
+          (config.partition.name, config.partition.kwargs.get('gamma'), seed),
+          lambda: build_federated_dataset(config),
         ),
         run_missing=not _ONLY_EXISTING.value,
       )

@@ -254,13 +254,13 @@ def make_config(
   c.client.learning_rate = LEARNING_RATE
   if cross_device:
     c.data.num_clients = CROSS_DEVICE_CLIENTS
-    c.data.partition = 'two_classes'
+    c.partition.name = 'two_classes'
     c.client.batch_size = CROSS_DEVICE_BATCH_SIZE
     c.client.local_steps = CROSS_DEVICE_LOCAL_STEPS
   else:
     c.data.num_clients = CROSS_SILO_CLIENTS
-    c.data.partition = 'gamma_mix'
-    c.data.gamma = gamma
+    c.partition.name = 'gamma_mix'
+    c.partition.kwargs.gamma = gamma
     c.client.batch_size = CROSS_SILO_BATCH_SIZE
     c.client.local_steps = CROSS_SILO_LOCAL_STEPS
   kwargs = c.algorithm.kwargs

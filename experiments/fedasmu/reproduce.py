@@ -105,7 +105,7 @@ FlagError = sweep.FlagError
 # Settings a reused run must share with the requested one.
 _CHECKED_SETTINGS = (
   'data.num_clients',
-  'data.concentration',
+  'partition.kwargs.concentration',
   'client.learning_rate',
   'client.local_epochs',
   'client.batch_size',

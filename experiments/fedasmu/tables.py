@@ -471,8 +471,8 @@ def make_config(
   c.data.name = dataset
   c.data.data_dir = data_dir
   c.data.num_clients = num_clients
-  c.data.partition = 'dirichlet'
-  c.data.concentration = float(concentration)
+  c.partition.name = 'dirichlet'
+  c.partition.kwargs.concentration = float(concentration)
   c.model.name = model
   c.client.optimizer = 'sgd'
   c.client.learning_rate = CLIENT_LEARNING_RATE[column]

@@ -282,7 +282,7 @@ def make_config(
   c.algorithm.name = algorithm
   c.data.name = 'mnist'
   c.data.data_dir = data_dir
-  c.data.partition = partition
+  c.partition.name = partition
   c.data.num_clients = m
   c.model.name = 'mnist_cnn'
   c.client.optimizer = 'adam'

@@ -129,7 +129,7 @@ _CHECKED_SETTINGS = (
   'data.name',
   'data.num_clients',
   'data.num_stragglers',
-  'data.concentration',
+  'partition.kwargs.concentration',
   'model.name',
   'run.num_rounds',
   'run.max_client_updates',

@@ -443,11 +443,11 @@ def make_config(
   if dataset in NATURAL_DATASETS:
     # The paper's task itself: one client per writer (num_clients only bounds the cohort and
     # concurrency checks), every writer kept.
-    c.data.partition = 'natural'
-    c.data.min_client_size = 1
+    c.partition.name = 'natural'
+    c.partition.kwargs.min_client_size = 1
   else:
-    c.data.partition = 'dirichlet'
-    c.data.concentration = concentration
+    c.partition.name = 'dirichlet'
+    c.partition.kwargs.concentration = concentration
   c.data.partition_seed = PARTITION_SEED
   c.data.straggler_classes = STRAGGLER_CLASSES
   c.data.num_stragglers = num_stragglers

@@ -12,8 +12,8 @@ def get_config():
   config.algorithm.name = 'fedavg'
   config.data.name = 'mnist'
   config.data.num_clients = 100
-  config.data.partition = 'shards'
-  config.data.shards_per_client = 2
+  config.partition.name = 'shards'
+  config.partition.kwargs.shards_per_client = 2
   config.model.name = 'mnist_cnn'
   config.client.optimizer = 'sgd'
   config.client.learning_rate = 0.05

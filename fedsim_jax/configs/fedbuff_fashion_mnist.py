@@ -11,7 +11,7 @@ from fedsim_jax.config import fashion_mnist_config
 def get_config():
   config = fashion_mnist_config('fedbuff')
   config.data.num_clients = 1000
-  config.data.partition = 'iid'
+  config.partition.name = 'iid'
   config.client.local_steps = 10
   config.algorithm.kwargs.server_optimizer = 'sgd'
   config.algorithm.kwargs.server_learning_rate = 1.0

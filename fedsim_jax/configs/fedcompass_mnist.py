@@ -16,7 +16,7 @@ def get_config():
   config.algorithm.name = 'fedcompass'
   config.data.name = 'mnist'
   config.data.num_clients = 5
-  config.data.partition = 'class'
+  config.partition.name = 'class'
   config.model.name = 'mnist_cnn'
   config.client.optimizer = 'adam'
   config.client.learning_rate = 0.003

@@ -10,14 +10,14 @@ from fedsim_jax.data.federated import (
   client_batch,
 )
 from fedsim_jax.data.loading import CentralizedDataset, default_data_dir, load_dataset
-from fedsim_jax.data.partition import (
+from fedsim_jax.data.partitioners import (
   PARTITIONERS,
-  PARTITIONS,
+  PartitionContext,
   class_partition,
   dirichlet,
   dual_dirichlet,
   iid,
-  partition_by_name,
+  partition,
   shards,
 )
 from fedsim_jax.data.synthetic import toy_federation
@@ -36,12 +36,12 @@ __all__ = [
   'default_data_dir',
   'load_dataset',
   'PARTITIONERS',
-  'PARTITIONS',
+  'PartitionContext',
   'class_partition',
   'dirichlet',
   'dual_dirichlet',
   'iid',
-  'partition_by_name',
+  'partition',
   'shards',
   'toy_federation',
 ]

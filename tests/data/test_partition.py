@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedsim_jax.data import partition
+from fedsim_jax.data import partitioners as partition
 
 NUM_CLASSES = 10
 # Balanced labels in shuffled order, like Fashion-MNIST: 100 examples per class.
@@ -19,12 +19,15 @@ CASES = {
   'dual_dirichlet': {'alpha_1': 20.0, 'alpha_2': 0.5},
   'gamma_mix': {'gamma': 0.5},
   'two_classes': {},
-  'budget_skewed': {'budgets': np.repeat([1.0, 0.5, 0.25, 0.125], 5), 'skew': 'high'},
+  'budget_skewed': {'budget_skew': 'high'},
 }
+BUDGETS = np.repeat([1.0, 0.5, 0.25, 0.125], 5)
 
 
 def _run(method: str, seed: int, num_clients: int = 20) -> list[np.ndarray]:
-  return partition.partition(method, LABELS, num_clients, seed=seed, **CASES[method])
+  return partition.partition(
+    method, LABELS, num_clients, seed=seed, budgets=BUDGETS, **CASES[method]
+  )
 
 
 def _mean_label_entropy(parts: list[np.ndarray]) -> float:
@@ -37,7 +40,7 @@ def _mean_label_entropy(parts: list[np.ndarray]) -> float:
 
 
 def test_registry() -> None:
-  assert set(partition.PARTITIONERS) == set(CASES)
+  assert set(partition.PARTITIONERS.names()) == {*CASES, 'natural'}
 
 
 @pytest.mark.parametrize('method', CASES)
@@ -56,60 +59,60 @@ def test_deterministic_by_seed(method: str) -> None:
   assert not all(np.array_equal(a, b) for a, b in zip(first, other, strict=True))
 
 
-# `partition_by_name` takes an experiment config's setting names (budget_skewed's `skew` is
-# `budget_skew` there).
-BY_NAME = {
-  method: {('budget_skew' if key == 'skew' else key): value for key, value in settings.items()}
-  for method, settings in CASES.items()
+# The function each registered partitioner runs, with its settings as plain arguments.
+DIRECT = {
+  'iid': lambda seed: partition.iid(LABELS.size, 20, seed),
+  'dirichlet': lambda seed: partition.dirichlet(LABELS, 20, 0.5, seed),
+  'shards': lambda seed: partition.shards(LABELS, 20, 2, seed),
+  'class': lambda seed: partition.class_partition(LABELS, 20, seed, classes_per_client=(2, 3)),
+  'dual_dirichlet': lambda seed: partition.dual_dirichlet(
+    LABELS, 20, seed, alpha_1=20.0, alpha_2=0.5
+  ),
+  'gamma_mix': lambda seed: partition.gamma_mix(LABELS, 20, 0.5, seed),
+  'two_classes': lambda seed: partition.two_classes_per_client(LABELS, 20, seed),
+  'budget_skewed': lambda seed: partition.budget_skewed(
+    LABELS, 20, seed, budgets=BUDGETS, skew='high'
+  ),
 }
 
 
-def test_partition_names_are_the_partitioners_and_natural() -> None:
-  assert partition.PARTITIONS == (*partition.PARTITIONERS, 'natural')
-
-
 @pytest.mark.parametrize('method', CASES)
-def test_partition_by_name_is_the_partitioner(method: str) -> None:
-  by_name = partition.partition_by_name(method, LABELS, 20, 5, **BY_NAME[method])
-  assert all(np.array_equal(a, b) for a, b in zip(by_name, _run(method, seed=5), strict=True))
+def test_the_registered_partitioner_is_the_function(method: str) -> None:
+  assert all(np.array_equal(a, b) for a, b in zip(_run(method, 5), DIRECT[method](5), strict=True))
 
 
-def test_partition_by_name_ignores_other_partitions_settings() -> None:
-  others = dict(concentration=0.1, shards_per_client=4, gamma=0.9, alpha_1=3.0, min_client_size=0)
-  parts = partition.partition_by_name('class', LABELS, 20, 5, classes_per_client=[2, 3], **others)
-  assert all(np.array_equal(a, b) for a, b in zip(parts, _run('class', seed=5), strict=True))
-
-
-def test_partition_by_name_natural_groups_by_client_id() -> None:
+def test_registered_natural_groups_by_client_id() -> None:
   client_ids = np.array([3, 1, 3, 3, 1, 7])
-  assert [
-    p.tolist()
-    for p in partition.partition_by_name(
-      'natural', LABELS[:6], 0, 0, client_ids=client_ids, min_client_size=0
-    )
-  ] == [[1, 4], [0, 2, 3], [5]]
-  assert [
-    p.tolist()
-    for p in partition.partition_by_name(
-      'natural', LABELS[:6], 0, 0, client_ids=client_ids, min_client_size=2
-    )
-  ] == [[1, 4], [0, 2, 3]]
+  run = lambda size: partition.partition(
+    'natural', LABELS[:6], 0, seed=0, client_ids=client_ids, min_client_size=size
+  )
+  assert [p.tolist() for p in run(0)] == [[1, 4], [0, 2, 3], [5]]
+  assert [p.tolist() for p in run(2)] == [[1, 4], [0, 2, 3]]
 
 
 @pytest.mark.parametrize(
   ('call', 'message'),
   [
-    (lambda: partition.partition_by_name('bogus', LABELS, 5, 0), "name='bogus' is invalid"),
-    (lambda: partition.partition_by_name('dirichlet', LABELS, 5, 0), 'concentration=None'),
+    (lambda: partition.partition('bogus', LABELS, 5, seed=0), "partition.name='bogus' is not"),
     (
-      lambda: partition.partition_by_name('natural', LABELS, 5, 0, dataset_name='digits'),
-      "dataset 'digits' has no natural client ids",
+      lambda: partition.partition('dirichlet', LABELS, 5, seed=0, concentration=None),
+      'partition.kwargs.concentration=None',
+    ),
+    (
+      lambda: partition.partition('class', LABELS, 5, seed=0, concentration=0.5),
+      'partition.kwargs.concentration is not a setting of ClassSettings',
+    ),
+    (lambda: partition.partition('natural', LABELS, 5, seed=0), 'has no natural client ids'),
+    (
+      lambda: partition.partition('budget_skewed', LABELS, 5, seed=0),
+      'budget_skewed needs the compute budgets',
     ),
   ],
 )
-def test_partition_by_name_errors(call, message: str) -> None:
-  with pytest.raises(ValueError, match=message):
+def test_registered_partitioner_errors(call, message: str) -> None:
+  with pytest.raises(ValueError, match=message) as info:
     call()
+  assert '\n' not in str(info.value)
 
 
 def test_iid_sizes_differ_by_at_most_one() -> None:
@@ -160,7 +163,7 @@ def test_shards_limit_classes_per_client(shards_per_client: int) -> None:
     (lambda: partition.dirichlet(LABELS.astype(float), 5, 1.0, seed=0), 'labels'),
     (lambda: partition.shards(LABELS, 5, 0, seed=0), 'shards_per_client'),
     (lambda: partition.shards(LABELS, 500, 3, seed=0), 'shards_per_client'),
-    (lambda: partition.partition('bogus', LABELS, 5, seed=0), 'method'),
+    (lambda: partition.partition('bogus', LABELS, 5, seed=0), 'partition.name'),
   ],
 )
 def test_invalid_settings_raise_one_line(call, setting: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedsim_jax.data import partition
+from fedsim_jax.data import partitioners as partition
 
 NUM_CLASSES = 10
 # Balanced labels in shuffled order, 200 per class (CIFAR-10-like, scaled down).
@@ -91,7 +91,7 @@ def test_two_classes_is_shards_with_two_per_client() -> None:
 
 
 def test_registry_names() -> None:
-  assert partition.PARTITIONERS['gamma_mix'] is partition.gamma_mix
-  assert partition.PARTITIONERS['two_classes'] is partition.two_classes_per_client
+  assert partition.PARTITIONERS.get('gamma_mix').settings is partition.GammaMixSettings
+  assert partition.PARTITIONERS.get('two_classes').settings is partition.TwoClassesSettings
   parts = partition.partition('gamma_mix', LABELS, 4, seed=0, gamma=0.5)
   _check_cover(parts, 4)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedsim_jax.data import partition
+from fedsim_jax.data import partitioners as partition
 
 NUM_CLASSES = 10
 # FMNIST-like balance, scaled down: 600 examples per class in shuffled order.
@@ -180,7 +180,7 @@ def test_straggler_split_invalid_settings(kwargs, setting: str) -> None:
 @pytest.mark.parametrize('skew', partition.BUDGET_SKEWS)
 def test_budget_skewed_covers_and_is_deterministic(skew: str) -> None:
   run = lambda seed: partition.partition(
-    'budget_skewed', LABELS, 100, seed=seed, budgets=BETA_4, skew=skew
+    'budget_skewed', LABELS, 100, seed=seed, budgets=BETA_4, budget_skew=skew
   )
   first, again, other = run(1), run(1), run(2)
   _assert_cover_once(first, LABELS.size)

@@ -7,13 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from fedsim_jax.data import partition
+from fedsim_jax.data import partitioners as partition
 
 NUM_CLASSES = 10
 PER_CLASS = 600
 # Balanced labels in shuffled order: 10 classes x 600 examples.
 LABELS = np.random.default_rng(0).permutation(np.repeat(np.arange(NUM_CLASSES), PER_CLASS))
 METHODS = ('class', 'dual_dirichlet')
+FUNCTIONS = {'class': partition.class_partition, 'dual_dirichlet': partition.dual_dirichlet}
 
 
 def _class_counts(part: np.ndarray, labels: np.ndarray = LABELS) -> np.ndarray:
@@ -34,11 +35,11 @@ def _check_exact_cover(parts: list[np.ndarray], num_clients: int, size: int = LA
 
 
 def test_registered_and_dispatched() -> None:
-  assert partition.PARTITIONERS['class'] is partition.class_partition
-  assert partition.PARTITIONERS['dual_dirichlet'] is partition.dual_dirichlet
+  assert partition.PARTITIONERS.get('class').settings is partition.ClassSettings
+  assert partition.PARTITIONERS.get('dual_dirichlet').settings is partition.DualDirichletSettings
   for method in METHODS:
     via_dispatch = partition.partition(method, LABELS, 10, seed=7)
-    direct = partition.PARTITIONERS[method](LABELS, 10, 7)
+    direct = FUNCTIONS[method](LABELS, 10, 7)
     assert all(np.array_equal(a, b) for a, b in zip(via_dispatch, direct, strict=True))
 
 
@@ -209,7 +210,7 @@ def test_dual_dirichlet_near_iid_for_large_concentrations() -> None:
 @pytest.mark.parametrize('method', METHODS)
 def test_min_client_size_is_respected(method: str) -> None:
   for seed in range(5):
-    parts = partition.partition(method, LABELS, 20, seed=seed, min_client_size=50)
+    parts = FUNCTIONS[method](LABELS, 20, seed, min_client_size=50)
     assert min(part.size for part in parts) >= 50
 
 
@@ -238,7 +239,7 @@ def test_min_client_size_is_respected(method: str) -> None:
 )
 def test_invalid_settings_raise(method: str, settings: dict, name: str) -> None:
   with pytest.raises(ValueError, match=name):
-    partition.partition(method, LABELS, 10, seed=0, **settings)
+    FUNCTIONS[method](LABELS, 10, 0, **settings)
 
 
 def test_impossible_or_unmet_requirements_raise() -> None:

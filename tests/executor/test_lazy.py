@@ -10,7 +10,7 @@ import optax
 import pytest
 
 from fedsim_jax.client import sgd_client_update
-from fedsim_jax.data import partition
+from fedsim_jax.data import partitioners as partition
 from fedsim_jax.data.federated import FederatedDataset, client_batch
 from fedsim_jax.data.lazy import LazyFederation
 from fedsim_jax.data.synthetic import toy_federation

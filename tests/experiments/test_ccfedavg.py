@@ -60,7 +60,7 @@ def test_cross_device_configs(algorithm, participation):
   settings = validate(config)
   assert config.algorithm.name == algorithm
   assert settings.cohort_size == round(100 * participation)
-  assert config.data.num_clients == 100 and config.data.partition == 'two_classes'
+  assert config.data.num_clients == 100 and config.partition.name == 'two_classes'
   assert config.data.name == 'fashion_mnist' and config.model.name == 'mlp'
   assert tuple(config.model.hidden_sizes) == (200, 200)
   assert config.client.local_steps == 200 and config.client.batch_size == 32
@@ -78,7 +78,7 @@ def test_cross_silo_configs(algorithm, schedule):
     config = tables.make_config(algorithm, 'cross_silo', gamma=gamma, schedule=schedule, rounds=40)
     settings = validate(config)
     assert config.data.num_clients == 8 and settings.cohort_size == 8
-    assert config.data.partition == 'gamma_mix' and config.data.gamma == gamma
+    assert config.partition.name == 'gamma_mix' and config.partition.kwargs.gamma == gamma
     if algorithm in BUDGETED:
       assert settings.budget_rule == 'beta' and settings.budget_beta == 4
     assert config.run.num_rounds == 40

@@ -89,7 +89,7 @@ def test_configs_of_registered_methods(column):
     settings = experiment.validate(config)
     assert config.algorithm.name == method and config.seed == 2
     assert (config.model.name, config.data.name) == column
-    assert config.data.partition == 'dirichlet' and config.data.concentration == 0.5
+    assert config.partition.name == 'dirichlet' and config.partition.kwargs.concentration == 0.5
     assert config.data.num_clients == 100
     assert config.client.learning_rate == tables.CLIENT_LEARNING_RATE[column]
     assert config.client.local_epochs == 5 and config.client.local_steps is None
@@ -115,7 +115,7 @@ def test_make_config_options():
     fastest_step_time=0.5,
     eval_every=3,
   )
-  assert config.algorithm.kwargs.concurrency == 2 and config.data.concentration == 0.1
+  assert config.algorithm.kwargs.concurrency == 2 and config.partition.kwargs.concentration == 0.1
   assert config.algorithm.kwargs.buffer_size == 1
   assert config.run.num_rounds is None and config.run.max_virtual_time == 300.0
   assert config.client.local_epochs == 2 and config.client.batch_size == 16

@@ -103,7 +103,7 @@ def test_make_config_is_valid_with_paper_settings(algorithm):
         assert config.algorithm.name == algorithm
         assert config.seed == 3
         assert config.data.name == 'mnist'
-        assert config.data.partition == partition
+        assert config.partition.name == partition
         assert config.data.num_clients == m
         assert config.data.data_dir == '/data'
         assert config.model.name == 'mnist_cnn'

@@ -48,7 +48,7 @@ def test_configs_are_valid_and_share_the_task(algorithm, latency):
   assert config.data.name == 'mnist' and config.data.data_dir == '/data'
   assert config.data.num_clients == 300 and config.data.num_stragglers == 71
   assert tuple(config.data.straggler_classes) == (0, 1, 2, 3, 4)
-  assert config.data.partition == 'dirichlet' and config.data.concentration == 1.0
+  assert config.partition.name == 'dirichlet' and config.partition.kwargs.concentration == 1.0
   assert config.data.partition_seed == 0
   assert tuple(config.run.eval_class_groups.straggler) == (0, 1, 2, 3, 4)
   assert config.model.name == 'emnist_cnn'
@@ -574,7 +574,7 @@ def test_emnist_configs_use_the_writer_partition():
   config = tables.make_config(
     'fare_dust', 'per_domain_per_example', dataset='emnist', num_clients=tables.PAPER_NUM_CLIENTS
   )
-  assert config.data.partition == 'natural' and config.data.min_client_size == 1
+  assert config.partition.name == 'natural' and config.partition.kwargs.min_client_size == 1
   assert config.data.num_stragglers == 800 and config.data.straggler_classes == (0, 1, 2, 3, 4)
   assert config.model.name == 'emnist_cnn'
   validate(config)
@@ -603,7 +603,7 @@ def test_binary_runs_the_writer_partitioned_emnist_task(tmp_path):
   config = json.loads(
     (workdir / 'per_example' / 'fedavg' / 'seed0' / 'config.json').read_text(encoding='utf-8')
   )
-  assert config['data']['partition'] == 'natural' and config['data']['name'] == 'emnist'
+  assert config['partition']['name'] == 'natural' and config['data']['name'] == 'emnist'
   with open(workdir / 'results.jsonl', encoding='utf-8') as f:
     (record,) = [json.loads(line) for line in f]
   assert record['server_versions'] == 2 and 0 <= record['straggler_accuracy'] <= 1
