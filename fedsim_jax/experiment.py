@@ -170,7 +170,7 @@ def epoch_compute_time_percentile(
   steps x step time; communication excluded), estimated from a probe copy of the latency model
   so that the run's own latency draws are untouched (the straggler paper's time limit)."""
   probe = build_latency(config, dataset, model_bytes, rng)
-  times = []
+  times: list[float] = []
   for client in range(dataset.num_clients):
     steps = steps_for_epochs(
       1.0, int(dataset.client_sizes[client]), config.client.batch_size, config.client.sampling
@@ -271,7 +271,7 @@ def build_federated_dataset(config: ml_collections.ConfigDict) -> FederatedDatas
   except ValueError as error:  # an impossible partition is a settings error
     raise config_lib.ConfigError(f'data.partition={data.partition!r}: {error}') from None
   federation = LazyFederation if data.lazy else FederatedDataset
-  return federation.from_partition(
+  return federation.from_partition(  # type: ignore[return-value]  # a LazyFederation stands in
     central.name,
     central.train_x,
     central.train_y,
@@ -335,7 +335,6 @@ def build_simulation(
     weight_decay=client.weight_decay,
   )
   client_update = algorithm.make_client_update(model, optimizer, client.batch_size)
-  lazy = isinstance(dataset, LazyFederation)
   backend, step_loop = resolve_execution(
     config.executor.backend,
     config.executor.step_loop,
@@ -345,7 +344,7 @@ def build_simulation(
   try:
     executor = Executor(
       client_update,
-      dataset if lazy else dataset.device_arrays(),
+      dataset if isinstance(dataset, LazyFederation) else dataset.device_arrays(),
       streams.train_key,
       backend=backend,
       sampling=client.sampling,
