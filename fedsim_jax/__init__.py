@@ -29,6 +29,7 @@ Layers, bottom to top; a layer imports only the rows below it (tests/test_import
   strategy                     (schedulers, aggregators, client objectives)
   algorithms                   (one module per family: settings + registered factory)
   config, compilation_cache, memory_estimate, saved_run
+  lifecycle                    (a built run in its workdir: outputs, checkpoints, statuses)
   experiment, configs          (configs: the shipped experiment configs, `get_config()` each)
   analysis
   cli

@@ -22,12 +22,20 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 
-from fedsim_jax.settings import ConfigError
+from fedsim_jax.data.lazy import LazyFederation
+from fedsim_jax.executor.choice import resolve_execution, resolve_max_batch_tasks, resolve_threads
+from fedsim_jax.settings import ConfigError, Settings
+
+if TYPE_CHECKING:
+  from fedsim_jax.algorithms import Algorithm
+  from fedsim_jax.data.federated import FederatedDataset
+  from fedsim_jax.models import Model
 
 _GIB = 1024**3
 # cgroup v1 reports "no limit" as the largest page-aligned 64-bit value; anything this large is
@@ -299,3 +307,40 @@ def check_fits(needs: list[Need], available: float | None) -> None:
 
 def describe_needs(needs: list[Need]) -> str:
   return ', '.join(f'{need.what} {need.nbytes / 2**20:.0f} MiB' for need in needs)
+
+
+def check_run(
+  config: ml_collections.ConfigDict,
+  dataset: FederatedDataset,
+  model: Model,
+  algorithm: Algorithm,
+  settings: Settings,
+  model_setting: str,
+) -> None:
+  """Refuses (`ConfigError`) the run `config` describes, of `model` on `dataset` with the built
+  `algorithm` (its `settings`), if its estimated memory exceeds what is available, from abstract
+  shapes only; `model_setting` names the setting that sizes the model."""
+  params = abstract_params(model)
+  model_bytes = tree_bytes(params)
+  executor = config.executor
+  max_batch_tasks = executor.max_batch_tasks
+  backend, _ = resolve_execution(executor.backend, executor.step_loop, devices=executor.devices)
+  lazy = isinstance(dataset, LazyFederation) or config.data.lazy
+  needs = estimate(
+    settings,
+    num_clients=dataset.num_clients,
+    model_bytes=model_bytes,
+    data_bytes=0 if lazy else dataset.train_x.nbytes + dataset.train_y.nbytes,
+    execution=Execution(
+      max_batch_tasks=None
+      if max_batch_tasks is None
+      else resolve_max_batch_tasks(max_batch_tasks, model_bytes),
+      # The vmap backend trains a whole batch at once; the loop backend `threads` tasks.
+      training_at_once=None if backend == 'vmap' else resolve_threads(executor.threads, backend),
+      sums_in_chunks=algorithm.aggregator.linear is not None,
+      batch_size=config.client.batch_size,
+      example_bytes=training_bytes_per_example(model, params),
+    ),
+    model_setting=model_setting,
+  )
+  check_fits(needs, available_bytes())

@@ -37,6 +37,7 @@ from typing import Any
 from absl import app, flags
 
 from fedsim_jax import cli
+from fedsim_jax.workdir import RunStatus
 
 
 def define_flags() -> None:
@@ -155,17 +156,17 @@ def _report(runs: list[tuple[str, dict[str, Any]]], *, name_runs: bool = False) 
   returns the exit code: 128 + the signal if a run was interrupted, else 2 if one failed, else
   3 if one diverged, else 0."""
   for workdir, summary in runs:
-    if summary['status'] == 'completed':
+    if summary['status'] == RunStatus.COMPLETED:
       print(
         f'final accuracy {_accuracy(summary["final_accuracy"])}  '
         f'best {_accuracy(summary["best_accuracy"])}  '
         f'virtual time {summary["final_virtual_time"]:.1f}s  '
         f'host {summary["host"]["seconds"]:.1f}s  outputs: {os.path.abspath(workdir)}'
       )
-    elif summary['status'] in ('diverged', 'failed'):
+    elif summary['status'] in (RunStatus.DIVERGED, RunStatus.FAILED):
       where = f'{os.path.abspath(workdir)}: ' if name_runs else ''
       print(f'error: {where}{summary["message"]}', file=sys.stderr)
-  interrupted = [summary for _, summary in runs if summary['status'] == 'interrupted']
+  interrupted = [summary for _, summary in runs if summary['status'] == RunStatus.INTERRUPTED]
   if interrupted:
     print(
       f'interrupted: checkpoint{"s" if len(runs) > 1 else ""} written; resume with the same '
@@ -173,7 +174,7 @@ def _report(runs: list[tuple[str, dict[str, Any]]], *, name_runs: bool = False) 
       file=sys.stderr,
     )
     return 128 + interrupted[0]['signal']
-  for status, code in (('failed', 2), ('diverged', 3)):
+  for status, code in ((RunStatus.FAILED, 2), (RunStatus.DIVERGED, 3)):
     if any(summary['status'] == status for _, summary in runs):
       return code
   return 0

@@ -11,10 +11,12 @@ finished in the meantime is never overwritten. Every JSON file is replaced atomi
 
 from __future__ import annotations
 
+import enum
 import errno
 import fcntl
 import os
 import shutil
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -108,16 +110,44 @@ def in_use(workdir: str | os.PathLike) -> bool:
   return False
 
 
-# The statuses a run's summary.json gives when the run ended (`PreparedRun.finish`), and the two
-# `run_status` adds for a run that has not.
-ENDED_STATUSES = ('completed', 'interrupted', 'diverged', 'failed')
-RUNNING = 'running'
-KILLED = 'killed'
+if sys.version_info >= (3, 11):
+  from enum import StrEnum
+else:  # the same: members are their values, as text and in JSON
+
+  class StrEnum(str, enum.Enum):
+    def __str__(self) -> str:
+      return str(self.value)
+
+    def __format__(self, format_spec: str) -> str:
+      return format(str(self.value), format_spec)
+
+
+class RunStatus(StrEnum):
+  """Where a run stands: the first four are the statuses its summary.json gives when it ended
+  (`fedsim_jax.lifecycle.RunLifecycle.finish`), the last two those `run_status` adds for a run
+  that has not. Each member equals its text ('completed' == RunStatus.COMPLETED)."""
+
+  COMPLETED = 'completed'
+  INTERRUPTED = 'interrupted'
+  DIVERGED = 'diverged'
+  FAILED = 'failed'
+  RUNNING = 'running'
+  KILLED = 'killed'
+
+
+ENDED_STATUSES = (
+  RunStatus.COMPLETED,
+  RunStatus.INTERRUPTED,
+  RunStatus.DIVERGED,
+  RunStatus.FAILED,
+)
+RUNNING = RunStatus.RUNNING
+KILLED = RunStatus.KILLED
 
 
 def run_status(
   workdir: str | os.PathLike, summary: Mapping[str, Any] | None, last_version: int | None
-) -> str:
+) -> RunStatus:
   """Where the run in `workdir` stands, from its summary and the version of its last metrics row.
 
   'running' while a process holds the workdir; otherwise the status its summary.json gives when
@@ -128,18 +158,18 @@ def run_status(
   """
   if in_use(workdir):
     return RUNNING
-  status = summary.get('status', 'completed') if isinstance(summary, Mapping) else None
+  status = summary.get('status', RunStatus.COMPLETED) if isinstance(summary, Mapping) else None
   if status not in ENDED_STATUSES:
     return KILLED
   final_version = summary.get('final_version') if isinstance(summary, Mapping) else None
   if (
-    status == 'completed'
+    status == RunStatus.COMPLETED
     and isinstance(final_version, int)
     and isinstance(last_version, int)
     and last_version > final_version
   ):
     return KILLED
-  return str(status)
+  return RunStatus(status)
 
 
 class WorkdirLock:

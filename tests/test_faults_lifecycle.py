@@ -458,13 +458,13 @@ def test_ctrl_c_during_the_final_save(digits_data_dir, tmp_path, signals):
   config_path = _config_file(tmp_path, digits_data_dir)
   interrupt_the_save = f"""
     import os, signal
-    import fedsim_jax.experiment as experiment
-    _save_models = experiment.save_models
+    import fedsim_jax.lifecycle.run_lifecycle as lifecycle
+    _save_models = lifecycle.save_models
     def save_models(*args, **kwargs):
       for _ in range({signals}):
         os.kill(os.getpid(), signal.SIGINT)
       return _save_models(*args, **kwargs)
-    experiment.save_models = save_models
+    lifecycle.save_models = save_models
   """
   flags = (f'--config={config_path}', f'--workdir={workdir}', '--quiet')
   result = _binary(tmp_path, *flags, patch=interrupt_the_save)

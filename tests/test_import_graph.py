@@ -30,6 +30,7 @@ TIERS = (
   ('strategy',),
   ('algorithms',),
   ('config', 'compilation_cache', 'memory_estimate', 'saved_run'),
+  ('lifecycle',),  # a built run's life in its workdir; `experiment` builds runs and starts them
   # The shipped configs build on `config` alone; the library never imports one by name.
   ('experiment', 'configs'),
   ('analysis',),  # reads run directories: metrics.writers, never experiment

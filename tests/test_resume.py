@@ -244,9 +244,11 @@ def test_a_resumed_run_reports_its_host_time_over_every_process(
 ):
   # The host clock stands still but for one second per evaluation.
   from fedsim_jax import experiment
+  from fedsim_jax.lifecycle import run_lifecycle
 
   clock = types.SimpleNamespace(now=1000.0)
-  monkeypatch.setattr(experiment, 'time', types.SimpleNamespace(perf_counter=lambda: clock.now))
+  for module in (experiment, run_lifecycle):  # the start-up's clock and the run's
+    monkeypatch.setattr(module, 'time', types.SimpleNamespace(perf_counter=lambda: clock.now))
   record = PreparedRun.record
 
   def record_one_second(self, sim):

@@ -48,7 +48,7 @@ def test_a_run_resumed_on_other_code_records_the_earlier_code(
   )
   old = {'commit': 'a' * 40, 'dirty': False, 'version': '0.1.0'}
   new = {'commit': 'b' * 40, 'dirty': True, 'version': '0.1.0'}
-  monkeypatch.setattr('fedsim_jax.experiment.code_version', lambda: old)
+  monkeypatch.setattr('fedsim_jax.lifecycle.run_lifecycle.code_version', lambda: old)
   first = PreparedRun(config, tmp_path)
   sim = first.simulation
   while not first._checkpoint_requested:
@@ -57,7 +57,7 @@ def test_a_run_resumed_on_other_code_records_the_earlier_code(
   first.writer.close()
   first._lock.release()  # abandoned as a killed process would leave it
   assert Checkpoints(str(tmp_path / 'checkpoints')).load_latest().state['run']['code'] == [old]
-  monkeypatch.setattr('fedsim_jax.experiment.code_version', lambda: new)
+  monkeypatch.setattr('fedsim_jax.lifecycle.run_lifecycle.code_version', lambda: new)
   summary = run_experiment(config, tmp_path, resume=True)
   assert summary['host']['code'] == dict(new, earlier=[old])
 

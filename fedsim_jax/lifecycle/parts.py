@@ -1,0 +1,111 @@
+"""What a run's lifecycle receives: the built run (`RunParts`), the settings it goes by
+(`RunOptions`) and its evaluator, read from the config once, at the edge."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import ml_collections
+
+from fedsim_jax.data.federated import FederatedDataset
+from fedsim_jax.executor import Executor
+from fedsim_jax.metrics import make_evaluator
+from fedsim_jax.models import Model
+from fedsim_jax.runtime import Simulation, StopCondition
+from fedsim_jax.settings import ConfigError, Settings
+from fedsim_jax.workdir import StrEnum
+
+Evaluator = Callable[[Any], Mapping[str, Any]]  # params -> {'accuracy', 'loss', ...}
+
+
+class OnDivergence(StrEnum):
+  """What a run does when its evaluated model's loss or parameters become NaN or infinite
+  (`run.on_divergence`)."""
+
+  STOP = 'stop'  # end it as `diverged`
+  CONTINUE = 'continue'  # warn once and go on (the summary's best skips those evaluations)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+  """The settings a run's lifecycle goes by."""
+
+  eval_every: int
+  checkpoint_every: int | None
+  checkpoint_every_minutes: float | None
+  keep_checkpoints: int
+  write_tasks: bool
+  tensorboard: bool
+  on_divergence: OnDivergence
+  distributed: bool
+  target_accuracy: float | None
+  batch_size: int  # the clients', for the summary's examples per second
+  algorithm: str  # named in a divergence's message, with...
+  learning_rates: tuple[str, ...]  # ...the settings to lower, as 'name=value'
+
+  @classmethod
+  def from_config(cls, config: ml_collections.ConfigDict, settings: Settings) -> RunOptions:
+    """The options of the run `config` (resolved) describes; `settings`: its algorithm's."""
+    run = config.run
+    return cls(
+      eval_every=run.eval_every,
+      checkpoint_every=run.checkpoint_every,
+      checkpoint_every_minutes=run.checkpoint_every_minutes,
+      keep_checkpoints=run.keep_checkpoints,
+      write_tasks=run.write_tasks,
+      tensorboard=run.tensorboard,
+      on_divergence=OnDivergence(run.on_divergence),
+      distributed=run.distributed,
+      target_accuracy=run.target_accuracy,
+      batch_size=config.client.batch_size,
+      algorithm=config.algorithm.name,
+      learning_rates=(
+        f'client.learning_rate={config.client.learning_rate}',
+        *(
+          f'algorithm.kwargs.{name}={value}'
+          for name, value in settings.as_dict().items()
+          if 'learning_rate' in name
+        ),
+      ),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class RunParts:
+  """What a run is built of (`fedsim_jax.experiment.build_run`); building writes nothing."""
+
+  dataset: FederatedDataset
+  model_description: dict[str, Any]  # what `load_run` rebuilds the saved models from
+  algorithm_settings: Settings
+  simulation: Simulation
+  evaluate: Evaluator
+  stop: StopCondition
+  resolved_config: dict[str, Any]  # written as config.json; a resumed run's must match
+  options: RunOptions
+  # An executor like the simulation's over other data and keys (lockstep's shared batches).
+  executor_like: Callable[[Any, Any], Executor]
+
+
+def evaluator(
+  config: ml_collections.ConfigDict, model: Model, dataset: FederatedDataset
+) -> Evaluator:
+  """The evaluator of `model` on `dataset`'s test split that `config.run.eval_*` asks for;
+  `ConfigError` for settings that do not fit the dataset (class metrics are checked against its
+  classes)."""
+  try:
+    return make_evaluator(
+      model,
+      dataset.test_x,
+      dataset.test_y,
+      config.run.eval_batch_size,
+      class_groups={name: tuple(classes) for name, classes in config.run.eval_class_groups.items()}
+      or None,
+      balanced_accuracy=config.run.eval_balanced_accuracy,
+      top_k=tuple(config.run.eval_top_k),
+    )
+  except ValueError as error:  # its messages name the evaluator's argument
+    message = str(error)
+    named = message.startswith(('top_k', 'class_groups[', 'balanced_accuracy'))
+    raise ConfigError(('run.eval_' if named else 'run.eval_*: ') + message) from None
