@@ -20,7 +20,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / 'fedsim_jax'
 # Bottom to top. `__init__` is the package's own module (its version): anyone may import it.
 # `algorithms` may not exist yet; a tier lists it so that it lands above `strategy`.
 TIERS = (
-  ('settings', 'tree'),
+  ('settings', 'str_enum', 'tree'),
   ('checkpointing', 'distributed', 'interrupts', 'provenance', 'registry', 'workdir'),
   ('data', 'models'),
   ('client',),

@@ -3,6 +3,7 @@ engine (`local_update`) on an objective of loss terms (`objective`)."""
 
 from fedsim_jax.client.local_update import (
   CLIENT_OPTIMIZERS,
+  ClientOptimizer,
   ClientState,
   ClientUpdate,
   Prelude,
@@ -16,6 +17,7 @@ from fedsim_jax.client.objective import (
   Distillation,
   Objective,
   Proximal,
+  Teacher,
   TeacherInputs,
   Term,
   TermInputs,
@@ -31,6 +33,7 @@ from fedsim_jax.client.runner import local_step, run_local_training
 __all__ = [
   'CLIENT_OPTIMIZERS',
   'TEACHER_SOURCES',
+  'ClientOptimizer',
   'ClientState',
   'ClientUpdate',
   'CrossEntropy',
@@ -38,6 +41,7 @@ __all__ = [
   'Objective',
   'Prelude',
   'Proximal',
+  'Teacher',
   'TeacherInputs',
   'Term',
   'TermInputs',

@@ -23,6 +23,7 @@ import optax
 
 from fedsim_jax.client.objective import Objective, TermInputs, regularised_objective
 from fedsim_jax.models import Model, Params
+from fedsim_jax.str_enum import StrEnum, parse
 
 Batch = tuple[jax.Array, jax.Array, jax.Array]  # (x [B, ...], y [B], weights [B])
 
@@ -226,23 +227,31 @@ def sgd_client_update(
   return local_update(model, optimizer, batch_size, objective)
 
 
-CLIENT_OPTIMIZERS = ('sgd', 'momentum', 'adam')
+class ClientOptimizer(StrEnum):
+  """The named client optimizers (`client.optimizer`)."""
+
+  SGD = 'sgd'
+  MOMENTUM = 'momentum'
+  ADAM = 'adam'
+
+
+CLIENT_OPTIMIZERS = tuple(optimizer.value for optimizer in ClientOptimizer)
 
 
 def client_optimizer(
   name: str, learning_rate: float, momentum: float = 0.9, weight_decay: float = 0.0
 ) -> optax.GradientTransformation:
-  """Named optax client optimizers (state is reset at the start of every task)."""
+  """Named optax client optimizers (state is reset at the start of every task); `name` is a
+  `ClientOptimizer` or its name."""
   if learning_rate <= 0:
     raise ValueError(f'client.learning_rate={learning_rate}; must be > 0')
-  if name == 'sgd':
+  optimizer = parse(ClientOptimizer, name, 'client.optimizer')
+  if optimizer is ClientOptimizer.SGD:
     opt = optax.sgd(learning_rate)
-  elif name == 'momentum':
+  elif optimizer is ClientOptimizer.MOMENTUM:
     opt = optax.sgd(learning_rate, momentum=momentum)
-  elif name == 'adam':
-    opt = optax.adam(learning_rate)
   else:
-    raise ValueError(f'client.optimizer={name!r}; allowed: {CLIENT_OPTIMIZERS}')
+    opt = optax.adam(learning_rate)
   if weight_decay:
     opt = optax.chain(optax.add_decayed_weights(weight_decay), opt)
   return opt

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from fedsim_jax.models import Model, Params
+from fedsim_jax.str_enum import StrEnum, parse
 
 
 class TermInputs(NamedTuple):
@@ -191,7 +192,14 @@ class TeacherInputs(NamedTuple):
   weight: jax.Array
 
 
-TEACHER_SOURCES = ('downloaded', 'task_inputs')
+class Teacher(StrEnum):
+  """Where a distillation term's teacher comes from (`Distillation.teacher`)."""
+
+  DOWNLOADED = 'downloaded'  # the model the client downloaded
+  TASK_INPUTS = 'task_inputs'  # each task's own `TeacherInputs`
+
+
+TEACHER_SOURCES = tuple(teacher.value for teacher in Teacher)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,7 +213,7 @@ class Distillation(Term):
 
   strength: float
   temperature: float = 1.0
-  teacher: str = 'downloaded'
+  teacher: str = Teacher.DOWNLOADED  # a `Teacher` or its name, parsed here
 
   def __post_init__(self):
     if not self.strength >= 0 or not self.temperature > 0:
@@ -213,8 +221,7 @@ class Distillation(Term):
         f'distillation strength={self.strength}, temperature={self.temperature}; allowed: '
         'strength >= 0, temperature > 0'
       )
-    if self.teacher not in TEACHER_SOURCES:
-      raise ValueError(f'teacher={self.teacher!r}; allowed: {TEACHER_SOURCES}')
+    object.__setattr__(self, 'teacher', parse(Teacher, self.teacher, 'teacher'))
 
   @property
   def active(self) -> bool:
@@ -222,16 +229,16 @@ class Distillation(Term):
 
   @property
   def needs_anchor(self) -> bool:
-    return self.teacher == 'downloaded'
+    return self.teacher is Teacher.DOWNLOADED
 
   @property
   def reads_task_inputs(self) -> bool:
-    return self.teacher == 'task_inputs'
+    return self.teacher is Teacher.TASK_INPUTS
 
   def __call__(self, inputs: TermInputs) -> jax.Array:
     model = inputs.model
     teacher_params, strength = inputs.anchor, self.strength
-    if self.teacher == 'task_inputs':
+    if self.teacher is Teacher.TASK_INPUTS:
       teacher_params = inputs.task_inputs.params
       strength = self.strength * inputs.task_inputs.weight
     teacher_logits = jax.lax.stop_gradient(model.apply(teacher_params, inputs.x))

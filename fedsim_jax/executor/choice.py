@@ -42,8 +42,26 @@ from typing import Any
 import jax
 import numpy as np
 
-BACKEND_SETTINGS = ('auto', 'vmap', 'loop')
-STEP_LOOP_SETTINGS = ('auto', 'scan', 'host')
+from fedsim_jax.str_enum import StrEnum, parse
+
+
+class Backend(StrEnum):
+  """How the executor runs a batch of tasks (`executor.backend`)."""
+
+  VMAP = 'vmap'  # one program over all tasks
+  LOOP = 'loop'  # a Python loop over tasks, one jitted program per task
+
+
+class StepLoop(StrEnum):
+  """How a task's local steps are driven (`executor.step_loop`)."""
+
+  SCAN = 'scan'  # inside the task's program (`lax.scan` / a while loop)
+  HOST = 'host'  # one jitted step at a time from the host (loop backend only)
+
+
+AUTO = 'auto'  # the setting that `resolve_execution` fills in
+BACKEND_SETTINGS = (AUTO, *(backend.value for backend in Backend))
+STEP_LOOP_SETTINGS = (AUTO, *(step_loop.value for step_loop in StepLoop))
 ACCELERATOR_PLATFORMS = ('gpu', 'tpu', 'cuda', 'rocm')
 
 
@@ -53,7 +71,7 @@ def has_convolution(apply: Callable[..., Any], *example_args: Any) -> bool:
 
   def walk(jaxpr: Any) -> bool:
     for eqn in jaxpr.eqns:
-      if eqn.primitive.name == 'conv_general_dilated':
+      if eqn.primitive is jax.lax.conv_general_dilated_p:
         return True
       for value in eqn.params.values():
         inner = getattr(value, 'jaxpr', None)
@@ -77,8 +95,8 @@ def resolve_execution(
   platform: str | None = None,
   devices: int = 1,
   convolutional: Callable[[], bool] = lambda: False,
-) -> tuple[str, str]:
-  """The concrete (backend, step_loop) for settings that may be 'auto'.
+) -> tuple[Backend, StepLoop]:
+  """The concrete (backend, step_loop) for settings that may be 'auto', parsed.
 
   Args:
     backend: 'auto', 'vmap' or 'loop'.
@@ -91,13 +109,17 @@ def resolve_execution(
     raise ValueError(f'executor.backend={backend!r}; allowed: {BACKEND_SETTINGS}')
   if step_loop not in STEP_LOOP_SETTINGS:
     raise ValueError(f'executor.step_loop={step_loop!r}; allowed: {STEP_LOOP_SETTINGS}')
+  chosen_backend = None if backend == AUTO else Backend(backend)
+  chosen_step_loop = None if step_loop == AUTO else StepLoop(step_loop)
   platform = platform or jax.default_backend()
   on_cpu = platform not in ACCELERATOR_PLATFORMS
-  if backend == 'auto':  # host-driven steps exist only in the loop backend
-    backend = 'loop' if (on_cpu or step_loop == 'host') and devices == 1 else 'vmap'
-  if step_loop == 'auto':
-    step_loop = 'host' if backend == 'loop' and on_cpu and convolutional() else 'scan'
-  return backend, step_loop
+  if chosen_backend is None:  # host-driven steps exist only in the loop backend
+    host_steps = chosen_step_loop is StepLoop.HOST
+    chosen_backend = Backend.LOOP if (on_cpu or host_steps) and devices == 1 else Backend.VMAP
+  if chosen_step_loop is None:
+    host_steps = chosen_backend is Backend.LOOP and on_cpu and convolutional()
+    chosen_step_loop = StepLoop.HOST if host_steps else StepLoop.SCAN
+  return chosen_backend, chosen_step_loop
 
 
 # The XLA:CPU library (YNNPACK) fusions fedsim keeps: every default one but convolutions.
@@ -149,8 +171,9 @@ def resolve_threads(threads: int, backend: str, *, platform: str | None = None) 
     raise ValueError(f'executor.threads={threads!r}; allowed: 0 (auto) or an integer >= 1')
   if threads:
     return threads
+  loop = parse(Backend, backend, 'executor.backend') is Backend.LOOP
   platform = platform or jax.default_backend()
-  return cpu_cores() if backend == 'loop' and platform not in ACCELERATOR_PLATFORMS else 1
+  return cpu_cores() if loop and platform not in ACCELERATOR_PLATFORMS else 1
 
 
 HELD_UPDATES_BYTES = 1 << 30  # what `executor.max_batch_tasks=0` lets one batch's updates take

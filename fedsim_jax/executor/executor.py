@@ -23,12 +23,13 @@ from fedsim_jax.data.bucketing import round_up_to_bucket
 from fedsim_jax.data.federated import BatchCursor, ClientDataArrays
 from fedsim_jax.data.lazy import LazyFederation
 from fedsim_jax.executor import cpu_pool
-from fedsim_jax.executor.choice import jit
+from fedsim_jax.executor.choice import Backend, StepLoop, jit
 from fedsim_jax.models import Params
+from fedsim_jax.str_enum import parse
 from fedsim_jax.tree import stack
 
-BACKENDS = ('vmap', 'loop')
-STEP_LOOPS = ('scan', 'host')
+BACKENDS = tuple(backend.value for backend in Backend)
+STEP_LOOPS = tuple(step_loop.value for step_loop in StepLoop)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,8 +100,8 @@ class Executor:
       identical to the eager federation's (`block_shapes` lists the block shapes, each of which
       compiles its programs once more).
     base_key: PRNG key all task keys derive from.
-    backend: 'vmap' (one program over all tasks) or 'loop' (a Python loop over tasks, each a
-      call of one jitted per-task program). On XLA:CPU the loop is often faster for
+    backend: a `Backend` or its name: 'vmap' (one program over all tasks) or 'loop' (a Python
+      loop over tasks, each a call of one jitted per-task program). On XLA:CPU the loop is often faster for
       convolutional models; on accelerators vmap is (docs/design-notes.md, "Backends").
     sampling: client batch sampling mode (`data.federated.SAMPLING_MODES`).
     unroll: `lax.scan` unroll factor over local steps. The loop backend runs each task's exact
@@ -132,20 +133,18 @@ class Executor:
     data: ClientDataArrays | LazyFederation,
     base_key: jax.Array,
     *,
-    backend: str = 'vmap',
+    backend: str = Backend.VMAP,
     sampling: str = 'shuffle',
     unroll: int | bool = 1,
     bucket_bits: int = 3,
-    step_loop: str = 'scan',
+    step_loop: str = StepLoop.SCAN,
     devices: int = 1,
     threads: int = 1,
     host_threads: int = 1,
   ) -> None:
-    if backend not in BACKENDS:
-      raise ValueError(f'executor.backend={backend!r}; allowed: {BACKENDS}')
-    if step_loop not in STEP_LOOPS:
-      raise ValueError(f'executor.step_loop={step_loop!r}; allowed: {STEP_LOOPS}')
-    if step_loop == 'host' and backend != 'loop':
+    backend = parse(Backend, backend, 'executor.backend')
+    step_loop = parse(StepLoop, step_loop, 'executor.step_loop')
+    if step_loop is StepLoop.HOST and backend is not Backend.LOOP:
       raise ValueError("executor.step_loop='host' needs executor.backend='loop'")
     if jax.process_count() > 1:
       # Several processes (fedsim_jax.distributed): shard over every process's devices, or
@@ -159,11 +158,11 @@ class Executor:
     available = jax.device_count() if jax.process_count() > 1 else jax.local_device_count()
     if not isinstance(devices, int) or not 1 <= devices <= available:
       raise ValueError(f'executor.devices={devices!r}; allowed: 1..{available} (local devices)')
-    if devices > 1 and backend != 'vmap':
+    if devices > 1 and backend is not Backend.VMAP:
       raise ValueError(f"executor.devices={devices} needs executor.backend='vmap'")
     if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
       raise ValueError(f'executor.threads={threads!r}; allowed: an integer >= 1')
-    if threads > 1 and backend != 'loop':
+    if threads > 1 and backend is not Backend.LOOP:
       raise ValueError(f"executor.threads={threads} needs executor.backend='loop'")
     if isinstance(host_threads, bool) or not isinstance(host_threads, int) or host_threads < 1:
       raise ValueError(f'host_threads={host_threads!r}; allowed: an integer >= 1')
@@ -279,7 +278,7 @@ class Executor:
       self.data = self.replicate(block)
     self.tasks_run += len(tasks)
     self.steps_run += sum(t.num_steps for t in tasks)
-    if self.backend == 'vmap':
+    if self.backend is Backend.VMAP:
       return self._run_vmap(tasks)
     return self._run_loop(tasks)
 
@@ -380,7 +379,7 @@ class Executor:
     )
 
   def _run_loop(self, tasks: Sequence[ClientTask]) -> TaskBatchResult:
-    if self.step_loop == 'host':
+    if self.step_loop is StepLoop.HOST:
       self._signatures.add(('host_steps',))
       self.steps_computed += sum(t.num_steps for t in tasks)
       run_task = self._run_host_steps

@@ -1,5 +1,6 @@
 """Runtime layer: virtual-time event queue, latency models, deferred batched execution."""
 
+from fedsim_jax.runtime.event_loop import SimulationStalled, StopCondition
 from fedsim_jax.runtime.events import Event, EventKind, EventQueue
 from fedsim_jax.runtime.latency import (
   SPEED_DISTRIBUTIONS,
@@ -9,15 +10,10 @@ from fedsim_jax.runtime.latency import (
   PerStepLatency,
   TaskLatency,
 )
+from fedsim_jax.runtime.scheduler import Scheduler
 from fedsim_jax.runtime.scheduler_context import SchedulerContext
-from fedsim_jax.runtime.simulation import (
-  Scheduler,
-  Simulation,
-  SimulationStalled,
-  StopCondition,
-  TaskAccounting,
-  TaskHandle,
-)
+from fedsim_jax.runtime.simulation import Simulation
+from fedsim_jax.runtime.tasks import TaskAccounting, TaskHandle, TaskStatus
 from fedsim_jax.runtime.updates import (
   Aggregator,
   ResultRef,
@@ -43,6 +39,7 @@ __all__ = [
   'StopCondition',
   'TaskAccounting',
   'TaskHandle',
+  'TaskStatus',
   'Aggregator',
   'ResultRef',
   'UpdateBatch',

@@ -25,7 +25,8 @@ from fedsim_jax.runtime.latency import TaskLatency
 from fedsim_jax.runtime.updates import UpdateBatch
 
 if TYPE_CHECKING:  # the simulation builds its context; no import at run time
-  from fedsim_jax.runtime.simulation import Simulation, TaskHandle
+  from fedsim_jax.runtime.simulation import Simulation
+  from fedsim_jax.runtime.tasks import TaskHandle
 
 
 class SchedulerContext:

@@ -107,3 +107,23 @@ def staleness_histogram(sim: Simulation) -> list[int]:
   counts = sim.staleness_counts
   nonzero = np.flatnonzero(counts)
   return counts[: nonzero[-1] + 1].tolist() if len(nonzero) else []
+
+
+def run_report(sim: Simulation) -> dict[str, Any]:
+  """Task accounting, participation and timing figures of `sim` for the run summary."""
+  sim.accounting.check()
+  aggregated = max(sim.accounting.aggregated, 1)
+  return {
+    'tasks': sim.accounting.as_dict(),
+    'participation': {
+      'clients_participated': int((sim.aggregated_counts > 0).sum()),
+      'aggregated_per_client_min': int(sim.aggregated_counts.min()),
+      'aggregated_per_client_mean': float(sim.aggregated_counts.mean()),
+      'aggregated_per_client_max': int(sim.aggregated_counts.max()),
+    },
+    'mean_update_wait_time': sim.update_wait_time / aggregated,
+    'client_busy_fraction': busy_fraction(sim),
+    'mean_client_idle_time': float(np.mean(sim.now - sim.busy_time)),
+    'executor_batches': sim.executor_batches,
+    'mean_executed_batch_size': sim.executed_tasks / max(sim.executor_batches, 1),
+  }

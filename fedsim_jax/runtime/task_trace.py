@@ -29,10 +29,10 @@ record, which has no task. Fields (docs/observability.md):
 from __future__ import annotations
 
 import numbers
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Iterable
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-  from fedsim_jax.runtime.simulation import TaskHandle
+from fedsim_jax.runtime.tasks import TaskHandle, TaskStatus
 
 
 class TaskLog(Protocol):
@@ -118,3 +118,13 @@ def skipped_record(
   if extras:
     record['extras'] = extras
   return record
+
+
+def unresolved_records(handles: Iterable[TaskHandle]) -> list[dict[str, Any]]:
+  """The records of tasks still in flight or waiting (at the end of a run), by task."""
+  records = []
+  for handle in sorted(handles, key=lambda h: h.root_id):
+    arrived = handle.status == TaskStatus.ARRIVED
+    steps = handle.prior_steps + (handle.num_steps if arrived else 0)
+    records.append(task_record(handle, 'waiting' if arrived else 'in_flight', steps=steps))
+  return records

@@ -12,8 +12,11 @@ import optax
 import pytest
 
 from fedsim_jax.client import (
+  ClientOptimizer,
+  Teacher,
   TeacherInputs,
   TermInputs,
+  client_optimizer,
   cross_entropy,
   distillation,
   distillation_loss,
@@ -535,3 +538,23 @@ def test_sgd_client_update_is_the_regularised_objective():
     _run_engine(sgd_client_update(model, optax.sgd(LR), 4, **kwargs), start, batches)[0],
     _run_engine(composed, start, batches)[0],
   )
+
+
+def test_teacher_and_optimizer_names_are_parsed_once_into_enums():
+  assert distillation(1.0, teacher='task_inputs').teacher is Teacher.TASK_INPUTS
+  assert distillation(1.0).teacher is Teacher.DOWNLOADED
+  with pytest.raises(
+    ValueError, match=r"teacher='stale'; allowed: \('downloaded', 'task_inputs'\)"
+  ):
+    distillation(1.0, teacher='stale')
+  with pytest.raises(
+    ValueError, match=r"client.optimizer='rmsprop'; allowed: \('sgd', 'momentum', 'adam'\)"
+  ):
+    client_optimizer('rmsprop', 0.1)
+  params = {'w': jnp.ones(3)}
+  grads = {'w': jnp.full(3, 0.5)}
+  for name in ClientOptimizer:
+    by_name, by_member = client_optimizer(str(name), 0.1), client_optimizer(name, 0.1)
+    update_a, _ = by_name.update(grads, by_name.init(params), params)
+    update_b, _ = by_member.update(grads, by_member.init(params), params)
+    np.testing.assert_array_equal(update_a['w'], update_b['w'])

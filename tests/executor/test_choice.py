@@ -5,6 +5,8 @@ import pytest
 
 from fedsim_jax import config as config_lib
 from fedsim_jax.executor.choice import (
+  Backend,
+  StepLoop,
   cpu_cores,
   model_has_convolution,
   resolve_execution,
@@ -89,3 +91,16 @@ def test_threads_rule():
   assert resolve_threads(3, 'loop', platform='gpu') == 3  # explicit settings are kept
   with pytest.raises(ValueError, match='executor.threads'):
     resolve_threads(-1, 'loop')
+
+
+def test_settings_are_parsed_into_enums_equal_to_their_names():
+  backend, step_loop = resolve_execution('auto', 'auto', platform='cpu')
+  assert (backend, step_loop) == (Backend.LOOP, StepLoop.SCAN) == ('loop', 'scan')
+  assert type(backend) is Backend and type(step_loop) is StepLoop
+  explicit = resolve_execution('vmap', 'scan', platform='cpu')
+  assert type(explicit[0]) is Backend and type(explicit[1]) is StepLoop
+
+
+def test_an_invalid_backend_for_threads_is_named():
+  with pytest.raises(ValueError, match=r"executor.backend='pmap'; allowed: \('vmap', 'loop'\)"):
+    resolve_threads(0, 'pmap')

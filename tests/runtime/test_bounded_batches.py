@@ -40,7 +40,7 @@ class RecordingExecutor:
 
   def run(self, tasks):
     self.sizes.append(len(tasks))
-    self.held.append(len(self.simulation._held_results))
+    self.held.append(len(self.simulation.tasks.held_results))
     return self.executor.run(tasks)
 
   def __getattr__(self, name):
