@@ -11,16 +11,15 @@ finished in the meantime is never overwritten. Every JSON file is replaced atomi
 
 from __future__ import annotations
 
-import enum
 import errno
 import fcntl
 import os
 import shutil
-import sys
 from collections.abc import Mapping
 from typing import Any
 
 from fedsim_jax.settings import ConfigError
+from fedsim_jax.str_enum import StrEnum
 
 # What a run writes; a workdir holding any of them holds results.
 RESULT_FILES = (
@@ -108,18 +107,6 @@ def in_use(workdir: str | os.PathLike) -> bool:
       raise
     fcntl.flock(f, fcntl.LOCK_UN)
   return False
-
-
-if sys.version_info >= (3, 11):
-  from enum import StrEnum
-else:  # the same: members are their values, as text and in JSON
-
-  class StrEnum(str, enum.Enum):
-    def __str__(self) -> str:
-      return str(self.value)
-
-    def __format__(self, format_spec: str) -> str:
-      return format(str(self.value), format_spec)
 
 
 class RunStatus(StrEnum):
