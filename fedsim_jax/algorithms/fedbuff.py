@@ -16,7 +16,6 @@ from fedsim_jax.algorithms.groups import (
   StalenessSettings,
 )
 from fedsim_jax.settings import ConfigError, one_of, positive, setting
-from fedsim_jax.strategy.fedopt import server_update
 from fedsim_jax.strategy.reducers import (
   Reducer,
   count_mean,
@@ -26,6 +25,7 @@ from fedsim_jax.strategy.reducers import (
   weighted_sum,
 )
 from fedsim_jax.strategy.server_optimizers import SERVER_OPTIMIZERS
+from fedsim_jax.strategy.server_step import server_update
 
 # The `normalization` setting: what the buffer's sum_k p_k s_k delta_k is divided by. sum_k p_k
 # ('weights': the weighted mean; K under uniform weighting), K ('count': needs uniform

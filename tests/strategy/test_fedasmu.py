@@ -13,6 +13,19 @@ import optax
 import pytest
 
 from fedsim_jax import algorithms, experiment
+from fedsim_jax.algorithms.fedasmu.device import (
+  blend_gradients,
+  fedasmu_client_update,
+  fetch_beta,
+  fetch_inputs,
+)
+from fedsim_jax.algorithms.fedasmu.fetch import FixedFetch
+from fedsim_jax.algorithms.fedasmu.scheduler import FedasmuScheduler
+from fedsim_jax.algorithms.fedasmu.server import (
+  ServerSettings,
+  fedasmu_aggregator,
+  weight_polynomial,
+)
 from fedsim_jax.client import sgd_client_update
 from fedsim_jax.config import (
   ConfigError,
@@ -28,17 +41,6 @@ from fedsim_jax.models import Model, get_model
 from fedsim_jax.runtime import PerStepLatency, Simulation, StopCondition, UpdateBatch
 from fedsim_jax.runtime.latency import DeviceRatioLatency
 from fedsim_jax.strategy import AsynchronousScheduler, LocalWork, make_staleness, server_update
-from fedsim_jax.strategy.fedasmu import (
-  FedasmuScheduler,
-  ServerSettings,
-  blend_gradients,
-  fedasmu_aggregator,
-  fedasmu_client_update,
-  fetch_beta,
-  fetch_inputs,
-  weight_polynomial,
-)
-from fedsim_jax.strategy.fedasmu_fetch import FixedFetch
 from fedsim_jax.strategy.periodic_trigger import PeriodicTriggerScheduler
 
 

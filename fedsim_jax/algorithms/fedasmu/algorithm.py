@@ -6,8 +6,8 @@ Q-tables (Formulas 5-6, Alg. 2).
 Variants (Sec. 5's ablation, Fig. 2, and the appendix's time-slot heuristics): `fedasmu`,
 `fedasmu_da` (static alpha, with the fetch), `fedasmu_fa` (dynamic alpha, no fetch), `fedasmu_0`
 (neither), `fedasmu_h1`..`h3` (fixed fetch slots). Defaults: Table 5's LeNet/FMNIST values
-where the paper states them; the other choices are documented in strategy/fedasmu.py and
-strategy/fedasmu_fetch.py, each a setting here.
+where the paper states them; the other choices are documented in server.py and fetch.py
+beside this module, each a setting here.
 """
 
 from __future__ import annotations
@@ -17,6 +17,28 @@ import dataclasses
 import numpy as np
 
 from fedsim_jax.algorithms.base import Algorithm, BuildContext, RunFacts, register
+from fedsim_jax.algorithms.fedasmu.device import fresh_model_blend
+from fedsim_jax.algorithms.fedasmu.fetch import (
+  BASELINE_SCOPES,
+  FETCH_POLICIES,
+  FIXED_FETCH_PRESETS,
+  HAZARD_PRIORS,
+  META_EXPLOITS,
+  META_FEATURES,
+  Q_BOOTSTRAPS,
+  FetchPolicy,
+  FixedFetch,
+  LearnedFetch,
+)
+from fedsim_jax.algorithms.fedasmu.scheduler import FedasmuScheduler
+from fedsim_jax.algorithms.fedasmu.server import (
+  GRADIENT_SIGNS,
+  SIGMA_GRADIENTS,
+  STATIC_ALPHAS,
+  XI_FORMS,
+  ServerSettings,
+  fedasmu_aggregator,
+)
 from fedsim_jax.algorithms.groups import (
   ClientTermsSettings,
   LocalWorkSettings,
@@ -32,28 +54,6 @@ from fedsim_jax.settings import (
   positive,
   setting,
   text,
-)
-from fedsim_jax.strategy.fedasmu import (
-  GRADIENT_SIGNS,
-  SIGMA_GRADIENTS,
-  STATIC_ALPHAS,
-  XI_FORMS,
-  FedasmuScheduler,
-  ServerSettings,
-  fedasmu_aggregator,
-  fresh_model_blend,
-)
-from fedsim_jax.strategy.fedasmu_fetch import (
-  BASELINE_SCOPES,
-  FETCH_POLICIES,
-  FIXED_FETCH_PRESETS,
-  HAZARD_PRIORS,
-  META_EXPLOITS,
-  META_FEATURES,
-  Q_BOOTSTRAPS,
-  FetchPolicy,
-  FixedFetch,
-  LearnedFetch,
 )
 
 # Variant -> (dynamic aggregation, fetch policy; None: the `fetch_policy` setting).

@@ -40,7 +40,7 @@ vector per epoch l; its dense head gives the hazard logit. Sequences are padded 
 two so that a run with many different `num_epochs` compiles a few programs only.
 
 Choices where the paper is silent, each the field `fetch_<name>` of `algorithm.kwargs`
-(`FedasmuSettings`, fedsim_jax/algorithms/fedasmu.py; defaults in brackets):
+(`FedasmuSettings`, fedsim_jax/algorithms/fedasmu/algorithm.py; defaults in brackets):
 - `hidden_size` [35]: LSTM width; the paper's REINFORCE follows Zoph & Le (2017), whose
   controller LSTM had 35 hidden units. One LSTM layer, one dense layer (the paper's
   "LSTM-based network with a fully connected layer").

@@ -17,6 +17,8 @@ import numpy as np
 import optax
 
 from fedsim_jax.algorithms.base import Algorithm, BuildContext, RunFacts, register
+from fedsim_jax.algorithms.ccfedavg import budgets
+from fedsim_jax.algorithms.ccfedavg.scheduler import BudgetedScheduler, ccfedavg_server_aggregator
 from fedsim_jax.algorithms.groups import (
   ClientTermsSettings,
   CohortSizeSettings,
@@ -25,10 +27,8 @@ from fedsim_jax.algorithms.groups import (
   ServerEmaSettings,
 )
 from fedsim_jax.settings import ConfigError, boolean, number, one_of, positive, setting
-from fedsim_jax.strategy import budgets
-from fedsim_jax.strategy.ccfedavg import BudgetedScheduler, ccfedavg_server_aggregator
-from fedsim_jax.strategy.fedopt import server_update
 from fedsim_jax.strategy.reducers import fednova_mean
+from fedsim_jax.strategy.server_step import server_update
 
 BUDGET_RULES = ('beta', 'two_group', 'uniform')
 BUDGET_SCHEDULES = ('ad_hoc', 'round_robin', 'synchronised')
