@@ -40,7 +40,7 @@ vector per epoch l; its dense head gives the hazard logit. Sequences are padded 
 two so that a run with many different `num_epochs` compiles a few programs only.
 
 Choices where the paper is silent, each the field `fetch_<name>` of `algorithm.kwargs`
-(`FedasmuSettings`, fedsim_jax/algorithms/fedasmu/algorithm.py; defaults in brackets):
+(`FedasmuSettings`, fedsim_jax/algorithms/fedasmu/settings.py; defaults in brackets):
 - `hidden_size` [35]: LSTM width; the paper's REINFORCE follows Zoph & Le (2017), whose
   controller LSTM had 35 hidden units. One LSTM layer, one dense layer (the paper's
   "LSTM-based network with a fully connected layer").
@@ -147,11 +147,6 @@ def _check_range(
     raise ValueError(f'{name}={value!r} is invalid; allowed values: {low} {lo} x {hi} {high}')
 
 
-def _check_choice(name: str, value, allowed) -> None:
-  if value not in allowed:
-    raise ValueError(f'{name}={value!r} is not allowed; allowed values: {sorted(allowed)}')
-
-
 def fixed_fetch_epoch(fraction: float, num_epochs: int) -> int:
   """1 + round(fraction (num_epochs - 2)), halves rounded up: 1 at 0, num_epochs - 1 at 1."""
   return 1 + math.floor(fraction * (num_epochs - 2) + 0.5)
@@ -167,7 +162,6 @@ class FixedFetch:
   @classmethod
   def preset(cls, name: str) -> FixedFetch:
     """'h1', 'h2' or 'h3' of the appendix ablation."""
-    _check_choice('algorithm.kwargs.fetch_policy', name, FIXED_FETCH_PRESETS)
     return cls(FIXED_FETCH_PRESETS[name])
 
   def propose(self, client: int, num_epochs: int) -> int:
@@ -280,9 +274,6 @@ class QTable:
   """One device's 𝓗^i: the values of (add, stay, minus) in each state l* (Formula 6)."""
 
   def __init__(self, learning_rate: float, discount: float, bootstrap: str = 'same'):
-    _check_range('algorithm.kwargs.fetch_q_learning_rate', learning_rate, 0.0, 1.0, low_open=True)
-    _check_range('algorithm.kwargs.fetch_q_discount', discount, 0.0, 1.0, high_open=True)
-    _check_choice('algorithm.kwargs.fetch_q_bootstrap', bootstrap, Q_BOOTSTRAPS)
     self.learning_rate = learning_rate
     self.discount = discount
     self.bootstrap = bootstrap
@@ -347,7 +338,8 @@ def load_fetch_history(path: str) -> dict[str, np.ndarray]:
 
 class LearnedFetch:
   """FedASMU's selector: the meta LSTM θ (Formula 5) for a device's first fetch, then the
-  device's Q-table (Formula 6), both ε-greedy. Settings as in the module docstring."""
+  device's Q-table (Formula 6), both ε-greedy. Settings as in the module docstring: the
+  `fetch_*` fields of `FedasmuSettings`, which checks them."""
 
   def __init__(
     self,
@@ -371,50 +363,7 @@ class LearnedFetch:
   ):
     if isinstance(num_clients, bool) or not isinstance(num_clients, int) or num_clients < 1:
       raise ValueError(f'num_clients={num_clients!r} is invalid; allowed values: an integer >= 1')
-    if isinstance(hidden_size, bool) or not isinstance(hidden_size, int) or hidden_size < 1:
-      raise ValueError(
-        f'algorithm.kwargs.fetch_hidden_size={hidden_size!r} is invalid; allowed values: an '
-        'integer >= 1'
-      )
     features = tuple(features)
-    if (
-      not features or len(set(features)) != len(features) or not set(features) <= set(META_FEATURES)
-    ):
-      raise ValueError(
-        f'algorithm.kwargs.fetch_features={features!r} is invalid; allowed values: a '
-        f'non-empty tuple of distinct names from {list(META_FEATURES)}'
-      )
-    _check_choice('algorithm.kwargs.fetch_hazard_prior', hazard_prior, HAZARD_PRIORS)
-    _check_range(
-      'algorithm.kwargs.fetch_learning_rate',
-      learning_rate,
-      0.0,
-      math.inf,
-      low_open=True,
-      high_open=True,
-    )
-    _check_range('algorithm.kwargs.fetch_baseline_decay', baseline_decay, 0.0, 1.0, low_open=True)
-    _check_range(
-      'algorithm.kwargs.fetch_baseline_init',
-      baseline_init,
-      -math.inf,
-      math.inf,
-      low_open=True,
-      high_open=True,
-    )
-    _check_choice('algorithm.kwargs.fetch_baseline_scope', baseline_scope, BASELINE_SCOPES)
-    _check_range('algorithm.kwargs.fetch_epsilon', epsilon, 0.0, 1.0)
-    _check_choice('algorithm.kwargs.fetch_meta_exploit', meta_exploit, META_EXPLOITS)
-    QTable(q_learning_rate, q_discount, q_bootstrap)  # validates the Q settings
-    if (
-      isinstance(pretrain_passes, bool)
-      or not isinstance(pretrain_passes, int)
-      or pretrain_passes < 1
-    ):
-      raise ValueError(
-        f'algorithm.kwargs.fetch_pretrain_passes={pretrain_passes!r} is invalid; allowed '
-        'values: an integer >= 1'
-      )
     self.num_clients = num_clients
     self.spec = MetaSpec(hidden_size, features, hazard_prior)
     self.learning_rate = float(learning_rate)

@@ -26,6 +26,9 @@ class FedasmuScheduler(PeriodicTriggerScheduler):
     tau: τ, uploads with t - o + 1 > τ are discarded.
     fetch_policy: chooses l* (None: no fetch, FedASMU-FA and -0).
     gamma_0, v_0: every device's initial γ, v.
+
+  `FedasmuSettings` checks these (τ >= 1; with a fetch, 𝓛 of at least two whole epochs or
+  steps and no time limit) where a config is read.
   """
 
   def __init__(
@@ -41,8 +44,6 @@ class FedasmuScheduler(PeriodicTriggerScheduler):
     v_0: float = 1.0,
     timing: str = 'periodic',
   ):
-    if not isinstance(tau, int) or tau < 1:
-      raise ValueError(f'algorithm.kwargs.tau={tau!r}; allowed: an integer >= 1')
     super().__init__(
       trigger_period,
       trigger_count,
@@ -53,22 +54,6 @@ class FedasmuScheduler(PeriodicTriggerScheduler):
       max_staleness=tau - 1,
       timing=timing,
     )
-    if fetch_policy is not None:
-      if local_work.time_limit is not None:
-        raise ValueError(
-          'algorithm.kwargs.time_limit: FedASMU fetches after a local epoch; allowed: '
-          'None (set client.local_epochs or client.local_steps)'
-        )
-      if local_work.steps is None and not (
-        float(local_work.epochs).is_integer() and local_work.epochs >= 2
-      ):
-        raise ValueError(
-          f'client.local_epochs={local_work.epochs!r}; allowed with a fetch: an integer >= 2'
-        )
-      if local_work.steps is not None and local_work.steps < 2:
-        raise ValueError(
-          f'client.local_steps={local_work.steps!r}; allowed with a fetch: an integer >= 2'
-        )
     self.tau = tau
     self.fetch_policy = fetch_policy
     self.gamma_0, self.v_0 = float(gamma_0), float(v_0)

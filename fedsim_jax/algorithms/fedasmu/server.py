@@ -46,7 +46,7 @@ scheduler reads them when the upload arrives (also when the upload is then disca
 the device did the work) and keeps γ_i, v_i on the host for the device's next blend.
 
 Choices where the paper is silent or inconsistent, each a field of `algorithm.kwargs`
-(`FedasmuSettings`, fedsim_jax/algorithms/fedasmu/algorithm.py; defaults in brackets):
+(`FedasmuSettings`, fedsim_jax/algorithms/fedasmu/settings.py; defaults in brackets):
 - `xi_form` ['appendix']: Formula 2 is rendered λ / sqrt(t (t - o + 1) σ) + ι, but the appendix
   differentiates ∂ξ/∂λ = 1 / (sqrt(o - 1) (o - o')^σ), i.e. σ is the exponent of the staleness
   (as in FedAsync's polynomial, which the paper cites as its inspiration). 'printed' is the
@@ -95,84 +95,19 @@ Choices where the paper is silent or inconsistent, each a field of `algorithm.kw
 
 from __future__ import annotations
 
-import dataclasses
-
 import flax.struct
 import jax
 import jax.numpy as jnp
 import optax
 
+from fedsim_jax.algorithms.fedasmu.settings import FedasmuSettings
 from fedsim_jax.models import Params
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
-from fedsim_jax.strategy.staleness import StalenessFn
-
-XI_FORMS = ('appendix', 'printed')
-SIGMA_GRADIENTS = ('exact', 'printed')
-GRADIENT_SIGNS = ('printed', 'descent')
-STATIC_ALPHAS = ('fedasync', 'frozen')
-
 
 # ---- Server: Formulas 1-3 --------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class ServerSettings:
-  """Formulas 1-3's constants and the readings of the module docstring."""
-
-  dynamic: bool = True
-  mu_alpha: float = 1.0
-  lambda_0: float = 1.0
-  sigma_0: float = 0.5
-  iota_0: float = 0.1
-  lambda_learning_rate: float = 1e-4
-  sigma_learning_rate: float = 1e-4
-  iota_learning_rate: float = 1e-4
-  client_learning_rate: float = 0.005  # η_i of the gradient estimate
-  alpha_min: float = 0.001
-  min_version: float = 1.0
-  sigma_min: float = 0.001
-  xi_form: str = 'appendix'
-  sigma_gradient: str = 'exact'
-  gradient_sign: str = 'printed'
-  static_alpha: str = 'fedasync'
-  fedasync_alpha: float = 0.6  # static 'fedasync': algorithm.kwargs.alpha
-  staleness_fn: StalenessFn | None = None  # static 'fedasync': s(t - o)
-
-  def __post_init__(self):
-    for name, value, allowed in (
-      ('xi_form', self.xi_form, XI_FORMS),
-      ('sigma_gradient', self.sigma_gradient, SIGMA_GRADIENTS),
-      ('gradient_sign', self.gradient_sign, GRADIENT_SIGNS),
-      ('static_alpha', self.static_alpha, STATIC_ALPHAS),
-    ):
-      if value not in allowed:
-        raise ValueError(f'algorithm.kwargs.{name}={value!r}; allowed: {allowed}')
-    if self.sigma_gradient == 'printed' and self.xi_form != 'appendix':
-      raise ValueError(
-        "algorithm.kwargs.sigma_gradient='printed' needs algorithm.kwargs.xi_form='appendix'"
-      )
-    for name in ('mu_alpha', 'min_version', 'sigma_min', 'client_learning_rate'):
-      if not getattr(self, name) > 0:
-        setting = f'algorithm.kwargs.{name}'
-        if name == 'client_learning_rate':  # eta_i is the client's, not an algorithm setting
-          setting = 'client.learning_rate'
-        raise ValueError(f'{setting}={getattr(self, name)!r}; allowed: a number > 0')
-    if not 0 < self.alpha_min < 1:
-      raise ValueError(f'algorithm.kwargs.alpha_min={self.alpha_min!r}; allowed: 0 < x < 1')
-    if self.uses_positive_sigma and not self.sigma_0 >= self.sigma_min:
-      raise ValueError(
-        f'algorithm.kwargs.sigma_0={self.sigma_0!r}; allowed with the printed xi_form or '
-        f'sigma_gradient: a number >= algorithm.kwargs.sigma_min ({self.sigma_min})'
-      )
-    if not self.dynamic and self.static_alpha == 'fedasync' and self.staleness_fn is None:
-      raise ValueError("static_alpha='fedasync' needs staleness_fn (algorithm.kwargs.staleness)")
-
-  @property
-  def uses_positive_sigma(self) -> bool:
-    return self.xi_form == 'printed' or self.sigma_gradient == 'printed'
-
-
-def weight_polynomial(lam, sigma, iota, version, staleness, settings: ServerSettings):
+def weight_polynomial(lam, sigma, iota, version, staleness, settings: FedasmuSettings):
   """Formula 2 with its partial derivatives.
 
   Args:
@@ -221,11 +156,13 @@ def control_gradients(
   d_alpha_d_xi,
   d_lambda,
   d_sigma,
-  settings: ServerSettings,
+  settings: FedasmuSettings,
+  client_learning_rate: float,
 ):
   """The appendix's ∇_λ, ∇_σ, ∇_ι of F(w_o) for one aggregation w_o = (1 - α) w_{o-1} + α w'.
 
-  `client` = w_{o'}^i, `before` = w_{o-1}, `after` = w_o; `num_steps` = 𝓛.
+  `client` = w_{o'}^i, `before` = w_{o-1}, `after` = w_o; `num_steps` = 𝓛;
+  `client_learning_rate` = η_i (`client.learning_rate`).
   """
   estimate = tree_vdot(
     jax.tree_util.tree_map(jnp.subtract, client, after),
@@ -235,7 +172,7 @@ def control_gradients(
     estimate = -estimate
   scale = (
     estimate
-    / (settings.client_learning_rate * jnp.maximum(jnp.asarray(num_steps, jnp.float32), 1.0))
+    / (client_learning_rate * jnp.maximum(jnp.asarray(num_steps, jnp.float32), 1.0))
     * d_alpha_d_xi
   )
   return scale * d_lambda, scale * d_sigma, scale
@@ -262,9 +199,17 @@ class FedasmuServerState:
   aggregations: jax.Array
 
 
-def fedasmu_aggregator(num_clients: int, settings: ServerSettings) -> Aggregator:
-  """Formulas 1-3 (dynamic) or the static rule of FedASMU-DA/-0, one upload at a time in row
-  order (Alg. 1 lines 12-14). Reads `client_params`, `client_id`, `staleness`, `num_steps`."""
+def fedasmu_aggregator(
+  num_clients: int,
+  settings: FedasmuSettings,
+  *,
+  dynamic: bool,
+  client_learning_rate: float,
+) -> Aggregator:
+  """Formulas 1-3 (`dynamic`) or the static rule of FedASMU-DA/-0 (`settings.static_alpha`), one
+  upload at a time in row order (Alg. 1 lines 12-14). Reads `client_params`, `client_id`,
+  `staleness`, `num_steps`. `client_learning_rate` is η_i of the gradient estimate."""
+  staleness_fn = settings.staleness_function()  # the static rule's s(t - o)
 
   def init(params: Params) -> FedasmuServerState:
     full = lambda value: jnp.full((num_clients,), value, jnp.float32)
@@ -282,20 +227,28 @@ def fedasmu_aggregator(num_clients: int, settings: ServerSettings) -> Aggregator
     client_params, client, versions_since, num_steps, real = row
     staleness = versions_since + 1  # t - o + 1
     lam, sigma, iota = state.lam[client], state.sigma[client], state.iota[client]
-    if settings.dynamic or settings.static_alpha == 'frozen':
-      if not settings.dynamic:
+    if dynamic or settings.static_alpha == 'frozen':
+      if not dynamic:
         lam, sigma, iota = settings.lambda_0, settings.sigma_0, settings.iota_0
       _, alpha, d_alpha_d_xi, d_lambda, d_sigma = weight_polynomial(
         lam, sigma, iota, state.version, staleness, settings
       )
     else:
-      alpha = settings.fedasync_alpha * settings.staleness_fn(versions_since)
+      alpha = settings.alpha * staleness_fn(versions_since)
     params = jax.tree_util.tree_map(
       lambda w, c: jnp.where(real, (1 - alpha) * w + alpha * c, w), state.params, client_params
     )
-    if settings.dynamic:  # Formula 3 (see the module docstring for its timing)
+    if dynamic:  # Formula 3 (see the module docstring for its timing)
       grad_lambda, grad_sigma, grad_iota = control_gradients(
-        client_params, state.params, params, num_steps, d_alpha_d_xi, d_lambda, d_sigma, settings
+        client_params,
+        state.params,
+        params,
+        num_steps,
+        d_alpha_d_xi,
+        d_lambda,
+        d_sigma,
+        settings,
+        client_learning_rate,
       )
       new_sigma = sigma - settings.sigma_learning_rate * grad_sigma
       if settings.uses_positive_sigma:
