@@ -15,6 +15,7 @@ sees a round's updates just before they are aggregated, with the stragglers stil
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +25,15 @@ from fedsim_jax.runtime.scheduler_context import SchedulerContext
 from fedsim_jax.runtime.simulation import TaskHandle
 from fedsim_jax.strategy.local_work import LocalWork
 
-WEIGHTINGS = ('num_examples', 'uniform')
+
+class Weighting(str, enum.Enum):
+  """Update weights p_k (`algorithm.kwargs.weighting`)."""
+
+  NUM_EXAMPLES = 'num_examples'  # the client's share of the federation's examples, n_k / n
+  UNIFORM = 'uniform'  # 1 per update
+
+
+WEIGHTINGS = tuple(weighting.value for weighting in Weighting)
 
 LateUpdateHandler = Callable[[SchedulerContext, TaskHandle], None]
 TaskInputs = Callable[[SchedulerContext, int], Any]
@@ -56,7 +65,7 @@ def update_weights(sim: SchedulerContext, handles: list[TaskHandle], weighting: 
   """Aggregation weights p_k: the client's share of the federation's examples (n_k / n) or 1
   per update. Normalised averages do not depend on the scale; sums ('sum' normalization, as
   FedCompass's FedAsync and FedBuff use) need p_k to be shares."""
-  if weighting == 'num_examples':
+  if weighting == Weighting.NUM_EXAMPLES:
     total = float(sim.client_sizes.sum())
     return [float(sim.client_sizes[h.client_id]) / total for h in handles]
   return [1.0] * len(handles)
