@@ -176,7 +176,9 @@ class FedATSettings(CohortSizeSettings, LocalWorkSettings, ClientTermsSettings, 
 
 @register('fedat', FedATSettings)
 def fedat_algorithm(settings: FedATSettings, context: BuildContext) -> Algorithm:
-  step_times = np.array([context.latency.expected_step_time(c) for c in range(context.num_clients)])
+  latency = context.latency
+  assert latency is not None  # a run always has its latency model
+  step_times = np.array([latency.expected_step_time(c) for c in range(context.num_clients)])
   tiers = speed_tiers(step_times, settings.tier_ratio)
   scheduler = TieredScheduler(tiers, settings.cohort_size, settings.local_work(context))
   return Algorithm(

@@ -248,7 +248,7 @@ class CompassScheduler:
       handles, [self._weights[h.client_id] for h in handles], staleness=[s for _, s in entries]
     )  # line 4
     on_time = [h.client_id for h, _ in group.buffer]
-    for client in sorted(on_time, key=lambda c: self.clients[c].step_time):  # fastest first
+    for client in sorted(on_time, key=self._step_time):  # fastest first
       self._assign_group(sim, client)
       self._train(sim, client, self.clients[client].steps)
 
@@ -262,11 +262,17 @@ class CompassScheduler:
     if not self._join_group(sim, client):
       self._create_group(sim, client)
 
+  def _step_time(self, client: int) -> float:
+    """The client's recorded time per step (set by its first arrival, before any grouping)."""
+    step_time = self.clients[client].step_time
+    assert step_time is not None
+    return step_time
+
   def _open_groups(self):
     return [(g, group) for g, group in self.groups.items() if not group.aggregated]
 
   def _join_group(self, sim: SchedulerContext, client: int) -> bool:
-    step_time = self.clients[client].step_time
+    step_time = self._step_time(client)
     best_group, best_steps = -1, -1
     for g, group in self._open_groups():
       q = self._floor((group.expected_arrival - sim.now) / step_time)
@@ -280,13 +286,13 @@ class CompassScheduler:
     return True
 
   def _create_group(self, sim: SchedulerContext, client: int) -> None:
-    step_time = self.clients[client].step_time
+    step_time = self._step_time(client)
     candidates = []
     for _, group in self._open_groups():
       reference = group.expected_arrival if self.create_rule == 'paper' else group.latest_arrival
       if sim.now < reference:  # line 21
         members = list(group.pending) + group.arrived
-        fastest = min(self.clients[m].step_time for m in members)
+        fastest = min(self._step_time(m) for m in members)
         expected_return = reference + fastest * self.q_max  # line 23
         candidates.append(self._floor((expected_return - sim.now) / step_time))
     if self.create_rule == 'code':

@@ -133,11 +133,13 @@ class DynamicRegulariser(Term):
       )
 
   def __call__(self, inputs: TermInputs) -> tuple[jax.Array, jax.Array]:
-    linear = sum(
-      jnp.vdot(g, p)
-      for g, p in zip(
-        jax.tree_util.tree_leaves(inputs.task_inputs.gradient),
-        jax.tree_util.tree_leaves(inputs.params),
+    linear = jnp.asarray(
+      sum(
+        jnp.vdot(g, p)
+        for g, p in zip(
+          jax.tree_util.tree_leaves(inputs.task_inputs.gradient),
+          jax.tree_util.tree_leaves(inputs.params),
+        )
       )
     )
     return -linear, 0.5 * self.alpha * squared_distance(inputs.params, inputs.anchor)

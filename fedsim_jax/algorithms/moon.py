@@ -156,6 +156,7 @@ class Contrastive(Term):
     model, x = inputs.model, inputs.x
     z_global = jax.lax.stop_gradient(model.features(inputs.anchor, x))
     z_previous = jax.lax.stop_gradient(model.features(inputs.task_inputs.previous, x))
+    assert inputs.features is not None  # needs_features
     return self.mu * contrastive_loss(
       inputs.features, z_global, z_previous, self.temperature, inputs.weights
     )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -61,7 +61,9 @@ class ClosingRound:
 RoundClosing = Callable[[SchedulerContext, ClosingRound], None]
 
 
-def update_weights(sim: SchedulerContext, handles: list[TaskHandle], weighting: str) -> list[float]:
+def update_weights(
+  sim: SchedulerContext, handles: Sequence[TaskHandle], weighting: str
+) -> list[float]:
   """Aggregation weights p_k: the client's share of the federation's examples (n_k / n) or 1
   per update. Normalised averages do not depend on the scale; sums ('sum' normalization, as
   FedCompass's FedAsync and FedBuff use) need p_k to be shares."""

@@ -99,7 +99,9 @@ def budgeted_algorithm(settings: BudgetSettings, context: BuildContext) -> Algor
   estimator = ESTIMATOR_OF[context.name]
   p = settings.client_budgets(context.num_clients, context.seed)
   rng = np.random.default_rng([context.seed, 0x5C4ED])
+  schedule: budgets.TrainingSchedule
   if estimator == 'dropout':  # FedAvg (dropout): train until the quota p_i T is used up
+    assert context.run.num_rounds is not None  # check_run
     schedule = budgets.QuotaSchedule(p, context.run.num_rounds)
     estimator = 'ignore'
   else:

@@ -61,6 +61,7 @@ def ccfedavg_server_aggregator(num_clients: int) -> Aggregator:
 
   def apply(state: HistoryState, updates: UpdateBatch) -> HistoryState:
     estimate = updates.estimated
+    assert estimate is not None  # BudgetedScheduler marks the estimated rows
     trained = (updates.weights > 0) & ~estimate
     ids = updates.client_id
 
@@ -239,12 +240,14 @@ class BudgetedScheduler:
     # reads them as the p_i of its sum.
     batch = UpdateBatch(
       deltas=deltas,
-      weights=np.full(count, 1.0 / count, np.float32),
-      staleness=np.zeros(count, np.int32),
-      num_steps=np.array([h.num_steps for h in trained] + [0] * len(estimates), np.int32),
-      group=np.zeros(count, np.int32),
-      estimated=np.array([False] * len(rows) + [True] * len(estimates)),
-      client_id=np.array([h.client_id for h in trained] + skipping, np.int32),
+      weights=jnp.asarray(np.full(count, 1.0 / count, np.float32)),
+      staleness=jnp.asarray(np.zeros(count, np.int32)),
+      num_steps=jnp.asarray(
+        np.array([h.num_steps for h in trained] + [0] * len(estimates), np.int32)
+      ),
+      group=jnp.asarray(np.zeros(count, np.int32)),
+      estimated=jnp.asarray(np.array([False] * len(rows) + [True] * len(estimates))),
+      client_id=jnp.asarray(np.array([h.client_id for h in trained] + skipping, np.int32)),
     )
     sim.apply_update_batch(batch, trained)
     self._start_round(sim)

@@ -12,6 +12,7 @@ from fedsim_jax.algorithms.fedasmu.settings import VARIANTS, FedasmuSettings
 
 def fedasmu_algorithm(settings: FedasmuSettings, context: BuildContext) -> Algorithm:
   policy = settings.make_fetch_policy(context.name, context.num_clients, context.seed)
+  assert settings.trigger_period is not None  # check_run: Alg. 1 triggers periodically
   scheduler = FedasmuScheduler(
     settings.trigger_period,
     settings.trigger_count,

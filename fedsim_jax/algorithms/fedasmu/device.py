@@ -103,23 +103,15 @@ class FreshModelBlend:
   gamma_learning_rate: float
   v_learning_rate: float
 
-  def __post_init__(self):
-    if not self.mu_beta > 0 or self.gamma_learning_rate < 0 or self.v_learning_rate < 0:
-      raise ValueError(
-        f'algorithm.kwargs.mu_beta={self.mu_beta}, algorithm.kwargs.gamma_learning_rate='
-        f'{self.gamma_learning_rate}, algorithm.kwargs.v_learning_rate={self.v_learning_rate}; '
-        'allowed: mu_beta > 0, learning rates >= 0'
-      )
-
-  def init(self, model: Model, start_params: Params, inputs: FetchInputs) -> BlendRecord:
+  def init(self, model: Model, start_params: Params, task_inputs: FetchInputs) -> BlendRecord:
     zero = jnp.zeros((), jnp.float32)
     return BlendRecord(
       blended=zero,
       beta=zero,
       loss_before=zero,
       loss_after=zero,
-      gamma=jnp.asarray(inputs.gamma, jnp.float32),
-      v=jnp.asarray(inputs.v, jnp.float32),
+      gamma=jnp.asarray(task_inputs.gamma, jnp.float32),
+      v=jnp.asarray(task_inputs.v, jnp.float32),
     )
 
   def __call__(
@@ -127,8 +119,8 @@ class FreshModelBlend:
     model: Model,
     params: Params,
     batch,
-    inputs: FetchInputs,
-    record: BlendRecord,
+    task_inputs: FetchInputs,
+    state: BlendRecord,
     steps_run: jax.Array,
   ) -> tuple[Params, BlendRecord]:
     mu_beta = self.mu_beta
@@ -163,10 +155,11 @@ class FreshModelBlend:
       del batch, inputs
       return params, record
 
-    first = (steps_run == 0) & (inputs.blend > 0)
-    return jax.lax.cond(first, blend, keep, params, batch, inputs, record)
+    first = (steps_run == 0) & (task_inputs.blend > 0)
+    return jax.lax.cond(first, blend, keep, params, batch, task_inputs, state)
 
-  def aux(self, record: BlendRecord) -> dict[str, jax.Array]:
+  def aux(self, state: BlendRecord) -> dict[str, jax.Array]:
+    record = state
     return {
       'fetch_blended': record.blended,
       'fetch_beta': record.beta,

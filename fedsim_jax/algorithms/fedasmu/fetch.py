@@ -84,7 +84,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Protocol
+from typing import Protocol, cast
 
 import flax.linen as nn
 import jax
@@ -213,9 +213,10 @@ def _epoch_features(names: tuple[str, ...], num_epochs: jax.Array, length: int) 
 
 def slot_log_probs(spec: MetaSpec, params: Params, num_epochs: jax.Array, length: int) -> jax.Array:
   """log P(l* = l; θ) for l = 1..length ([length]); -inf beyond the last slot num_epochs - 1."""
-  logits = MetaModel(spec.hidden_size).apply(
-    params, _epoch_features(spec.features, num_epochs, length)
-  )
+  logits = cast(
+    jax.Array,
+    MetaModel(spec.hidden_size).apply(params, _epoch_features(spec.features, num_epochs, length)),
+  )  # no mutable collections: the output alone
   epoch = jnp.arange(1, length + 1)
   last = num_epochs - 1
   if spec.hazard_prior == 'uniform':
@@ -496,4 +497,10 @@ class LearnedFetch:
 
   def save_history(self, path: str) -> None:
     """Writes `history_arrays()` as an .npz for `algorithm.kwargs.fetch_pretrain_history`."""
-    np.savez(path, **self.history_arrays())
+    arrays = self.history_arrays()
+    np.savez(
+      path,
+      num_epochs=arrays['num_epochs'],
+      fetch_epoch=arrays['fetch_epoch'],
+      reward=arrays['reward'],
+    )

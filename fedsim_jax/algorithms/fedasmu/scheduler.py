@@ -2,9 +2,11 @@
 tasks split at the fetch epoch l* (see server.py's docstring for the paper's formulas and the
 readings)."""
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 
 from fedsim_jax.algorithms.fedasmu.device import FetchInputs, fetch_inputs
@@ -68,6 +70,7 @@ class FedasmuScheduler(PeriodicTriggerScheduler):
     """𝓛 of the fetch policy."""
     if self.local_work.steps is not None:
       return self.local_work.steps
+    assert self.local_work.epochs is not None  # LocalWork: steps, epochs or a time limit
     return int(self.local_work.epochs)
 
   def start(self, sim: SchedulerContext) -> None:
@@ -174,6 +177,7 @@ class FedasmuScheduler(PeriodicTriggerScheduler):
       self.v[client] = aux['fetch_v']
       reward = float(aux['fetch_loss_before'] - aux['fetch_loss_after'])
       self.rewards.append(reward)
+      assert self.fetch_policy is not None  # only a task with a fetch blends
       self.fetch_policy.observe(client, handle.metadata['fetch_epoch'], reward)
     super().on_arrival(sim, handle)
 
@@ -182,7 +186,7 @@ class FedasmuScheduler(PeriodicTriggerScheduler):
     batch = sim.updates(buffer, [1.0] * len(buffer), with_client_params=None)
     steps = np.zeros(np.shape(batch.num_steps), np.int32)
     steps[: len(buffer)] = [h.metadata['total_steps'] for h in buffer]
-    sim.apply_update_batch(batch.replace(num_steps=steps), buffer)
+    sim.apply_update_batch(dataclasses.replace(batch, num_steps=jnp.asarray(steps)), buffer)
 
   def report(self) -> dict[str, Any]:
     rewards = np.asarray(self.rewards, np.float64)

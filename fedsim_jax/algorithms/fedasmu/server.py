@@ -95,6 +95,8 @@ Choices where the paper is silent or inconsistent, each a field of `algorithm.kw
 
 from __future__ import annotations
 
+import dataclasses
+
 import flax.struct
 import jax
 import jax.numpy as jnp
@@ -228,10 +230,11 @@ def fedasmu_aggregator(
     staleness = versions_since + 1  # t - o + 1
     lam, sigma, iota = state.lam[client], state.sigma[client], state.iota[client]
     if dynamic or settings.static_alpha == 'frozen':
-      if not dynamic:
-        lam, sigma, iota = settings.lambda_0, settings.sigma_0, settings.iota_0
+      controls: tuple[jax.Array | float, jax.Array | float, jax.Array | float] = (
+        (lam, sigma, iota) if dynamic else (settings.lambda_0, settings.sigma_0, settings.iota_0)
+      )
       _, alpha, d_alpha_d_xi, d_lambda, d_sigma = weight_polynomial(
-        lam, sigma, iota, state.version, staleness, settings
+        *controls, state.version, staleness, settings
       )
     else:
       alpha = settings.alpha * staleness_fn(versions_since)
@@ -256,12 +259,14 @@ def fedasmu_aggregator(
       lam = jnp.where(real, lam - settings.lambda_learning_rate * grad_lambda, lam)
       sigma = jnp.where(real, new_sigma, sigma)
       iota = jnp.where(real, iota - settings.iota_learning_rate * grad_iota, iota)
-      state = state.replace(
+      state = dataclasses.replace(
+        state,
         lam=state.lam.at[client].set(lam),
         sigma=state.sigma.at[client].set(sigma),
         iota=state.iota.at[client].set(iota),
       )
-    state = state.replace(
+    state = dataclasses.replace(
+      state,
       params=params,
       version=state.version + real.astype(jnp.int32),
       alpha=state.alpha.at[client].set(jnp.where(real, alpha, state.alpha[client])),

@@ -138,8 +138,8 @@ def _updated_auxiliary(
     w_plus = w + server_learning_rate * mean
     return decay * (a + auxiliary_learning_rate * mean) + (1 - decay) * w_plus
 
-  return state.replace(
-    auxiliary=jax.tree_util.tree_map(leaf, state.auxiliary, start_params, delta_sum)
+  return dataclasses.replace(
+    state, auxiliary=jax.tree_util.tree_map(leaf, state.auxiliary, start_params, delta_sum)
   )
 
 
@@ -339,11 +339,13 @@ class FeastScheduler:
     # Lines 16-17, in round order.
     while self._windows and self._windows[0].closed:
       done = self._windows.popleft()
-      sim.update_server_state(
-        lambda state, w=done: self.update_auxiliary(
-          state, w.start_params, w.delta_sum, jnp.float32(w.weight_sum)
+
+      def update(state: FeastState, window: StragglerWindow = done) -> FeastState:
+        return self.update_auxiliary(
+          state, window.start_params, window.delta_sum, jnp.float32(window.weight_sum)
         )
-      )
+
+      sim.update_server_state(update)
       self.auxiliary_updates += 1
       self.window_sizes.append(done.count)
 
