@@ -62,6 +62,7 @@ FedAsync's delta form with alpha = 1, constant staleness and example-share weigh
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import math
 from typing import Any, NamedTuple
@@ -89,8 +90,23 @@ from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
 from fedsim_jax.settings import boolean, decay, one_of, positive, setting
 from fedsim_jax.strategy import client_table
 
-DECAY_GRADIENTS = ('current', 'previous')
-DELAY_MEASURES = ('training_time', 'staleness')
+
+class DecayGradient(str, enum.Enum):
+  """What the decayed average h accumulates (`algorithm.kwargs.decay_gradient`)."""
+
+  CURRENT = 'current'
+  PREVIOUS = 'previous'
+
+
+class DelayMeasure(str, enum.Enum):
+  """How a client's delay is measured (`algorithm.kwargs.delay_measure`)."""
+
+  TRAINING_TIME = 'training_time'
+  STALENESS = 'staleness'
+
+
+DECAY_GRADIENTS = tuple(source.value for source in DecayGradient)
+DELAY_MEASURES = tuple(measure.value for measure in DelayMeasure)
 
 
 class AsoFedInputs(NamedTuple):
@@ -123,7 +139,7 @@ def decayed_gradient(
   """`(grad zeta, new h)` of one local step: grad zeta = g - g_prev + h_prev and
   h = beta h_prev + (1 - beta) x, x = g ('current') or g_prev ('previous')."""
   zeta = jax.tree_util.tree_map(lambda g, p, h: g - p + h, gradient, previous_gradient, h)
-  source = gradient if decay_gradient == 'current' else previous_gradient
+  source = gradient if decay_gradient == DecayGradient.CURRENT else previous_gradient
   new_h = jax.tree_util.tree_map(lambda h, x: decay * h + (1 - decay) * x, h, source)
   return zeta, new_h
 
@@ -252,7 +268,7 @@ class AsoFedClients:
     if not delay_unit > 0:
       raise ValueError(f'algorithm.kwargs.delay_unit={delay_unit}; allowed: > 0')
     self.dynamic_step_size = dynamic_step_size
-    self.delay_measure = delay_measure
+    self.delay_measure = DelayMeasure(delay_measure)
     self.delay_unit = float(delay_unit)
     # Per client: (h, g_prev) after its last task, zeros before (a `ClientTable` of
     # `AsoFedInputs`-shaped pairs, created with the first task), and its delays so far.
@@ -288,7 +304,7 @@ class AsoFedClients:
       self._create(sim)
     assert self.states is not None and self.delay_sums is not None
     assert self.delay_counts is not None
-    if self.delay_measure == 'training_time':
+    if self.delay_measure == DelayMeasure.TRAINING_TIME:
       delay = (handle.arrival_time - handle.dispatch_time) / self.delay_unit
     else:
       delay = sim.version - handle.version

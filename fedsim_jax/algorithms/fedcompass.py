@@ -38,6 +38,7 @@ Where the paper is silent (each choice is a constructor argument):
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from collections.abc import Callable
 from typing import Any
@@ -55,10 +56,25 @@ from fedsim_jax.settings import ConfigError, boolean, decay, number, one_of, pos
 from fedsim_jax.strategy.reducers import Reducer, fednova_mean, staleness_scaled, weighted_sum
 from fedsim_jax.strategy.server_step import server_update
 from fedsim_jax.strategy.staleness import polynomial, scaled
-from fedsim_jax.strategy.synchronous import WEIGHTINGS, check_weighting
+from fedsim_jax.strategy.synchronous import WEIGHTINGS, Weighting, check_weighting
 
-SPEED_ESTIMATORS = ('last', 'ema')
-CREATE_RULES = ('paper', 'code')
+
+class SpeedEstimator(str, enum.Enum):
+  """How a client's step time is estimated (`algorithm.kwargs.speed_estimator`)."""
+
+  LAST = 'last'
+  EMA = 'ema'
+
+
+class CreateRule(str, enum.Enum):
+  """CREATEGROUP's reference arrival time (`algorithm.kwargs.create_rule`)."""
+
+  PAPER = 'paper'
+  CODE = 'code'
+
+
+SPEED_ESTIMATORS = tuple(estimator.value for estimator in SpeedEstimator)
+CREATE_RULES = tuple(rule.value for rule in CreateRule)
 
 
 def compass_aggregator(
@@ -160,9 +176,9 @@ class CompassScheduler:
     self.q_max = q_max
     self.latest_time_factor = latest_time_factor
     self.weighting = weighting
-    self.speed_estimator = speed_estimator
+    self.speed_estimator = SpeedEstimator(speed_estimator)
     self.speed_momentum = speed_momentum
-    self.create_rule = create_rule
+    self.create_rule = CreateRule(create_rule)
     self.clients: dict[int, ClientRecord] = {}
     self.groups: dict[int, ArrivalGroup] = {}
     self.general_buffer: list[tuple[TaskHandle, int]] = []
@@ -175,7 +191,7 @@ class CompassScheduler:
     sizes = sim.client_sizes.astype(float)
     self._weights = (
       list(sizes / sizes.sum())
-      if self.weighting == 'num_examples'
+      if self.weighting == Weighting.NUM_EXAMPLES
       else [1.0 / sim.num_clients] * sim.num_clients
     )
     for client in range(sim.num_clients):  # warm-up: every client runs Q_min steps (line 8)
@@ -191,7 +207,7 @@ class CompassScheduler:
   def _record_speed(self, client: int, now: float) -> None:
     record = self.clients[client]
     measured = (now - record.start_time) / record.steps
-    if record.step_time is None or self.speed_estimator == 'last':
+    if record.step_time is None or self.speed_estimator == SpeedEstimator.LAST:
       record.step_time = measured
     else:
       record.step_time = (
@@ -289,13 +305,15 @@ class CompassScheduler:
     step_time = self._step_time(client)
     candidates = []
     for _, group in self._open_groups():
-      reference = group.expected_arrival if self.create_rule == 'paper' else group.latest_arrival
+      reference = (
+        group.expected_arrival if self.create_rule == CreateRule.PAPER else group.latest_arrival
+      )
       if sim.now < reference:  # line 21
         members = list(group.pending) + group.arrived
         fastest = min(self._step_time(m) for m in members)
         expected_return = reference + fastest * self.q_max  # line 23
         candidates.append(self._floor((expected_return - sim.now) / step_time))
-    if self.create_rule == 'code':
+    if self.create_rule == CreateRule.CODE:
       candidates = [q for q in candidates if q <= self.q_max]
     steps = max(candidates, default=-1)
     if 0 <= steps < self.q_min:  # lines 25-29

@@ -42,6 +42,7 @@ average of the buffered deltas.
 from __future__ import annotations
 
 import dataclasses
+import enum
 
 import flax.struct
 import jax
@@ -60,7 +61,15 @@ from fedsim_jax.models import Params
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
 from fedsim_jax.settings import ConfigError, one_of, positive, setting
 
-SIMILARITY_REFERENCES = ('last_update', 'since_download')
+
+class SimilarityReference(str, enum.Enum):
+  """The global progress a client's update is compared with (`algorithm.kwargs.similarity_reference`)."""
+
+  LAST_UPDATE = 'last_update'
+  SINCE_DOWNLOAD = 'since_download'
+
+
+SIMILARITY_REFERENCES = tuple(reference.value for reference in SimilarityReference)
 
 
 @flax.struct.dataclass
@@ -130,7 +139,7 @@ def port_aggregator(
       f'algorithm.kwargs.similarity_min_staleness={similarity_min_staleness}; allowed: >= 0'
     )
   sizes = jnp.asarray(client_sizes, jnp.float32)
-  since_download = similarity_reference == 'since_download'
+  since_download = similarity_reference == SimilarityReference.SINCE_DOWNLOAD
 
   def init(params: Params) -> PortState:
     return PortState(params=params, last_update=jax.tree_util.tree_map(jnp.zeros_like, params))

@@ -35,6 +35,7 @@ asked in.
 from __future__ import annotations
 
 import abc
+import enum
 import math
 from collections.abc import Callable
 
@@ -315,7 +316,14 @@ class AdHocSchedule(TrainingSchedule):
     return self._cached
 
 
-ROUND_ROBIN_PHASES = ('zero', 'random')
+class RoundRobinPhase(str, enum.Enum):
+  """The round-robin schedule's phases (`algorithm.kwargs.phase`)."""
+
+  ZERO = 'zero'
+  RANDOM = 'random'
+
+
+ROUND_ROBIN_PHASES = tuple(phase.value for phase in RoundRobinPhase)
 
 
 def _periods(budgets: np.ndarray, setting: str) -> np.ndarray:
@@ -363,9 +371,9 @@ class RoundRobinSchedule(TrainingSchedule):
     self.budgets = check_budgets(budgets)
     self.num_clients = self.budgets.size
     self.periods = _periods(self.budgets, 'round_robin')
-    if phase == 'zero':
+    if phase == RoundRobinPhase.ZERO:
       self.phases = np.zeros(self.num_clients, dtype=np.int64)
-    elif phase == 'random':
+    elif phase == RoundRobinPhase.RANDOM:
       if rng is None:
         raise ValueError(
           "rng=None is invalid with phase='random'; allowed: a numpy.random.Generator"

@@ -82,6 +82,7 @@ choices) and a JAX key (θ's initialisation and sampling), both from the seed.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import math
 from typing import Protocol, cast
@@ -93,16 +94,55 @@ import numpy as np
 
 from fedsim_jax.models import Params
 
-FETCH_POLICIES = ('learned', 'h1', 'h2', 'h3', 'none')
+
+class FetchChoice(str, enum.Enum):
+  """The fetch policy (`algorithm.kwargs.fetch_policy`): learned, a fixed slot, or none."""
+
+  LEARNED = 'learned'
+  H1 = 'h1'
+  H2 = 'h2'
+  H3 = 'h3'
+  NONE = 'none'
+
+
+class HazardPrior(str, enum.Enum):
+  """The untrained meta model's slots (`algorithm.kwargs.fetch_hazard_prior`)."""
+
+  UNIFORM = 'uniform'
+  NONE = 'none'
+
+
+class MetaExploit(str, enum.Enum):
+  """The meta model's greedy branch (`algorithm.kwargs.fetch_meta_exploit`)."""
+
+  SAMPLE = 'sample'
+  MODE = 'mode'
+
+
+class BaselineScope(str, enum.Enum):
+  """The rewards that move the baseline b (`algorithm.kwargs.fetch_baseline_scope`)."""
+
+  ALL = 'all'
+  META = 'meta'
+
+
+class QBootstrap(str, enum.Enum):
+  """The state of Formula 6's max (`algorithm.kwargs.fetch_q_bootstrap`)."""
+
+  SAME = 'same'
+  NEXT = 'next'
+
+
+FETCH_POLICIES = tuple(choice.value for choice in FetchChoice)
 # The appendix ablation's heuristics as `FixedFetch` fractions of the range 1..num_epochs-1.
 FIXED_FETCH_PRESETS = {'h1': 0.0, 'h2': 0.5, 'h3': 1.0}
 ACTIONS = ('add', 'stay', 'minus')
 ACTION_STEPS = (1, 0, -1)
 META_FEATURES = ('progress', 'remaining', 'length')
-HAZARD_PRIORS = ('uniform', 'none')
-META_EXPLOITS = ('sample', 'mode')
-BASELINE_SCOPES = ('all', 'meta')
-Q_BOOTSTRAPS = ('same', 'next')
+HAZARD_PRIORS = tuple(prior.value for prior in HazardPrior)
+META_EXPLOITS = tuple(exploit.value for exploit in MetaExploit)
+BASELINE_SCOPES = tuple(scope.value for scope in BaselineScope)
+Q_BOOTSTRAPS = tuple(bootstrap.value for bootstrap in QBootstrap)
 
 
 class FetchPolicy(Protocol):
@@ -219,7 +259,7 @@ def slot_log_probs(spec: MetaSpec, params: Params, num_epochs: jax.Array, length
   )  # no mutable collections: the output alone
   epoch = jnp.arange(1, length + 1)
   last = num_epochs - 1
-  if spec.hazard_prior == 'uniform':
+  if spec.hazard_prior == HazardPrior.UNIFORM:
     # h_l = 1 / (K - l + 1) at a zero head output: the uniform distribution over 1..K.
     logits = logits - jnp.log(jnp.maximum(last - epoch, 1).astype(jnp.float32))
   request = jnp.where(epoch == last, 0.0, jax.nn.log_sigmoid(logits))  # h_K = 1
@@ -242,7 +282,7 @@ def _choose_slot(
   exploit: str,
 ) -> jax.Array:
   log_probs = slot_log_probs(spec, params, num_epochs, length)
-  if exploit == 'mode':
+  if exploit == MetaExploit.MODE:
     return jnp.argmax(log_probs) + 1
   return jax.random.categorical(jax.random.fold_in(key, draw), log_probs) + 1
 
@@ -305,7 +345,7 @@ class QTable:
     self, state: int, action: int, reward: float, next_state: int, num_slots: int
   ) -> float:
     """Formula 6 for the action taken in `state`; returns the new 𝓗(state, action)."""
-    target = state if self.bootstrap == 'same' else next_state
+    target = state if self.bootstrap == QBootstrap.SAME else next_state
     valid = self.valid_actions(target, num_slots)
     best = float(np.max(self.row(target)[valid]))
     row = self.row(state)
@@ -440,7 +480,7 @@ class LearnedFetch:
       self._slots[client] = fetch_epoch  # 𝓗^i starts from the meta model's slot
       self._tables[client] = QTable(*self._q_settings)
       return
-    if self.baseline_scope == 'all':
+    if self.baseline_scope == BaselineScope.ALL:
       self._update_baseline(reward)
     self._tables[client].update(
       pending.state, pending.action, reward, fetch_epoch, pending.num_epochs - 1

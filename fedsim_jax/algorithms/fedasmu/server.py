@@ -102,7 +102,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedsim_jax.algorithms.fedasmu.settings import FedasmuSettings
+from fedsim_jax.algorithms.fedasmu.settings import (
+  FedasmuSettings,
+  GradientSign,
+  SigmaGradient,
+  StaticAlpha,
+  XiForm,
+)
 from fedsim_jax.models import Params
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
 
@@ -124,7 +130,7 @@ def weight_polynomial(lam, sigma, iota, version, staleness, settings: FedasmuSet
   t = jnp.maximum(jnp.asarray(version, jnp.float32), settings.min_version)
   s = jnp.asarray(staleness, jnp.float32)
   mu = settings.mu_alpha
-  if settings.xi_form == 'appendix':
+  if settings.xi_form == XiForm.APPENDIX:
     d_lambda = 1.0 / (jnp.sqrt(t) * s**sigma)
     d_sigma_exact = -lam * jnp.log(s) * d_lambda
   else:
@@ -133,7 +139,7 @@ def weight_polynomial(lam, sigma, iota, version, staleness, settings: FedasmuSet
     d_sigma_exact = -lam / (2.0 * sigma * root)
   xi = lam * d_lambda + iota
   d_sigma = (
-    d_sigma_exact if settings.sigma_gradient == 'exact' else -jnp.log(sigma) * d_lambda
+    d_sigma_exact if settings.sigma_gradient == SigmaGradient.EXACT else -jnp.log(sigma) * d_lambda
   )  # the appendix's ln(σ) in place of λ ln(s)
   denominator = 1.0 + mu * xi
   raw = mu * xi / denominator
@@ -170,7 +176,7 @@ def control_gradients(
     jax.tree_util.tree_map(jnp.subtract, client, after),
     jax.tree_util.tree_map(jnp.subtract, client, before),
   )
-  if settings.gradient_sign == 'descent':
+  if settings.gradient_sign == GradientSign.DESCENT:
     estimate = -estimate
   scale = (
     estimate
@@ -229,7 +235,7 @@ def fedasmu_aggregator(
     client_params, client, versions_since, num_steps, real = row
     staleness = versions_since + 1  # t - o + 1
     lam, sigma, iota = state.lam[client], state.sigma[client], state.iota[client]
-    if dynamic or settings.static_alpha == 'frozen':
+    if dynamic or settings.static_alpha == StaticAlpha.FROZEN:
       controls: tuple[jax.Array | float, jax.Array | float, jax.Array | float] = (
         (lam, sigma, iota) if dynamic else (settings.lambda_0, settings.sigma_0, settings.iota_0)
       )

@@ -14,6 +14,7 @@ these settings as they are: nothing below checks them again.
 from __future__ import annotations
 
 import dataclasses
+import enum
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from fedsim_jax.algorithms.fedasmu.fetch import (
   META_EXPLOITS,
   META_FEATURES,
   Q_BOOTSTRAPS,
+  FetchChoice,
   FetchPolicy,
   FixedFetch,
   LearnedFetch,
@@ -47,10 +49,39 @@ from fedsim_jax.settings import (
   text,
 )
 
-XI_FORMS = ('appendix', 'printed')
-SIGMA_GRADIENTS = ('exact', 'printed')
-GRADIENT_SIGNS = ('printed', 'descent')
-STATIC_ALPHAS = ('fedasync', 'frozen')
+
+class XiForm(str, enum.Enum):
+  """Formula 2's form (`algorithm.kwargs.xi_form`; server.py's docstring)."""
+
+  APPENDIX = 'appendix'
+  PRINTED = 'printed'
+
+
+class SigmaGradient(str, enum.Enum):
+  """The sigma hyper-gradient (`algorithm.kwargs.sigma_gradient`)."""
+
+  EXACT = 'exact'
+  PRINTED = 'printed'
+
+
+class GradientSign(str, enum.Enum):
+  """The sign of the gradient estimate (`algorithm.kwargs.gradient_sign`)."""
+
+  PRINTED = 'printed'
+  DESCENT = 'descent'
+
+
+class StaticAlpha(str, enum.Enum):
+  """FedASMU-DA/-0's alpha (`algorithm.kwargs.static_alpha`)."""
+
+  FEDASYNC = 'fedasync'
+  FROZEN = 'frozen'
+
+
+XI_FORMS = tuple(form.value for form in XiForm)
+SIGMA_GRADIENTS = tuple(form.value for form in SigmaGradient)
+GRADIENT_SIGNS = tuple(sign.value for sign in GradientSign)
+STATIC_ALPHAS = tuple(rule.value for rule in StaticAlpha)
 
 # Variant -> (dynamic aggregation, fetch policy; None: the `fetch_policy` setting).
 VARIANTS: dict[str, tuple[bool, str | None]] = {
@@ -143,7 +174,7 @@ class FedasmuSettings(
         f'{prefix}lambda_0={self.lambda_0!r} / {prefix}iota_0={self.iota_0!r} are invalid; '
         'allowed values: numbers >= 0 with lambda_0 + iota_0 > 0'
       )
-    if self.sigma_gradient == 'printed' and self.xi_form != 'appendix':
+    if self.sigma_gradient == SigmaGradient.PRINTED and self.xi_form != XiForm.APPENDIX:
       raise ConfigError(
         f"{prefix}sigma_gradient='printed' is invalid with {prefix}xi_form={self.xi_form!r}; "
         "allowed values: 'exact' (or xi_form='appendix')"
@@ -153,7 +184,7 @@ class FedasmuSettings(
 
   @property
   def uses_positive_sigma(self) -> bool:
-    return self.xi_form == 'printed' or self.sigma_gradient == 'printed'
+    return self.xi_form == XiForm.PRINTED or self.sigma_gradient == SigmaGradient.PRINTED
 
   def dynamic_of(self, name: str) -> bool:
     """Whether variant `name` learns alpha (Formulas 2-3) or uses the static rule."""
@@ -175,7 +206,7 @@ class FedasmuSettings(
         f'{prefix}max_staleness={self.max_staleness!r} is invalid with algorithm.name='
         f'{name!r} (it reads {prefix}tau); allowed values: None'
       )
-    if self.fetch_policy_of(name) == 'none':
+    if self.fetch_policy_of(name) == FetchChoice.NONE:
       return
     # With a fetch: Formula 4's plain SGD, split at a local epoch.
     if run.client_optimizer != 'sgd':
@@ -210,7 +241,7 @@ class FedasmuSettings(
   def make_fetch_policy(self, name: str, num_clients: int, seed: int) -> FetchPolicy | None:
     """Variant `name`'s fetch policy; the learned one seeded from `seed` (its own stream)."""
     policy = self.fetch_policy_of(name)
-    if policy == 'none':
+    if policy == FetchChoice.NONE:
       return None
     if policy in FIXED_FETCH_PRESETS:
       return FixedFetch.preset(policy)

@@ -81,6 +81,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import enum
 import functools
 from typing import Any
 
@@ -116,7 +117,15 @@ from fedsim_jax.strategy.synchronous import (
   update_weights,
 )
 
-EMPTY_HISTORY_RULES = ('no_distillation', 'latest_model')
+
+class EmptyHistory(str, enum.Enum):
+  """The teacher while the history is empty (`algorithm.kwargs.empty_history`)."""
+
+  NO_DISTILLATION = 'no_distillation'
+  LATEST_MODEL = 'latest_model'
+
+
+EMPTY_HISTORY_RULES = tuple(rule.value for rule in EmptyHistory)
 EXPIRED_REASON = 'expired_from_history'
 
 
@@ -252,7 +261,7 @@ class FareDustScheduler(AroundRounds):
       )
     self.history = DeltaHistory(history_length)
     self.teacher_learning_rate = float(teacher_learning_rate)
-    self.empty_history = empty_history
+    self.empty_history = EmptyHistory(empty_history)
     self.weighting = weighting
     self.rng = rng
     self.rounds = SynchronousScheduler(
@@ -301,7 +310,7 @@ class FareDustScheduler(AroundRounds):
     key = -1 if slot is None else slot.round_index
     if key not in cache:
       if slot is None:
-        weight = 1.0 if self.empty_history == 'latest_model' else 0.0
+        weight = 1.0 if self.empty_history == EmptyHistory.LATEST_MODEL else 0.0
         cache[key] = TeacherInputs(params=sim.params, weight=np.float32(weight))
       else:
         teacher = stale_teacher(

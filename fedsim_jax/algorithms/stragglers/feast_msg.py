@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import enum
 import functools
 import math
 from collections.abc import Callable
@@ -87,7 +88,16 @@ from fedsim_jax.strategy.synchronous import (
 
 BEYOND_TAU_MAX = 'beyond_tau_max'
 _WINDOW_TIMER = 'feast_window'
-WINDOW_CLOSE_RULES = ('complete', 'tau_max')
+
+
+class WindowClose(str, enum.Enum):
+  """When a round's straggler window closes (`algorithm.kwargs.window_close`)."""
+
+  COMPLETE = 'complete'
+  TAU_MAX = 'tau_max'
+
+
+WINDOW_CLOSE_RULES = tuple(rule.value for rule in WindowClose)
 
 
 @flax.struct.dataclass
@@ -241,7 +251,7 @@ class FeastScheduler:
         f'algorithm.kwargs.window_close={window_close!r}; allowed: {WINDOW_CLOSE_RULES}'
       )
     self.tau_max = float(tau_max)
-    self.close_when_complete = window_close == 'complete'
+    self.close_when_complete = window_close == WindowClose.COMPLETE
     self.weighting = weighting
     self.update_auxiliary = update_auxiliary
     self.rounds = SynchronousScheduler(
