@@ -64,6 +64,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from fedsim_jax.algorithms.fedcompass import CompassScheduler, compass_aggregator
 from fedsim_jax.client.local_update import sgd_client_update
 from fedsim_jax.data.federated import FederatedDataset
 from fedsim_jax.data.synthetic import toy_federation
@@ -74,10 +75,8 @@ from fedsim_jax.models import Model, get_model
 from fedsim_jax.runtime import EventQueue, PerStepLatency, Simulation, StopCondition
 from fedsim_jax.strategy import (
   AsynchronousScheduler,
-  CompassScheduler,
   LocalWork,
   SynchronousScheduler,
-  compass_aggregator,
   count_mean,
   server_update,
 )

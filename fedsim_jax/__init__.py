@@ -7,10 +7,12 @@ package itself loads no JAX):
                     a scheduler follows), fs.SchedulerContext (what it sees and may do),
                     fs.Aggregator, fs.UpdateBatch, fs.PerStepLatency, ...
   execution         fs.Executor, fs.NoTrainingExecutor, fs.sgd_client_update, fs.local_update
-  strategies        every name of `fedsim_jax.strategy`: the schedulers
-                    (fs.SynchronousScheduler, fs.AsynchronousScheduler, ...), the aggregators
-                    and server updates (fs.server_update, fs.server_optimizer, reducers such as
-                    fs.weighted_mean, fs.staleness_scaled, ...), fs.LocalWork
+  strategies        every name of `fedsim_jax.strategy`, the kit algorithms share: the
+                    schedulers (fs.SynchronousScheduler, fs.AsynchronousScheduler, ...), the
+                    server updates (fs.server_update, fs.server_optimizer, reducers such as
+                    fs.weighted_mean, fs.staleness_scaled, ...), fs.LocalWork; and the
+                    schedulers and aggregators of single papers from `fedsim_jax.algorithms`
+                    (fs.CompassScheduler, fs.fedasmu_aggregator, fs.fedasync, ...)
   data and models   fs.load_dataset, fs.FederatedDataset, the partitioners of
                     `fedsim_jax.data.partitioners` (fs.iid, fs.dirichlet, fs.shards, ...),
                     fs.get_model, fs.Model
@@ -26,8 +28,9 @@ Layers, bottom to top; a layer imports only the rows below it (tests/test_import
   executor
   metrics
   runtime
-  strategy                     (schedulers, aggregators, client objectives)
-  algorithms                   (one module per family: settings + registered factory)
+  strategy                     (the kit algorithms share: schedulers, server updates, reducers)
+  algorithms                   (one module or package per paper: settings, scheduler,
+                               aggregator, client objective, registered factory)
   config, compilation_cache, memory_estimate, saved_run
   lifecycle                    (a built run in its workdir: outputs, checkpoints, statuses)
   experiment, configs          (configs: the shipped experiment configs, `get_config()` each)
@@ -51,25 +54,6 @@ _STRATEGY = (
   'AsynchronousScheduler',
   'EMAState',
   'with_ema',
-  'DeltaHistory',
-  'FareDustScheduler',
-  'fare_dust_client_update',
-  'FeastScheduler',
-  'FeastState',
-  'auxiliary_update',
-  'feast_aggregator',
-  'MixingState',
-  'fedasync',
-  'fedasync_delta',
-  'ArrivalGroup',
-  'ClientRecord',
-  'CompassScheduler',
-  'compass_aggregator',
-  'TieredScheduler',
-  'TierState',
-  'cross_tier_weights',
-  'fedat_aggregator',
-  'speed_tiers',
   'ServerOptState',
   'server_update',
   'Reducer',
@@ -88,13 +72,32 @@ _STRATEGY = (
   'WEIGHTINGS',
   'ClosingRound',
   'SynchronousScheduler',
-  'FedasmuScheduler',
-  'FetchInputs',
-  'fedasmu_aggregator',
-  'fedasmu_client_update',
   'TRIGGER_TIMINGS',
   'PeriodicTriggerScheduler',
 )
+# The schedulers and aggregators of single papers, from their algorithm's module.
+_PAPERS: dict[str, str] = {
+  **dict.fromkeys(
+    ('DeltaHistory', 'FareDustScheduler', 'fare_dust_client_update'),
+    'algorithms.stragglers.fare_dust',
+  ),
+  **dict.fromkeys(
+    ('FeastScheduler', 'FeastState', 'auxiliary_update', 'feast_aggregator'),
+    'algorithms.stragglers.feast_msg',
+  ),
+  **dict.fromkeys(('MixingState', 'fedasync', 'fedasync_delta'), 'algorithms.fedasync'),
+  **dict.fromkeys(
+    ('ArrivalGroup', 'ClientRecord', 'CompassScheduler', 'compass_aggregator'),
+    'algorithms.fedcompass',
+  ),
+  **dict.fromkeys(
+    ('TieredScheduler', 'TierState', 'cross_tier_weights', 'fedat_aggregator', 'speed_tiers'),
+    'algorithms.fedat',
+  ),
+  'FedasmuScheduler': 'algorithms.fedasmu.scheduler',
+  **dict.fromkeys(('FetchInputs', 'fedasmu_client_update'), 'algorithms.fedasmu.device'),
+  'fedasmu_aggregator': 'algorithms.fedasmu.server',
+}
 _PARTITIONERS = (
   'PARTITIONERS',
   'PartitionContext',
@@ -137,6 +140,7 @@ _EXPORTS: dict[str, str] = {
   **dict.fromkeys(('Executor', 'NoTrainingExecutor', 'ClientTask'), 'executor'),
   **dict.fromkeys(('sgd_client_update', 'local_update', 'ClientUpdate'), 'client'),
   **dict.fromkeys(_STRATEGY, 'strategy'),
+  **_PAPERS,
   **dict.fromkeys(
     (
       'load_dataset',

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import importlib
 import importlib.metadata
 import io
 import logging
@@ -132,11 +133,46 @@ class _ArrayPickler(pickle.Pickler):
     return ('array', key, None)
 
 
+# Modules whose classes moved (each paper's code into `fedsim_jax.algorithms`): a checkpoint
+# written before names the old module, and each class is looked up in the new ones, in order.
+_MOVED_MODULES: dict[str, tuple[str, ...]] = {
+  'fedsim_jax.strategy.asofed': ('fedsim_jax.algorithms.asofed',),
+  'fedsim_jax.strategy.budgets': ('fedsim_jax.algorithms.ccfedavg.budgets',),
+  'fedsim_jax.strategy.ccfedavg': ('fedsim_jax.algorithms.ccfedavg.scheduler',),
+  'fedsim_jax.strategy.fare_dust': ('fedsim_jax.algorithms.stragglers.fare_dust',),
+  'fedsim_jax.strategy.feast_msg': ('fedsim_jax.algorithms.stragglers.feast_msg',),
+  'fedsim_jax.strategy.fedasmu': (
+    'fedsim_jax.algorithms.fedasmu.server',
+    'fedsim_jax.algorithms.fedasmu.device',
+    'fedsim_jax.algorithms.fedasmu.scheduler',
+  ),
+  'fedsim_jax.strategy.fedasmu_fetch': ('fedsim_jax.algorithms.fedasmu.fetch',),
+  'fedsim_jax.strategy.fedasync': ('fedsim_jax.algorithms.fedasync',),
+  'fedsim_jax.strategy.fedat': ('fedsim_jax.algorithms.fedat',),
+  'fedsim_jax.strategy.fedcompass': ('fedsim_jax.algorithms.fedcompass',),
+  'fedsim_jax.strategy.feddyn': ('fedsim_jax.algorithms.feddyn',),
+  'fedsim_jax.strategy.fedopt': ('fedsim_jax.strategy.server_step',),
+  'fedsim_jax.strategy.fedsa': ('fedsim_jax.algorithms.fedsa',),
+  'fedsim_jax.strategy.moon': ('fedsim_jax.algorithms.moon',),
+  'fedsim_jax.strategy.port': ('fedsim_jax.algorithms.port',),
+  'fedsim_jax.algorithms.fare_dust': ('fedsim_jax.algorithms.stragglers.fare_dust',),
+  'fedsim_jax.algorithms.feast_msg': ('fedsim_jax.algorithms.stragglers.feast_msg',),
+  'fedsim_jax.algorithms.ccfedavg': ('fedsim_jax.algorithms.ccfedavg.algorithm',),
+}
+
+
 class _ArrayUnpickler(pickle.Unpickler):
   def __init__(self, file: io.BytesIO, arrays: Mapping[str, np.ndarray]) -> None:
     super().__init__(file)
     self._arrays = arrays
     self._loaded: dict[str, jax.Array] = {}
+
+  def find_class(self, module: str, name: str) -> Any:
+    for moved_to in _MOVED_MODULES.get(module, ()):
+      candidate = importlib.import_module(moved_to)
+      if hasattr(candidate, name):
+        return getattr(candidate, name)
+    return super().find_class(module, name)
 
   def persistent_load(self, pid: Any) -> Any:
     kind, key, impl = pid

@@ -21,7 +21,8 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / 'fedsim_jax'
 # `algorithms` may not exist yet; a tier lists it so that it lands above `strategy`.
 TIERS = (
   ('settings', 'str_enum', 'tree'),
-  ('checkpointing', 'distributed', 'interrupts', 'provenance', 'registry', 'workdir'),
+  ('registry',),  # named plugins with typed settings (builds on settings)
+  ('checkpointing', 'distributed', 'interrupts', 'provenance', 'workdir'),
   ('data', 'models'),
   ('client',),
   ('executor',),
@@ -125,6 +126,57 @@ def check_layers(
 def test_no_layer_imports_upwards():
   problems = check_layers(collect_imports(PACKAGE), TIERS, EXCLUDED)
   assert not problems, 'imports against the layering:\n' + '\n'.join(problems)
+
+
+# Inside `algorithms` each paper (a module or a package) imports only the shared modules: the
+# registry plumbing and the setting groups. What two papers share belongs to `strategy`.
+SHARED_ALGORITHM_MODULES = ('base', 'groups')
+
+
+def paper_of(module: str) -> str | None:
+  """The paper (module or package under `algorithms`) of `module`; None outside them."""
+  parts = module.split('.')
+  if len(parts) < 3 or parts[1] != 'algorithms':
+    return None
+  return parts[2]
+
+
+def check_papers(imports: list[Import]) -> list[str]:
+  """One line per import of one paper's module by another paper's."""
+  problems = []
+  for imp in imports:
+    source, target = paper_of(imp.module), paper_of(imp.target)
+    if source is None or target is None or source == target:
+      continue
+    if source in SHARED_ALGORITHM_MODULES or target in SHARED_ALGORITHM_MODULES:
+      continue
+    problems.append(f'{imp.path}:{imp.line}: {imp.module} imports {imp.target} (another paper)')
+  return problems
+
+
+def test_no_paper_imports_another():
+  problems = check_papers(collect_imports(PACKAGE))
+  assert not problems, 'papers importing each other:\n' + '\n'.join(problems)
+
+
+def test_check_papers_reports_a_paper_importing_another(tmp_path):
+  package = tmp_path / 'fedsim_jax'
+  _write(
+    package,
+    {
+      '__init__.py': '',
+      'algorithms/__init__.py': 'from fedsim_jax.algorithms import base\n',
+      'algorithms/base.py': '',
+      'algorithms/groups.py': 'from fedsim_jax.algorithms import base\n',
+      'algorithms/fedx.py': 'from fedsim_jax.algorithms.groups import Base\n',
+      'algorithms/paper/__init__.py': 'from fedsim_jax.algorithms.paper import part\n',
+      'algorithms/paper/part.py': 'from fedsim_jax.algorithms.fedx import rule\n',
+    },
+  )
+  assert check_papers(collect_imports(package)) == [
+    'fedsim_jax/algorithms/paper/part.py:1: fedsim_jax.algorithms.paper.part imports '
+    'fedsim_jax.algorithms.fedx (another paper)'
+  ]
 
 
 def test_every_layer_of_the_package_is_in_a_tier():

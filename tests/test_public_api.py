@@ -65,6 +65,29 @@ def test_the_facade_has_every_strategy_name_and_partitioner():
   assert functions and functions <= set(fs.__all__)
 
 
+def test_the_schedulers_and_aggregators_of_single_papers_stay_public():
+  # They live with their paper in fedsim_jax.algorithms; the strategy kit holds only what two or
+  # more algorithms share.
+  from fedsim_jax import strategy
+
+  for name in (
+    'CompassScheduler',
+    'compass_aggregator',
+    'FedasmuScheduler',
+    'FetchInputs',
+    'fedasmu_aggregator',
+    'fedasmu_client_update',
+    'FareDustScheduler',
+    'FeastScheduler',
+    'TieredScheduler',
+    'speed_tiers',
+    'fedasync',
+    'MixingState',
+  ):
+    assert name in fs.__all__ and name not in strategy.__all__, name
+    assert getattr(fs, name).__module__.startswith('fedsim_jax.algorithms.'), name
+
+
 def test_unknown_names_raise_attribute_error():
   with pytest.raises(AttributeError, match='no_such_name'):
     fs.no_such_name  # noqa: B018

@@ -371,13 +371,13 @@ def fedbuff_settings(num_clients: int) -> dict[str, Any]:
 
 def port_settings(num_clients: int) -> dict[str, Any]:
   """PORT: buffers of K updates weighted by staleness and similarity; the weights' settings are
-  the defaults of `PortSettings` (PORT / PLATO, see strategy/port.py)."""
+  the defaults of `PortSettings` (PORT / PLATO, see algorithms/port.py)."""
   return _kwargs(buffer_size=buffer_size(num_clients))
 
 
 def asofed_settings() -> dict[str, Any]:
   """ASO-Fed: one update at a time; its settings are the defaults of `AsoFedSettings` (the
-  ASO-Fed paper, see strategy/asofed.py)."""
+  ASO-Fed paper, see algorithms/asofed.py)."""
   return {}
 
 

@@ -4,6 +4,7 @@ s(staleness), normalised and applied by a server optimizer."""
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Callable
 
 from fedsim_jax.algorithms.base import Algorithm, BuildContext, register
@@ -16,7 +17,6 @@ from fedsim_jax.algorithms.groups import (
   StalenessSettings,
 )
 from fedsim_jax.settings import ConfigError, one_of, positive, setting
-from fedsim_jax.strategy.fedopt import server_update
 from fedsim_jax.strategy.reducers import (
   Reducer,
   count_mean,
@@ -26,6 +26,10 @@ from fedsim_jax.strategy.reducers import (
   weighted_sum,
 )
 from fedsim_jax.strategy.server_optimizers import SERVER_OPTIMIZERS
+from fedsim_jax.strategy.server_step import server_update
+from fedsim_jax.strategy.staleness import Staleness
+from fedsim_jax.strategy.synchronous import Weighting
+
 
 # The `normalization` setting: what the buffer's sum_k p_k s_k delta_k is divided by. sum_k p_k
 # ('weights': the weighted mean; K under uniform weighting), K ('count': needs uniform
@@ -36,11 +40,20 @@ from fedsim_jax.strategy.server_optimizers import SERVER_OPTIMIZERS
 # It is FedNova's average only when the buffer's p_k sum to 1; with uniform weights (p_k = 1) it
 # is K times FedNova's average over the buffer (with the SGD server, `server_learning_rate` / K
 # gives the average), and with equal Q_k it equals 'sum'. No paper defines FedBuff with it.
+class Normalization(str, enum.Enum):
+  """What FedBuff's buffer sum is divided by (`algorithm.kwargs.normalization`)."""
+
+  WEIGHTS = 'weights'
+  COUNT = 'count'
+  SUM = 'sum'
+  STEPS = 'steps'
+
+
 REDUCERS: dict[str, Callable[[], Reducer]] = {
-  'weights': weighted_mean,
-  'count': count_mean,
-  'sum': weighted_sum,
-  'steps': fednova_mean,
+  Normalization.WEIGHTS.value: weighted_mean,
+  Normalization.COUNT.value: count_mean,
+  Normalization.SUM.value: weighted_sum,
+  Normalization.STEPS.value: fednova_mean,
 }
 
 
@@ -63,7 +76,7 @@ class FedBuffSettings(
 
   def check(self, prefix: str) -> None:
     super().check(prefix)
-    if self.normalization == 'count' and self.weighting == 'num_examples':
+    if self.normalization == Normalization.COUNT and self.weighting == Weighting.NUM_EXAMPLES:
       # 'count' divides sum_k p_k delta_k by K; with example shares p_k = n_k / n that shrinks
       # every server step by about 1 / num_clients.
       raise ConfigError(
@@ -76,7 +89,7 @@ class FedBuffSettings(
 @register('fedbuff', FedBuffSettings)
 def fedbuff_algorithm(settings: FedBuffSettings, context: BuildContext) -> Algorithm:
   reducer = REDUCERS[settings.normalization]()
-  if settings.staleness != 'constant':  # s(u) = 1 scales nothing
+  if settings.staleness != Staleness.CONSTANT:  # s(u) = 1 scales nothing
     reducer = staleness_scaled(reducer, settings.staleness_function())
   aggregator = server_update(settings.make_server_optimizer(settings.server_optimizer), reducer)
   return Algorithm(

@@ -21,7 +21,7 @@ from fedsim_jax.algorithms.groups import (
   ServerOptimizerSettings,
 )
 from fedsim_jax.settings import positive, setting
-from fedsim_jax.strategy.fedopt import server_update
+from fedsim_jax.strategy.server_step import server_update
 from fedsim_jax.strategy.synchronous import SynchronousScheduler
 
 SERVER_OPTIMIZER_OF = {

@@ -8,7 +8,7 @@ lets the runtime defer and batch tasks (docs/design-notes.md, "Deferred batched 
 Every client update is one engine, `local_update(model, optimizer, batch_size, objective,
 prelude=...)`: the optimizer steps on the sum of the objective's terms (client/objective.py);
 an optional prelude may replace the parameters at the start of a step (FedASMU's fresh-model
-blend, strategy/fedasmu.py).
+blend, algorithms/fedasmu/device.py).
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ compiled step then has no trace of it.
 The terms of this module are the ones every algorithm may use: `cross_entropy()` (the task
 loss), `proximal(nu)` (FedProx) and `distillation(rho, T, teacher)` (the straggler paper's
 `+ KD reg.` and FARe-DUST's stale teachers). Algorithm-specific terms live with their algorithm:
-MOON's `contrastive` (strategy/moon.py), FedDyn's `dynamic_regulariser` (strategy/feddyn.py)
-and ASO-Fed's `asofed_correction` (strategy/asofed.py), the one term with state across steps.
+MOON's `contrastive` (algorithms/moon.py), FedDyn's `dynamic_regulariser` (algorithms/feddyn.py)
+and ASO-Fed's `asofed_correction` (algorithms/asofed.py), the one term with state across steps.
 """
 
 from __future__ import annotations

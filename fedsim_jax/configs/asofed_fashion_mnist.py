@@ -4,7 +4,7 @@ FedASMU's asynchronous setting (`fedasmu_fashion_mnist_config` and `fedasmu_trig
 values, device speeds 5x apart, Dirichlet label skew, at most 10 devices training, tau = 99, its
 periodic trigger).
 ASO-Fed applies one update at a time with weight n_k / n; lambda = 0.01, beta = 0.5 and the
-delay-dependent step size (strategy/asofed.py).
+delay-dependent step size (algorithms/asofed.py).
 """
 
 from fedsim_jax.config import fedasmu_fashion_mnist_config, fedasmu_trigger

@@ -3,8 +3,8 @@ alpha s(t - o)), with the learned fresh-model fetch.
 
 LeNet-5 on Fashion-MNIST, 100 devices with Dirichlet label skew: the setting of
 `fedasmu_fashion_mnist_config` (Table 5's values; the choices where the paper is silent are
-documented there and in strategy/fedasmu.py). The trigger (`fedasmu_trigger`) follows Tables
-5-6 (up to 10 devices every 10 s); pass `:appendix` after the file name for the appendix's one
+documented there and in algorithms/fedasmu/server.py). The trigger (`fedasmu_trigger`) follows
+Tables 5-6 (up to 10 devices every 10 s); pass `:appendix` after the file name for the appendix's one
 device every 5 s.
 """
 

@@ -3,7 +3,7 @@
 FedASMU's setting (`fedasmu_fashion_mnist_config`: Table 5's values, device speeds 5x apart,
 Dirichlet label skew) with synchronous rounds of 10 devices for T = 500 rounds. MOON's mu = 1
 and tau = 0.5 (MOON's settings); the representation is LeNet-5's 84-dim penultimate features
-(no projection head, strategy/moon.py).
+(no projection head, algorithms/moon.py).
 """
 
 from fedsim_jax.config import fedasmu_fashion_mnist_config

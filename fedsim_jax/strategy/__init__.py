@@ -1,35 +1,10 @@
-"""Strategy layer: schedulers (host-side policy) and aggregators (jitted server updates)."""
+"""The strategy kit: what two or more algorithms share. Schedulers (host-side policy:
+synchronous rounds, asynchronous slots, the periodic trigger), the server update with its
+reducers and server optimizers, staleness functions, the server EMA, local work and per-client
+state. Each paper's own scheduler, aggregator and settings live in `fedsim_jax.algorithms`."""
 
 from fedsim_jax.strategy.asynchronous import AsynchronousScheduler
 from fedsim_jax.strategy.ema import EMAState, with_ema
-from fedsim_jax.strategy.fare_dust import DeltaHistory, FareDustScheduler, fare_dust_client_update
-from fedsim_jax.strategy.feast_msg import (
-  FeastScheduler,
-  FeastState,
-  auxiliary_update,
-  feast_aggregator,
-)
-from fedsim_jax.strategy.fedasmu import (
-  FedasmuScheduler,
-  FetchInputs,
-  fedasmu_aggregator,
-  fedasmu_client_update,
-)
-from fedsim_jax.strategy.fedasync import MixingState, fedasync, fedasync_delta
-from fedsim_jax.strategy.fedat import (
-  TieredScheduler,
-  TierState,
-  cross_tier_weights,
-  fedat_aggregator,
-  speed_tiers,
-)
-from fedsim_jax.strategy.fedcompass import (
-  ArrivalGroup,
-  ClientRecord,
-  CompassScheduler,
-  compass_aggregator,
-)
-from fedsim_jax.strategy.fedopt import ServerOptState, server_update
 from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.strategy.periodic_trigger import TRIGGER_TIMINGS, PeriodicTriggerScheduler
 from fedsim_jax.strategy.reducers import (
@@ -46,6 +21,7 @@ from fedsim_jax.strategy.server_optimizers import (
   reddi_adaptive,
   server_optimizer,
 )
+from fedsim_jax.strategy.server_step import ServerOptState, server_update
 from fedsim_jax.strategy.staleness import STALENESS_FUNCTIONS, make_staleness
 from fedsim_jax.strategy.synchronous import WEIGHTINGS, ClosingRound, SynchronousScheduler
 
@@ -53,25 +29,6 @@ __all__ = [
   'AsynchronousScheduler',
   'EMAState',
   'with_ema',
-  'DeltaHistory',
-  'FareDustScheduler',
-  'fare_dust_client_update',
-  'FeastScheduler',
-  'FeastState',
-  'auxiliary_update',
-  'feast_aggregator',
-  'MixingState',
-  'fedasync',
-  'fedasync_delta',
-  'ArrivalGroup',
-  'ClientRecord',
-  'CompassScheduler',
-  'compass_aggregator',
-  'TieredScheduler',
-  'TierState',
-  'cross_tier_weights',
-  'fedat_aggregator',
-  'speed_tiers',
   'ServerOptState',
   'server_update',
   'Reducer',
@@ -90,10 +47,6 @@ __all__ = [
   'WEIGHTINGS',
   'ClosingRound',
   'SynchronousScheduler',
-  'FedasmuScheduler',
-  'FetchInputs',
-  'fedasmu_aggregator',
-  'fedasmu_client_update',
   'TRIGGER_TIMINGS',
   'PeriodicTriggerScheduler',
 ]

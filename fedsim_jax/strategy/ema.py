@@ -18,6 +18,7 @@ defaults to 'bias_correction'):
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 import flax.struct
@@ -27,7 +28,16 @@ import jax.numpy as jnp
 from fedsim_jax.models import Params
 from fedsim_jax.runtime.updates import Aggregator, LinearAggregation, UpdateBatch
 
-WARMUPS = ('none', 'bias_correction', 'num_updates')
+
+class EmaWarmup(str, enum.Enum):
+  """How the EMA starts (`algorithm.kwargs.ema_warmup`; the module docstring)."""
+
+  NONE = 'none'
+  BIAS_CORRECTION = 'bias_correction'
+  NUM_UPDATES = 'num_updates'
+
+
+WARMUPS = tuple(warmup.value for warmup in EmaWarmup)
 
 
 @flax.struct.dataclass
@@ -50,15 +60,16 @@ def with_ema(aggregator: Aggregator, decay: float, warmup: str = 'none') -> Aggr
     raise ValueError(f'decay={decay}; allowed: 0 <= decay < 1')
   if warmup not in WARMUPS:
     raise ValueError(f'ema_warmup={warmup!r}; allowed: {WARMUPS}')
+  start = EmaWarmup(warmup)
 
   def init(params: Params) -> EMAState:
-    if warmup == 'none':
+    if start is EmaWarmup.NONE:
       return EMAState(inner=aggregator.init(params), eval_params=params)
     zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
     return EMAState(
       inner=aggregator.init(params),
       eval_params=params,
-      accumulator=zeros if warmup == 'bias_correction' else None,
+      accumulator=zeros if start is EmaWarmup.BIAS_CORRECTION else None,
       updates=jnp.zeros((), jnp.int32),
     )
 
@@ -67,13 +78,13 @@ def with_ema(aggregator: Aggregator, decay: float, warmup: str = 'none') -> Aggr
 
   def follow(state: EMAState, inner: Any) -> EMAState:
     """The EMA after the wrapped aggregator moved to `inner`."""
-    if warmup == 'none':
+    if start is EmaWarmup.NONE:
       ema = jax.tree_util.tree_map(
         lambda e, p: decay * e + (1 - decay) * p, state.eval_params, inner.params
       )
       return EMAState(inner=inner, eval_params=ema)
     count = state.updates + 1
-    if warmup == 'bias_correction':
+    if start is EmaWarmup.BIAS_CORRECTION:
       accumulator = jax.tree_util.tree_map(
         lambda a, p: decay * a + (1 - decay) * p, state.accumulator, inner.params
       )

@@ -54,6 +54,7 @@ class LocalWork:
     else:
       cap = None
     if self.time_limit is None:
+      assert cap is not None  # __post_init__: steps, epochs or a time limit
       return cap
     if latency is None:
       raise ValueError('a time-limited task needs its drawn latency')

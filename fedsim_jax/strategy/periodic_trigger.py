@@ -41,6 +41,7 @@ as one training device until its last segment arrives.
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -52,7 +53,16 @@ from fedsim_jax.strategy.client_state import ClientState
 from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.strategy.synchronous import check_weighting, update_weights
 
-TRIGGER_TIMINGS = ('periodic', 'after_trigger')
+
+class TriggerTiming(str, enum.Enum):
+  """When the trigger thread checks again (`algorithm.kwargs.trigger_timing`; the module
+  docstring)."""
+
+  PERIODIC = 'periodic'
+  AFTER_TRIGGER = 'after_trigger'
+
+
+TRIGGER_TIMINGS = tuple(timing.value for timing in TriggerTiming)
 
 
 class PeriodicTriggerScheduler:
@@ -111,7 +121,7 @@ class PeriodicTriggerScheduler:
     self.local_work = local_work
     self.weighting = weighting
     self.max_staleness = max_staleness
-    self.timing = timing
+    self.timing = TriggerTiming(timing)
     self.client_state = client_state
     self.buffer: list[TaskHandle] = []
     self.in_flight = 0  # tasks training (a segmented task once)
@@ -137,7 +147,7 @@ class PeriodicTriggerScheduler:
   def _check(self, sim: SchedulerContext) -> None:
     """Line 2-4: trigger if fewer than the cap train, then sleep 𝒯."""
     started = self._trigger(sim)
-    if self.timing == 'periodic':
+    if self.timing == TriggerTiming.PERIODIC:
       if started or self.in_flight or self._may_start_later(sim):
         self._schedule_check(sim, sim.now + self.trigger_period)
     elif started:

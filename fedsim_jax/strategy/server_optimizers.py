@@ -13,15 +13,36 @@ differs from `optax.adam` (bias-corrected, v starting at 0), which is available 
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
-ADAPTIVE_RULES = ('adagrad', 'yogi', 'adam')
-ADAPTIVE_FORMS = ('reddi', 'optax')
-SERVER_OPTIMIZERS = ('sgd', 'momentum') + ADAPTIVE_RULES
+
+class ServerOptimizer(str, enum.Enum):
+  """The named server optimizers (`algorithm.kwargs.server_optimizer`)."""
+
+  SGD = 'sgd'
+  MOMENTUM = 'momentum'
+  ADAGRAD = 'adagrad'
+  YOGI = 'yogi'
+  ADAM = 'adam'
+
+
+class AdaptiveForm(str, enum.Enum):
+  """How the adaptive rules are written (`algorithm.kwargs.adaptive_form`)."""
+
+  REDDI = 'reddi'  # Reddi et al., Algorithm 2 as written
+  OPTAX = 'optax'  # optax's optimizers, bias correction where optax applies it
+
+
+ADAPTIVE = (ServerOptimizer.ADAGRAD, ServerOptimizer.YOGI, ServerOptimizer.ADAM)
+ADAPTIVE_RULES = tuple(rule.value for rule in ADAPTIVE)
+ADAPTIVE_FORMS = tuple(form.value for form in AdaptiveForm)
+SERVER_OPTIMIZERS = tuple(name.value for name in ServerOptimizer)
 
 
 class AdaptiveState(NamedTuple):
@@ -35,6 +56,7 @@ def reddi_adaptive(
   """FedAdagrad / FedYogi / FedAdam server update exactly as Reddi et al., Algorithm 2."""
   if rule not in ADAPTIVE_RULES:
     raise ValueError(f'adaptive rule {rule!r}; allowed: {ADAPTIVE_RULES}')
+  kind = ServerOptimizer(rule)
 
   def init(params):
     return AdaptiveState(
@@ -44,9 +66,9 @@ def reddi_adaptive(
 
   def second_moment(v, g):
     g2 = jnp.square(g)
-    if rule == 'adagrad':
+    if kind is ServerOptimizer.ADAGRAD:
       return v + g2
-    if rule == 'yogi':
+    if kind is ServerOptimizer.YOGI:
       return v - (1 - b2) * g2 * jnp.sign(v - g2)
     return b2 * v + (1 - b2) * g2
 
@@ -81,18 +103,23 @@ def server_optimizer(
   """
   if learning_rate <= 0:
     raise ValueError(f'algorithm.kwargs.server_learning_rate={learning_rate}; must be > 0')
-  if name == 'sgd':
-    return optax.sgd(learning_rate)
-  if name == 'momentum':
-    return optax.sgd(learning_rate, momentum=momentum)
-  if name not in ADAPTIVE_RULES:
+  if name not in SERVER_OPTIMIZERS:
     raise ValueError(f'server optimizer {name!r}; allowed: {SERVER_OPTIMIZERS}')
-  if adaptive_form == 'reddi':
-    return reddi_adaptive(name, learning_rate, b1, b2, eps)
-  if adaptive_form != 'optax':
+  kind = ServerOptimizer(name)
+  if kind is ServerOptimizer.SGD:
+    return optax.sgd(learning_rate)
+  if kind is ServerOptimizer.MOMENTUM:
+    return optax.sgd(learning_rate, momentum=momentum)
+  if adaptive_form not in ADAPTIVE_FORMS:
     raise ValueError(f'algorithm.kwargs.adaptive_form={adaptive_form!r}; allowed: {ADAPTIVE_FORMS}')
-  if name == 'adam':
-    return optax.adam(learning_rate, b1=b1, b2=b2, eps=eps)
-  if name == 'yogi':
-    return optax.yogi(learning_rate, b1=b1, b2=b2, eps=eps)
-  return optax.adagrad(learning_rate, eps=eps)
+  if AdaptiveForm(adaptive_form) is AdaptiveForm.REDDI:
+    return reddi_adaptive(kind, learning_rate, b1, b2, eps)
+  return _OPTAX_ADAPTIVE[kind](learning_rate, b1, b2, eps)
+
+
+# optax's form of each adaptive rule, from (learning_rate, b1, b2, eps).
+_OPTAX_ADAPTIVE: dict[ServerOptimizer, Callable[..., optax.GradientTransformation]] = {
+  ServerOptimizer.ADAM: lambda lr, b1, b2, eps: optax.adam(lr, b1=b1, b2=b2, eps=eps),
+  ServerOptimizer.YOGI: lambda lr, b1, b2, eps: optax.yogi(lr, b1=b1, b2=b2, eps=eps),
+  ServerOptimizer.ADAGRAD: lambda lr, b1, b2, eps: optax.adagrad(lr, eps=eps),
+}

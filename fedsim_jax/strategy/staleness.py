@@ -7,13 +7,25 @@ a jnp function of an integer staleness array, so it runs inside jitted aggregato
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 
 StalenessFn = Callable[[jax.Array], jax.Array]
-STALENESS_FUNCTIONS = ('constant', 'polynomial', 'hinge', 'exponential')
+
+
+class Staleness(str, enum.Enum):
+  """The named staleness functions (the values of `algorithm.kwargs.staleness`)."""
+
+  CONSTANT = 'constant'
+  POLYNOMIAL = 'polynomial'
+  HINGE = 'hinge'
+  EXPONENTIAL = 'exponential'
+
+
+STALENESS_FUNCTIONS = tuple(kind.value for kind in Staleness)
 
 
 def constant() -> StalenessFn:
@@ -41,14 +53,17 @@ def scaled(factor: float, fn: StalenessFn) -> StalenessFn:
   return lambda u: factor * fn(u)
 
 
+# Each name's factory of (a, b).
+_FACTORIES: dict[Staleness, Callable[[float, float], StalenessFn]] = {
+  Staleness.CONSTANT: lambda a, b: constant(),
+  Staleness.POLYNOMIAL: lambda a, b: polynomial(a),
+  Staleness.HINGE: hinge,
+  Staleness.EXPONENTIAL: lambda a, b: exponential(a),
+}
+
+
 def make_staleness(name: str, *, a: float = 0.5, b: float = 4.0) -> StalenessFn:
-  """Builds a named staleness function (`a`, `b` as in Xie et al.)."""
-  if name == 'constant':
-    return constant()
-  if name == 'polynomial':
-    return polynomial(a)
-  if name == 'hinge':
-    return hinge(a, b)
-  if name == 'exponential':
-    return exponential(a)
-  raise ValueError(f'staleness.function={name!r}; allowed: {STALENESS_FUNCTIONS}')
+  """Builds a named staleness function (a `Staleness` or its value; `a`, `b` as in Xie et al.)."""
+  if name not in STALENESS_FUNCTIONS:
+    raise ValueError(f'staleness.function={name!r}; allowed: {STALENESS_FUNCTIONS}')
+  return _FACTORIES[Staleness(name)](a, b)

@@ -15,7 +15,8 @@ sees a round's updates just before they are aggregated, with the stragglers stil
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import enum
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,15 @@ from fedsim_jax.runtime.scheduler_context import SchedulerContext
 from fedsim_jax.runtime.simulation import TaskHandle
 from fedsim_jax.strategy.local_work import LocalWork
 
-WEIGHTINGS = ('num_examples', 'uniform')
+
+class Weighting(str, enum.Enum):
+  """Update weights p_k (`algorithm.kwargs.weighting`)."""
+
+  NUM_EXAMPLES = 'num_examples'  # the client's share of the federation's examples, n_k / n
+  UNIFORM = 'uniform'  # 1 per update
+
+
+WEIGHTINGS = tuple(weighting.value for weighting in Weighting)
 
 LateUpdateHandler = Callable[[SchedulerContext, TaskHandle], None]
 TaskInputs = Callable[[SchedulerContext, int], Any]
@@ -52,11 +61,13 @@ class ClosingRound:
 RoundClosing = Callable[[SchedulerContext, ClosingRound], None]
 
 
-def update_weights(sim: SchedulerContext, handles: list[TaskHandle], weighting: str) -> list[float]:
+def update_weights(
+  sim: SchedulerContext, handles: Sequence[TaskHandle], weighting: str
+) -> list[float]:
   """Aggregation weights p_k: the client's share of the federation's examples (n_k / n) or 1
   per update. Normalised averages do not depend on the scale; sums ('sum' normalization, as
   FedCompass's FedAsync and FedBuff use) need p_k to be shares."""
-  if weighting == 'num_examples':
+  if weighting == Weighting.NUM_EXAMPLES:
     total = float(sim.client_sizes.sum())
     return [float(sim.client_sizes[h.client_id]) / total for h in handles]
   return [1.0] * len(handles)

@@ -11,6 +11,11 @@ import numpy as np
 import optax
 import pytest
 
+from fedsim_jax.algorithms.asofed import AsoFedInputs, asofed_correction
+from fedsim_jax.algorithms.fedasmu.device import fedasmu_client_update, fetch_beta, fetch_inputs
+from fedsim_jax.algorithms.feddyn import FedDynInputs, dynamic_regulariser, feddyn_client_update
+from fedsim_jax.algorithms.moon import MoonInputs, contrastive, contrastive_loss, moon_client_update
+from fedsim_jax.algorithms.stragglers.fare_dust import fare_dust_client_update
 from fedsim_jax.client import (
   ClientOptimizer,
   Teacher,
@@ -27,16 +32,6 @@ from fedsim_jax.client import (
 )
 from fedsim_jax.data import toy_federation
 from fedsim_jax.models import Model, get_model
-from fedsim_jax.strategy.asofed import AsoFedInputs, asofed_correction
-from fedsim_jax.strategy.fare_dust import fare_dust_client_update
-from fedsim_jax.strategy.fedasmu import fedasmu_client_update, fetch_beta, fetch_inputs
-from fedsim_jax.strategy.feddyn import FedDynInputs, dynamic_regulariser, feddyn_client_update
-from fedsim_jax.strategy.moon import (
-  MoonInputs,
-  contrastive,
-  contrastive_loss,
-  moon_client_update,
-)
 
 
 class _Linear(nn.Module):

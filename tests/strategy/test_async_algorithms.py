@@ -9,6 +9,13 @@ import pytest
 
 from fedsim_jax import algorithms
 from fedsim_jax.algorithms.base import RunFacts
+from fedsim_jax.algorithms.fedasync import fedasync, fedasync_delta
+from fedsim_jax.algorithms.fedat import (
+  TieredScheduler,
+  cross_tier_weights,
+  fedat_aggregator,
+  speed_tiers,
+)
 from fedsim_jax.algorithms.fedbuff import REDUCERS
 from fedsim_jax.client import sgd_client_update
 from fedsim_jax.data import toy_federation
@@ -20,15 +27,9 @@ from fedsim_jax.strategy import (
   AsynchronousScheduler,
   LocalWork,
   SynchronousScheduler,
-  TieredScheduler,
   count_mean,
-  cross_tier_weights,
-  fedasync,
-  fedasync_delta,
-  fedat_aggregator,
   make_staleness,
   server_update,
-  speed_tiers,
   staleness_scaled,
   with_ema,
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedsim_jax.strategy import budgets as B
+from fedsim_jax.algorithms.ccfedavg import budgets as B
 
 
 def _rng(seed: int = 0) -> np.random.Generator:

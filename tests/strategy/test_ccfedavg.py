@@ -7,13 +7,13 @@ import numpy as np
 import optax
 import pytest
 
+from fedsim_jax.algorithms.ccfedavg.scheduler import BudgetedScheduler, ccfedavg_server_aggregator
 from fedsim_jax.client import sgd_client_update
 from fedsim_jax.data import toy_federation
 from fedsim_jax.executor import Executor, TaskBatchResult, round_up_to_bucket
 from fedsim_jax.models import get_model
 from fedsim_jax.runtime import PerStepLatency, Simulation, StopCondition
 from fedsim_jax.strategy import server_update
-from fedsim_jax.strategy.ccfedavg import BudgetedScheduler, ccfedavg_server_aggregator
 from fedsim_jax.strategy.local_work import LocalWork
 
 

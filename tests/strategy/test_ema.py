@@ -62,8 +62,8 @@ def test_unknown_warmup_is_refused():
 
 
 def test_the_settings_pass_the_warmup_through():
-  from fedsim_jax.algorithms.fare_dust import FareDustSettings
   from fedsim_jax.algorithms.groups import ServerEmaSettings
+  from fedsim_jax.algorithms.stragglers.fare_dust import FareDustSettings
 
   # FARe-DUST's output is EMA_beta(w_1, ..., w_T) (Algorithm 1): w_0 left out by default.
   assert FareDustSettings().ema_warmup == 'bias_correction'

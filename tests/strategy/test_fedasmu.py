@@ -13,6 +13,16 @@ import optax
 import pytest
 
 from fedsim_jax import algorithms, experiment
+from fedsim_jax.algorithms.fedasmu.device import (
+  blend_gradients,
+  fedasmu_client_update,
+  fetch_beta,
+  fetch_inputs,
+)
+from fedsim_jax.algorithms.fedasmu.fetch import FixedFetch
+from fedsim_jax.algorithms.fedasmu.scheduler import FedasmuScheduler
+from fedsim_jax.algorithms.fedasmu.server import fedasmu_aggregator, weight_polynomial
+from fedsim_jax.algorithms.fedasmu.settings import FedasmuSettings
 from fedsim_jax.client import sgd_client_update
 from fedsim_jax.config import (
   ConfigError,
@@ -27,18 +37,7 @@ from fedsim_jax.executor import ClientTask, Executor, NoTrainingExecutor
 from fedsim_jax.models import Model, get_model
 from fedsim_jax.runtime import PerStepLatency, Simulation, StopCondition, UpdateBatch
 from fedsim_jax.runtime.latency import DeviceRatioLatency
-from fedsim_jax.strategy import AsynchronousScheduler, LocalWork, make_staleness, server_update
-from fedsim_jax.strategy.fedasmu import (
-  FedasmuScheduler,
-  ServerSettings,
-  blend_gradients,
-  fedasmu_aggregator,
-  fedasmu_client_update,
-  fetch_beta,
-  fetch_inputs,
-  weight_polynomial,
-)
-from fedsim_jax.strategy.fedasmu_fetch import FixedFetch
+from fedsim_jax.strategy import AsynchronousScheduler, LocalWork, server_update
 from fedsim_jax.strategy.periodic_trigger import PeriodicTriggerScheduler
 
 
@@ -66,7 +65,7 @@ class RecordingFetch:
 
 class TestServerWeight:
   def test_formula2_appendix_form_hand_computed(self):
-    settings = ServerSettings(mu_alpha=2.0)
+    settings = FedasmuSettings(mu_alpha=2.0)
     # t = 4, t - o + 1 = 2: ξ = 2 / (sqrt(4) * 2^1) + 0.5 = 1, α = 2 * 1 / (1 + 2) = 2/3.
     xi, alpha, d_alpha, d_lambda, d_sigma = weight_polynomial(2.0, 1.0, 0.5, 4, 2, settings)
     assert float(xi) == pytest.approx(1.0)
@@ -76,7 +75,7 @@ class TestServerWeight:
     assert float(d_sigma) == pytest.approx(-2 * math.log(2) / 4)  # -λ ln(s) / (sqrt(t) s^σ)
 
   def test_formula2_printed_form_hand_computed(self):
-    settings = ServerSettings(mu_alpha=2.0, xi_form='printed')
+    settings = FedasmuSettings(mu_alpha=2.0, xi_form='printed')
     xi, alpha, *_ = weight_polynomial(2.0, 1.0, 0.5, 4, 2, settings)
     expected = 2 / math.sqrt(4 * 2 * 1) + 0.5  # λ / sqrt(t s σ) + ι
     assert float(xi) == pytest.approx(expected)
@@ -84,18 +83,18 @@ class TestServerWeight:
 
   def test_first_aggregation_uses_min_version(self):
     # t = 0 at the first aggregation: sqrt(max(0, 1)) = 1, ξ = 1, α = 1/2.
-    _, alpha, *_ = weight_polynomial(1.0, 0.5, 0.0, 0, 1, ServerSettings())
+    _, alpha, *_ = weight_polynomial(1.0, 0.5, 0.0, 0, 1, FedasmuSettings())
     assert float(alpha) == pytest.approx(0.5)
 
   def test_alpha_is_projected_onto_its_range(self):
-    settings = ServerSettings(alpha_min=0.01)
+    settings = FedasmuSettings(alpha_min=0.01)
     for iota in (-0.95, -2.0):  # α < 0 and the pole 1 + μ ξ <= 0
       _, alpha, d_alpha, *_ = weight_polynomial(0.0, 0.5, iota, 3, 1, settings)
       assert float(alpha) == pytest.approx(0.01) and float(d_alpha) == 0.0
 
   @pytest.mark.parametrize('xi_form', ['appendix', 'printed'])
   def test_derivatives_are_the_chain_rule(self, xi_form):
-    settings = ServerSettings(mu_alpha=1.5, xi_form=xi_form)
+    settings = FedasmuSettings(mu_alpha=1.5, xi_form=xi_form)
     args = (0.7, 0.8, 0.2, 6, 3)
     _, _, d_alpha, d_lambda, d_sigma = weight_polynomial(*args, settings)
     xi_of = lambda lam, sigma: weight_polynomial(lam, sigma, *args[2:], settings)[0]
@@ -106,7 +105,7 @@ class TestServerWeight:
     assert float(d_alpha) == pytest.approx(float(jax.grad(alpha_of_xi)(xi)), rel=1e-5)
 
   def test_printed_sigma_gradient_uses_ln_sigma(self):
-    settings = ServerSettings(sigma_gradient='printed', sigma_0=2.0)
+    settings = FedasmuSettings(sigma_gradient='printed', sigma_0=2.0)
     *_, d_lambda, d_sigma = weight_polynomial(1.0, 2.0, 0.0, 4, 3, settings)
     assert float(d_sigma) == pytest.approx(-math.log(2.0) * float(d_lambda))
 
@@ -134,11 +133,15 @@ class TestServerAggregation:
     lambda_learning_rate=0.1,
     sigma_learning_rate=0.1,
     iota_learning_rate=0.1,
-    client_learning_rate=0.5,
   )
 
-  def _aggregate(self, batch, **overrides):
-    aggregator = fedasmu_aggregator(3, ServerSettings(**{**self.SETTINGS, **overrides}))
+  def _aggregate(self, batch, dynamic=True, **overrides):
+    aggregator = fedasmu_aggregator(
+      3,
+      FedasmuSettings(**{**self.SETTINGS, **overrides}),
+      dynamic=dynamic,
+      client_learning_rate=0.5,
+    )
     state = aggregator.init({'w': jnp.zeros(2)}).replace(version=jnp.int32(4))
     return jax.jit(aggregator.apply)(state, batch)
 
@@ -159,7 +162,9 @@ class TestServerAggregation:
 
   def test_next_upload_uses_the_updated_parameters(self):
     first = _upload([[1.0, 2.0]], [1], [1], [2])
-    aggregator = fedasmu_aggregator(3, ServerSettings(**self.SETTINGS))
+    aggregator = fedasmu_aggregator(
+      3, FedasmuSettings(**self.SETTINGS), dynamic=True, client_learning_rate=0.5
+    )
     state = aggregator.init({'w': jnp.zeros(2)}).replace(version=jnp.int32(4))
     state = aggregator.apply(state, first)
     lam, iota = float(state.lam[1]), float(state.iota[1])
@@ -184,8 +189,9 @@ class TestServerAggregation:
     state = self._aggregate(
       _upload([[1.0, 2.0]], [1], [3], [2]),
       dynamic=False,
-      fedasync_alpha=0.6,
-      staleness_fn=make_staleness('polynomial', a=0.5),
+      alpha=0.6,
+      staleness='polynomial',
+      staleness_a=0.5,
     )
     np.testing.assert_allclose(state.params['w'], [0.3, 0.6], rtol=1e-6)
     assert float(state.lam[1]) == 2.0
@@ -278,7 +284,7 @@ class TestDeviceClientUpdate:
 # ---- The two-segment task against an eager blend at the same virtual time --------------------
 
 LR, BATCH, MU_BETA, ETA_GAMMA, ETA_V = 0.3, 4, 2.0, 0.5, 0.5
-SERVER = ServerSettings(
+SERVER = FedasmuSettings(
   mu_alpha=1.0,
   lambda_0=1.0,
   sigma_0=0.5,
@@ -286,7 +292,6 @@ SERVER = ServerSettings(
   lambda_learning_rate=0.05,
   sigma_learning_rate=0.05,
   iota_learning_rate=0.05,
-  client_learning_rate=LR,
 )
 
 
@@ -322,7 +327,7 @@ def _fedasmu_run(backend, deferred):
   sim = Simulation(
     executor=Executor(update, fed.device_arrays(), jax.random.PRNGKey(1), backend=backend),
     scheduler=scheduler,
-    aggregator=fedasmu_aggregator(fed.num_clients, SERVER),
+    aggregator=fedasmu_aggregator(fed.num_clients, SERVER, dynamic=True, client_learning_rate=LR),
     latency=latency,
     init_params=model.init(jax.random.PRNGKey(0)),
     client_sizes=fed.client_sizes,
@@ -493,7 +498,7 @@ def _two_device_run(tau, fetch_policy, availability=None):
   sim = Simulation(
     executor=Executor(update, fed.device_arrays(), jax.random.PRNGKey(1)),
     scheduler=scheduler,
-    aggregator=fedasmu_aggregator(2, ServerSettings()),
+    aggregator=fedasmu_aggregator(2, FedasmuSettings(), dynamic=True, client_learning_rate=0.005),
     latency=DeviceRatioLatency(2, np.random.default_rng(0), fastest_step_time=1.0, ratio=5.0),
     init_params=model.init(jax.random.PRNGKey(0)),
     client_sizes=fed.client_sizes,

@@ -15,6 +15,30 @@ import pytest
 
 from fedsim_jax import algorithms, experiment
 from fedsim_jax import config as config_lib
+from fedsim_jax.algorithms.asofed import (
+  AsoFedClients,
+  AsoFedInputs,
+  asofed_aggregator,
+  asofed_client_update,
+  decayed_gradient,
+  step_scale,
+)
+from fedsim_jax.algorithms.fedasync import fedasync_delta
+from fedsim_jax.algorithms.feddyn import (
+  FedDynInputs,
+  FedDynScheduler,
+  feddyn_aggregator,
+  feddyn_client_update,
+  updated_client_gradient,
+)
+from fedsim_jax.algorithms.fedsa import fedsa_aggregator, fedsa_weights
+from fedsim_jax.algorithms.moon import (
+  MoonInputs,
+  MoonScheduler,
+  contrastive_loss,
+  moon_client_update,
+)
+from fedsim_jax.algorithms.port import port_aggregator, port_weights, update_similarity
 from fedsim_jax.client import sgd_client_update
 from fedsim_jax.data import toy_federation
 from fedsim_jax.executor import Executor
@@ -25,28 +49,9 @@ from fedsim_jax.strategy import (
   LocalWork,
   SynchronousScheduler,
   client_table,
-  fedasync_delta,
   make_staleness,
   server_update,
 )
-from fedsim_jax.strategy.asofed import (
-  AsoFedClients,
-  AsoFedInputs,
-  asofed_aggregator,
-  asofed_client_update,
-  decayed_gradient,
-  step_scale,
-)
-from fedsim_jax.strategy.feddyn import (
-  FedDynInputs,
-  FedDynScheduler,
-  feddyn_aggregator,
-  feddyn_client_update,
-  updated_client_gradient,
-)
-from fedsim_jax.strategy.fedsa import fedsa_aggregator, fedsa_weights
-from fedsim_jax.strategy.moon import MoonInputs, MoonScheduler, contrastive_loss, moon_client_update
-from fedsim_jax.strategy.port import port_aggregator, port_weights, update_similarity
 
 FED = toy_federation(num_clients=8, min_size=4, max_size=12)
 LR = 0.2

@@ -10,8 +10,7 @@ from hypothesis import strategies as st
 
 from fedsim_jax import experiment
 from fedsim_jax.algorithms.fedasmu import FedasmuSettings
-from fedsim_jax.config import ConfigError, fedasmu_fashion_mnist_config, fedasmu_trigger
-from fedsim_jax.strategy.fedasmu_fetch import (
+from fedsim_jax.algorithms.fedasmu.fetch import (
   ACTIONS,
   FIXED_FETCH_PRESETS,
   FixedFetch,
@@ -21,6 +20,7 @@ from fedsim_jax.strategy.fedasmu_fetch import (
   reinforce_update,
   slot_log_probs,
 )
+from fedsim_jax.config import ConfigError, fedasmu_fashion_mnist_config, fedasmu_trigger
 
 ADD, STAY, MINUS = (ACTIONS.index(name) for name in ('add', 'stay', 'minus'))
 

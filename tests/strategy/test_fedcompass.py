@@ -9,20 +9,19 @@ import numpy as np
 import optax
 import pytest
 
-from fedsim_jax.algorithms.fedcompass import VARIANTS, CompassSettings
+from fedsim_jax.algorithms.fedasync import fedasync_delta
+from fedsim_jax.algorithms.fedcompass import (
+  VARIANTS,
+  CompassScheduler,
+  CompassSettings,
+  compass_aggregator,
+)
 from fedsim_jax.client import sgd_client_update
 from fedsim_jax.data import toy_federation
 from fedsim_jax.executor import Executor, NoTrainingExecutor
 from fedsim_jax.models import get_model
 from fedsim_jax.runtime import Simulation, StopCondition, TaskLatency
-from fedsim_jax.strategy import (
-  AsynchronousScheduler,
-  CompassScheduler,
-  LocalWork,
-  compass_aggregator,
-  fedasync_delta,
-  make_staleness,
-)
+from fedsim_jax.strategy import AsynchronousScheduler, LocalWork, make_staleness
 
 PARAMS = {'w': jnp.zeros(2)}
 

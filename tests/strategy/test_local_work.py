@@ -5,11 +5,11 @@ import jax
 import numpy as np
 import pytest
 
+from fedsim_jax.algorithms.fedasmu.fetch import FixedFetch
+from fedsim_jax.algorithms.fedasmu.scheduler import FedasmuScheduler
 from fedsim_jax.data import FederatedDataset
 from fedsim_jax.data.federated import client_batch, steps_for_epochs, steps_per_epoch
 from fedsim_jax.strategy import LocalWork
-from fedsim_jax.strategy.fedasmu import FedasmuScheduler
-from fedsim_jax.strategy.fedasmu_fetch import FixedFetch
 
 
 @pytest.mark.parametrize(

@@ -13,9 +13,23 @@ import optax
 import pytest
 
 from fedsim_jax import algorithms, experiment
-from fedsim_jax.algorithms.fare_dust import FareDustSettings
-from fedsim_jax.algorithms.feast_msg import FeastSettings
 from fedsim_jax.algorithms.groups import ServerEmaSettings
+from fedsim_jax.algorithms.stragglers.fare_dust import (
+  EXPIRED_REASON,
+  DeltaHistory,
+  FareDustScheduler,
+  FareDustSettings,
+  fare_dust_client_update,
+  stale_teacher,
+)
+from fedsim_jax.algorithms.stragglers.feast_msg import (
+  BEYOND_TAU_MAX,
+  FeastScheduler,
+  FeastSettings,
+  FeastState,
+  auxiliary_update,
+  feast_aggregator,
+)
 from fedsim_jax.client import (
   TeacherInputs,
   distillation_loss,
@@ -36,20 +50,6 @@ from fedsim_jax.strategy import (
   server_optimizer,
   server_update,
   with_ema,
-)
-from fedsim_jax.strategy.fare_dust import (
-  EXPIRED_REASON,
-  DeltaHistory,
-  FareDustScheduler,
-  fare_dust_client_update,
-  stale_teacher,
-)
-from fedsim_jax.strategy.feast_msg import (
-  BEYOND_TAU_MAX,
-  FeastScheduler,
-  FeastState,
-  auxiliary_update,
-  feast_aggregator,
 )
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -12,11 +12,20 @@ server (Alg. 2, `storage='server'`).
 from __future__ import annotations
 
 import dataclasses
+import enum
 
 import numpy as np
 import optax
 
 from fedsim_jax.algorithms.base import Algorithm, BuildContext, RunFacts, register
+from fedsim_jax.algorithms.ccfedavg import budgets
+from fedsim_jax.algorithms.ccfedavg.scheduler import (
+  STORAGES,
+  BudgetedScheduler,
+  Estimator,
+  Storage,
+  ccfedavg_server_aggregator,
+)
 from fedsim_jax.algorithms.groups import (
   ClientTermsSettings,
   CohortSizeSettings,
@@ -25,23 +34,47 @@ from fedsim_jax.algorithms.groups import (
   ServerEmaSettings,
 )
 from fedsim_jax.settings import ConfigError, boolean, number, one_of, positive, setting
-from fedsim_jax.strategy import budgets
-from fedsim_jax.strategy.ccfedavg import BudgetedScheduler, ccfedavg_server_aggregator
-from fedsim_jax.strategy.fedopt import server_update
 from fedsim_jax.strategy.reducers import fednova_mean
+from fedsim_jax.strategy.server_step import server_update
 
-BUDGET_RULES = ('beta', 'two_group', 'uniform')
-BUDGET_SCHEDULES = ('ad_hoc', 'round_robin', 'synchronised')
-ESTIMATOR_OF = {
-  'ccfedavg': 'last_delta',
-  'ccfedavg_c': 'switch',
-  'ccfedavg_strategy1': 'ignore',
-  'ccfedavg_strategy2': 'last_model',
-  'fedavg_dropout': 'dropout',
+
+class BudgetRule(str, enum.Enum):
+  """How the budgets p_i are drawn (`algorithm.kwargs.budget_rule`)."""
+
+  BETA = 'beta'
+  TWO_GROUP = 'two_group'
+  UNIFORM = 'uniform'
+
+
+class BudgetSchedule(str, enum.Enum):
+  """When a selected client trains (`algorithm.kwargs.budget_schedule`)."""
+
+  AD_HOC = 'ad_hoc'
+  ROUND_ROBIN = 'round_robin'
+  SYNCHRONISED = 'synchronised'
+
+
+BUDGET_RULES = tuple(rule.value for rule in BudgetRule)
+BUDGET_SCHEDULES = tuple(schedule.value for schedule in BudgetSchedule)
+# Variant -> what its skipping clients contribute; None: FedAvg (dropout), whose clients train
+# until their quota p_i T is used up and are ignored after.
+ESTIMATOR_OF: dict[str, Estimator | None] = {
+  'ccfedavg': Estimator.LAST_DELTA,
+  'ccfedavg_c': Estimator.SWITCH,
+  'ccfedavg_strategy1': Estimator.IGNORE,
+  'ccfedavg_strategy2': Estimator.LAST_MODEL,
+  'fedavg_dropout': None,
 }
 
 
-FEDNOVA_ROUNDINGS = ('ceil', 'floor')
+class FednovaRounding(str, enum.Enum):
+  """How fednova_budget rounds p_i K (`algorithm.kwargs.fednova_rounding`)."""
+
+  CEIL = 'ceil'
+  FLOOR = 'floor'
+
+
+FEDNOVA_ROUNDINGS = tuple(rounding.value for rounding in FednovaRounding)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +92,7 @@ class BudgetSettings(CohortSizeSettings, LocalWorkSettings, ClientTermsSettings,
   switch_round: int = setting(
     100, positive(integer=True, allow_zero=True), 'ccfedavg_c: tau, Strategy 3 before, 2 after'
   )
-  storage: str = setting('client', one_of(('client', 'server')), 'where histories live')
+  storage: str = setting('client', one_of(STORAGES), 'where histories live')
   fednova_rounding: str = setting(
     'ceil', one_of(FEDNOVA_ROUNDINGS), 'fednova_budget: p_i K steps rounded up, or floor'
   )
@@ -80,18 +113,18 @@ class BudgetSettings(CohortSizeSettings, LocalWorkSettings, ClientTermsSettings,
   def client_budgets(self, num_clients: int, seed: int) -> np.ndarray:
     """p_i of every client (Sec. III-B and VI), from its own stream of the run seed."""
     rng = np.random.default_rng([seed, 0xB0D6E7])
-    if self.budget_rule == 'beta':
+    if self.budget_rule == BudgetRule.BETA:
       return budgets.beta_levels(
         num_clients, self.budget_beta, rng if self.random_assignment else None
       )
-    if self.budget_rule == 'two_group':
+    if self.budget_rule == BudgetRule.TWO_GROUP:
       return budgets.two_group_budgets(
         num_clients, self.budget_r, self.budget_w, rng if self.random_assignment else None
       )
     return budgets.uniform_budgets(num_clients, self.budget_w)
 
   def client_tables(self, num_clients: int) -> list[HeldModels]:
-    per_client = 2 if self.storage == 'client' else 1  # last delta (and model) per client
+    per_client = 2 if self.storage == Storage.CLIENT else 1  # last delta (and model) per client
     return [HeldModels('data.num_clients', per_client * num_clients, "clients' last updates")]
 
 
@@ -99,14 +132,16 @@ def budgeted_algorithm(settings: BudgetSettings, context: BuildContext) -> Algor
   estimator = ESTIMATOR_OF[context.name]
   p = settings.client_budgets(context.num_clients, context.seed)
   rng = np.random.default_rng([context.seed, 0x5C4ED])
-  if estimator == 'dropout':  # FedAvg (dropout): train until the quota p_i T is used up
+  schedule: budgets.TrainingSchedule
+  if estimator is None:  # FedAvg (dropout): train until the quota p_i T is used up
+    assert context.run.num_rounds is not None  # check_run
     schedule = budgets.QuotaSchedule(p, context.run.num_rounds)
-    estimator = 'ignore'
+    estimator = Estimator.IGNORE
   else:
     schedule_settings: dict[str, object] = {
       'first_selection_trains': settings.first_selection_trains
     }
-    if settings.budget_schedule == 'round_robin':
+    if settings.budget_schedule == BudgetSchedule.ROUND_ROBIN:
       schedule_settings['phase'] = settings.phase
     schedule = budgets.make_schedule(settings.budget_schedule, p, rng, **schedule_settings)
   scheduler = BudgetedScheduler(
@@ -119,7 +154,7 @@ def budgeted_algorithm(settings: BudgetSettings, context: BuildContext) -> Algor
   )
   aggregator = (
     ccfedavg_server_aggregator(context.num_clients)
-    if settings.storage == 'server'
+    if settings.storage == Storage.SERVER
     else server_update(optax.sgd(1.0))
   )
   return Algorithm(
@@ -151,7 +186,7 @@ def fednova_budget_algorithm(settings: BudgetSettings, context: BuildContext) ->
   p = settings.client_budgets(context.num_clients, context.seed)
   # (1e-9: exact products such as 1/8 x 16 stay whole under float error)
   rounding = np.ceil(p * context.run.local_steps - 1e-9)
-  if settings.fednova_rounding == 'floor':
+  if settings.fednova_rounding == FednovaRounding.FLOOR:
     rounding = np.floor(p * context.run.local_steps + 1e-9)
   per_client = np.maximum(1, rounding).astype(np.int64)
   scheduler = BudgetedScheduler(

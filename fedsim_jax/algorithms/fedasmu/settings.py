@@ -1,22 +1,37 @@
-"""FedASMU (Liu et al. 2024) and its ablations: the periodic trigger (Alg. 1 lines 1-6),
-dynamic staleness-aware aggregation (Formulas 1-3) on the server, and the fresh-model fetch
-(Formulas 7-9) at a time slot l* chosen by an LSTM + REINFORCE meta-model and per-device
-Q-tables (Formulas 5-6, Alg. 2).
+"""The settings of FedASMU (Liu et al. 2024) and its ablations, one dataclass checked in one
+place: the periodic trigger (Alg. 1 lines 1-6), dynamic staleness-aware aggregation (Formulas
+1-3) on the server, and the fresh-model fetch (Formulas 7-9) at a time slot l* chosen by an
+LSTM + REINFORCE meta-model and per-device Q-tables (Formulas 5-6, Alg. 2).
 
 Variants (Sec. 5's ablation, Fig. 2, and the appendix's time-slot heuristics): `fedasmu`,
 `fedasmu_da` (static alpha, with the fetch), `fedasmu_fa` (dynamic alpha, no fetch), `fedasmu_0`
 (neither), `fedasmu_h1`..`h3` (fixed fetch slots). Defaults: Table 5's LeNet/FMNIST values
-where the paper states them; the other choices are documented in strategy/fedasmu.py and
-strategy/fedasmu_fetch.py, each a setting here.
+where the paper states them; the other choices are documented in server.py and fetch.py
+beside this module, each a setting here. The server, the scheduler and the fetch policy read
+these settings as they are: nothing below checks them again.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 
 import numpy as np
 
-from fedsim_jax.algorithms.base import Algorithm, BuildContext, RunFacts, register
+from fedsim_jax.algorithms.base import RunFacts
+from fedsim_jax.algorithms.fedasmu.fetch import (
+  BASELINE_SCOPES,
+  FETCH_POLICIES,
+  FIXED_FETCH_PRESETS,
+  HAZARD_PRIORS,
+  META_EXPLOITS,
+  META_FEATURES,
+  Q_BOOTSTRAPS,
+  FetchChoice,
+  FetchPolicy,
+  FixedFetch,
+  LearnedFetch,
+)
 from fedsim_jax.algorithms.groups import (
   ClientTermsSettings,
   LocalWorkSettings,
@@ -33,28 +48,40 @@ from fedsim_jax.settings import (
   setting,
   text,
 )
-from fedsim_jax.strategy.fedasmu import (
-  GRADIENT_SIGNS,
-  SIGMA_GRADIENTS,
-  STATIC_ALPHAS,
-  XI_FORMS,
-  FedasmuScheduler,
-  ServerSettings,
-  fedasmu_aggregator,
-  fresh_model_blend,
-)
-from fedsim_jax.strategy.fedasmu_fetch import (
-  BASELINE_SCOPES,
-  FETCH_POLICIES,
-  FIXED_FETCH_PRESETS,
-  HAZARD_PRIORS,
-  META_EXPLOITS,
-  META_FEATURES,
-  Q_BOOTSTRAPS,
-  FetchPolicy,
-  FixedFetch,
-  LearnedFetch,
-)
+
+
+class XiForm(str, enum.Enum):
+  """Formula 2's form (`algorithm.kwargs.xi_form`; server.py's docstring)."""
+
+  APPENDIX = 'appendix'
+  PRINTED = 'printed'
+
+
+class SigmaGradient(str, enum.Enum):
+  """The sigma hyper-gradient (`algorithm.kwargs.sigma_gradient`)."""
+
+  EXACT = 'exact'
+  PRINTED = 'printed'
+
+
+class GradientSign(str, enum.Enum):
+  """The sign of the gradient estimate (`algorithm.kwargs.gradient_sign`)."""
+
+  PRINTED = 'printed'
+  DESCENT = 'descent'
+
+
+class StaticAlpha(str, enum.Enum):
+  """FedASMU-DA/-0's alpha (`algorithm.kwargs.static_alpha`)."""
+
+  FEDASYNC = 'fedasync'
+  FROZEN = 'frozen'
+
+
+XI_FORMS = tuple(form.value for form in XiForm)
+SIGMA_GRADIENTS = tuple(form.value for form in SigmaGradient)
+GRADIENT_SIGNS = tuple(sign.value for sign in GradientSign)
+STATIC_ALPHAS = tuple(rule.value for rule in StaticAlpha)
 
 # Variant -> (dynamic aggregation, fetch policy; None: the `fetch_policy` setting).
 VARIANTS: dict[str, tuple[bool, str | None]] = {
@@ -147,7 +174,7 @@ class FedasmuSettings(
         f'{prefix}lambda_0={self.lambda_0!r} / {prefix}iota_0={self.iota_0!r} are invalid; '
         'allowed values: numbers >= 0 with lambda_0 + iota_0 > 0'
       )
-    if self.sigma_gradient == 'printed' and self.xi_form != 'appendix':
+    if self.sigma_gradient == SigmaGradient.PRINTED and self.xi_form != XiForm.APPENDIX:
       raise ConfigError(
         f"{prefix}sigma_gradient='printed' is invalid with {prefix}xi_form={self.xi_form!r}; "
         "allowed values: 'exact' (or xi_form='appendix')"
@@ -157,7 +184,11 @@ class FedasmuSettings(
 
   @property
   def uses_positive_sigma(self) -> bool:
-    return self.xi_form == 'printed' or self.sigma_gradient == 'printed'
+    return self.xi_form == XiForm.PRINTED or self.sigma_gradient == SigmaGradient.PRINTED
+
+  def dynamic_of(self, name: str) -> bool:
+    """Whether variant `name` learns alpha (Formulas 2-3) or uses the static rule."""
+    return VARIANTS[name][0]
 
   def fetch_policy_of(self, name: str) -> str:
     """The fetch policy variant `name` uses: 'none', 'learned', 'h1', 'h2' or 'h3'."""
@@ -175,7 +206,7 @@ class FedasmuSettings(
         f'{prefix}max_staleness={self.max_staleness!r} is invalid with algorithm.name='
         f'{name!r} (it reads {prefix}tau); allowed values: None'
       )
-    if self.fetch_policy_of(name) == 'none':
+    if self.fetch_policy_of(name) == FetchChoice.NONE:
       return
     # With a fetch: Formula 4's plain SGD, split at a local epoch.
     if run.client_optimizer != 'sgd':
@@ -210,7 +241,7 @@ class FedasmuSettings(
   def make_fetch_policy(self, name: str, num_clients: int, seed: int) -> FetchPolicy | None:
     """Variant `name`'s fetch policy; the learned one seeded from `seed` (its own stream)."""
     policy = self.fetch_policy_of(name)
-    if policy == 'none':
+    if policy == FetchChoice.NONE:
       return None
     if policy in FIXED_FETCH_PRESETS:
       return FixedFetch.preset(policy)
@@ -232,54 +263,3 @@ class FedasmuSettings(
       pretrain_history=self.fetch_pretrain_history,
       pretrain_passes=self.fetch_pretrain_passes,
     )
-
-
-def fedasmu_algorithm(settings: FedasmuSettings, context: BuildContext) -> Algorithm:
-  server = ServerSettings(
-    dynamic=VARIANTS[context.name][0],
-    mu_alpha=settings.mu_alpha,
-    lambda_0=settings.lambda_0,
-    sigma_0=settings.sigma_0,
-    iota_0=settings.iota_0,
-    lambda_learning_rate=settings.lambda_learning_rate,
-    sigma_learning_rate=settings.sigma_learning_rate,
-    iota_learning_rate=settings.iota_learning_rate,
-    client_learning_rate=context.run.client_learning_rate,
-    alpha_min=settings.alpha_min,
-    min_version=settings.min_version,
-    sigma_min=settings.sigma_min,
-    xi_form=settings.xi_form,
-    sigma_gradient=settings.sigma_gradient,
-    gradient_sign=settings.gradient_sign,
-    static_alpha=settings.static_alpha,
-    fedasync_alpha=settings.alpha,
-    staleness_fn=settings.staleness_function(),
-  )
-  policy = settings.make_fetch_policy(context.name, context.num_clients, context.seed)
-  scheduler = FedasmuScheduler(
-    settings.trigger_period,
-    settings.trigger_count,
-    settings.concurrency,
-    settings.local_work(context),
-    tau=settings.tau,
-    fetch_policy=policy,
-    gamma_0=settings.gamma_0,
-    v_0=settings.v_0,
-    timing=settings.trigger_timing,
-  )
-  # With a fetch the objective is Formula 4's cross-entropy alone (check_run) and segments
-  # start with the blend of Formulas 7-9.
-  blend = None
-  if policy is not None:
-    blend = fresh_model_blend(
-      settings.mu_beta, settings.gamma_learning_rate, settings.v_learning_rate
-    )
-  return Algorithm(
-    scheduler=scheduler,
-    aggregator=settings.with_ema(fedasmu_aggregator(context.num_clients, server)),
-    make_client_update=settings.make_client_update(prelude=blend),
-  )
-
-
-for _name in VARIANTS:
-  register(_name, FedasmuSettings)(fedasmu_algorithm)

@@ -40,7 +40,7 @@ vector per epoch l; its dense head gives the hazard logit. Sequences are padded 
 two so that a run with many different `num_epochs` compiles a few programs only.
 
 Choices where the paper is silent, each the field `fetch_<name>` of `algorithm.kwargs`
-(`FedasmuSettings`, fedsim_jax/algorithms/fedasmu.py; defaults in brackets):
+(`FedasmuSettings`, fedsim_jax/algorithms/fedasmu/settings.py; defaults in brackets):
 - `hidden_size` [35]: LSTM width; the paper's REINFORCE follows Zoph & Le (2017), whose
   controller LSTM had 35 hidden units. One LSTM layer, one dense layer (the paper's
   "LSTM-based network with a fully connected layer").
@@ -82,9 +82,10 @@ choices) and a JAX key (θ's initialisation and sampling), both from the seed.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import math
-from typing import Protocol
+from typing import Protocol, cast
 
 import flax.linen as nn
 import jax
@@ -93,16 +94,55 @@ import numpy as np
 
 from fedsim_jax.models import Params
 
-FETCH_POLICIES = ('learned', 'h1', 'h2', 'h3', 'none')
+
+class FetchChoice(str, enum.Enum):
+  """The fetch policy (`algorithm.kwargs.fetch_policy`): learned, a fixed slot, or none."""
+
+  LEARNED = 'learned'
+  H1 = 'h1'
+  H2 = 'h2'
+  H3 = 'h3'
+  NONE = 'none'
+
+
+class HazardPrior(str, enum.Enum):
+  """The untrained meta model's slots (`algorithm.kwargs.fetch_hazard_prior`)."""
+
+  UNIFORM = 'uniform'
+  NONE = 'none'
+
+
+class MetaExploit(str, enum.Enum):
+  """The meta model's greedy branch (`algorithm.kwargs.fetch_meta_exploit`)."""
+
+  SAMPLE = 'sample'
+  MODE = 'mode'
+
+
+class BaselineScope(str, enum.Enum):
+  """The rewards that move the baseline b (`algorithm.kwargs.fetch_baseline_scope`)."""
+
+  ALL = 'all'
+  META = 'meta'
+
+
+class QBootstrap(str, enum.Enum):
+  """The state of Formula 6's max (`algorithm.kwargs.fetch_q_bootstrap`)."""
+
+  SAME = 'same'
+  NEXT = 'next'
+
+
+FETCH_POLICIES = tuple(choice.value for choice in FetchChoice)
 # The appendix ablation's heuristics as `FixedFetch` fractions of the range 1..num_epochs-1.
 FIXED_FETCH_PRESETS = {'h1': 0.0, 'h2': 0.5, 'h3': 1.0}
 ACTIONS = ('add', 'stay', 'minus')
 ACTION_STEPS = (1, 0, -1)
 META_FEATURES = ('progress', 'remaining', 'length')
-HAZARD_PRIORS = ('uniform', 'none')
-META_EXPLOITS = ('sample', 'mode')
-BASELINE_SCOPES = ('all', 'meta')
-Q_BOOTSTRAPS = ('same', 'next')
+HAZARD_PRIORS = tuple(prior.value for prior in HazardPrior)
+META_EXPLOITS = tuple(exploit.value for exploit in MetaExploit)
+BASELINE_SCOPES = tuple(scope.value for scope in BaselineScope)
+Q_BOOTSTRAPS = tuple(bootstrap.value for bootstrap in QBootstrap)
 
 
 class FetchPolicy(Protocol):
@@ -147,11 +187,6 @@ def _check_range(
     raise ValueError(f'{name}={value!r} is invalid; allowed values: {low} {lo} x {hi} {high}')
 
 
-def _check_choice(name: str, value, allowed) -> None:
-  if value not in allowed:
-    raise ValueError(f'{name}={value!r} is not allowed; allowed values: {sorted(allowed)}')
-
-
 def fixed_fetch_epoch(fraction: float, num_epochs: int) -> int:
   """1 + round(fraction (num_epochs - 2)), halves rounded up: 1 at 0, num_epochs - 1 at 1."""
   return 1 + math.floor(fraction * (num_epochs - 2) + 0.5)
@@ -167,7 +202,6 @@ class FixedFetch:
   @classmethod
   def preset(cls, name: str) -> FixedFetch:
     """'h1', 'h2' or 'h3' of the appendix ablation."""
-    _check_choice('algorithm.kwargs.fetch_policy', name, FIXED_FETCH_PRESETS)
     return cls(FIXED_FETCH_PRESETS[name])
 
   def propose(self, client: int, num_epochs: int) -> int:
@@ -219,12 +253,13 @@ def _epoch_features(names: tuple[str, ...], num_epochs: jax.Array, length: int) 
 
 def slot_log_probs(spec: MetaSpec, params: Params, num_epochs: jax.Array, length: int) -> jax.Array:
   """log P(l* = l; θ) for l = 1..length ([length]); -inf beyond the last slot num_epochs - 1."""
-  logits = MetaModel(spec.hidden_size).apply(
-    params, _epoch_features(spec.features, num_epochs, length)
-  )
+  logits = cast(
+    jax.Array,
+    MetaModel(spec.hidden_size).apply(params, _epoch_features(spec.features, num_epochs, length)),
+  )  # no mutable collections: the output alone
   epoch = jnp.arange(1, length + 1)
   last = num_epochs - 1
-  if spec.hazard_prior == 'uniform':
+  if spec.hazard_prior == HazardPrior.UNIFORM:
     # h_l = 1 / (K - l + 1) at a zero head output: the uniform distribution over 1..K.
     logits = logits - jnp.log(jnp.maximum(last - epoch, 1).astype(jnp.float32))
   request = jnp.where(epoch == last, 0.0, jax.nn.log_sigmoid(logits))  # h_K = 1
@@ -247,7 +282,7 @@ def _choose_slot(
   exploit: str,
 ) -> jax.Array:
   log_probs = slot_log_probs(spec, params, num_epochs, length)
-  if exploit == 'mode':
+  if exploit == MetaExploit.MODE:
     return jnp.argmax(log_probs) + 1
   return jax.random.categorical(jax.random.fold_in(key, draw), log_probs) + 1
 
@@ -280,9 +315,6 @@ class QTable:
   """One device's 𝓗^i: the values of (add, stay, minus) in each state l* (Formula 6)."""
 
   def __init__(self, learning_rate: float, discount: float, bootstrap: str = 'same'):
-    _check_range('algorithm.kwargs.fetch_q_learning_rate', learning_rate, 0.0, 1.0, low_open=True)
-    _check_range('algorithm.kwargs.fetch_q_discount', discount, 0.0, 1.0, high_open=True)
-    _check_choice('algorithm.kwargs.fetch_q_bootstrap', bootstrap, Q_BOOTSTRAPS)
     self.learning_rate = learning_rate
     self.discount = discount
     self.bootstrap = bootstrap
@@ -313,7 +345,7 @@ class QTable:
     self, state: int, action: int, reward: float, next_state: int, num_slots: int
   ) -> float:
     """Formula 6 for the action taken in `state`; returns the new 𝓗(state, action)."""
-    target = state if self.bootstrap == 'same' else next_state
+    target = state if self.bootstrap == QBootstrap.SAME else next_state
     valid = self.valid_actions(target, num_slots)
     best = float(np.max(self.row(target)[valid]))
     row = self.row(state)
@@ -347,7 +379,8 @@ def load_fetch_history(path: str) -> dict[str, np.ndarray]:
 
 class LearnedFetch:
   """FedASMU's selector: the meta LSTM θ (Formula 5) for a device's first fetch, then the
-  device's Q-table (Formula 6), both ε-greedy. Settings as in the module docstring."""
+  device's Q-table (Formula 6), both ε-greedy. Settings as in the module docstring: the
+  `fetch_*` fields of `FedasmuSettings`, which checks them."""
 
   def __init__(
     self,
@@ -371,50 +404,7 @@ class LearnedFetch:
   ):
     if isinstance(num_clients, bool) or not isinstance(num_clients, int) or num_clients < 1:
       raise ValueError(f'num_clients={num_clients!r} is invalid; allowed values: an integer >= 1')
-    if isinstance(hidden_size, bool) or not isinstance(hidden_size, int) or hidden_size < 1:
-      raise ValueError(
-        f'algorithm.kwargs.fetch_hidden_size={hidden_size!r} is invalid; allowed values: an '
-        'integer >= 1'
-      )
     features = tuple(features)
-    if (
-      not features or len(set(features)) != len(features) or not set(features) <= set(META_FEATURES)
-    ):
-      raise ValueError(
-        f'algorithm.kwargs.fetch_features={features!r} is invalid; allowed values: a '
-        f'non-empty tuple of distinct names from {list(META_FEATURES)}'
-      )
-    _check_choice('algorithm.kwargs.fetch_hazard_prior', hazard_prior, HAZARD_PRIORS)
-    _check_range(
-      'algorithm.kwargs.fetch_learning_rate',
-      learning_rate,
-      0.0,
-      math.inf,
-      low_open=True,
-      high_open=True,
-    )
-    _check_range('algorithm.kwargs.fetch_baseline_decay', baseline_decay, 0.0, 1.0, low_open=True)
-    _check_range(
-      'algorithm.kwargs.fetch_baseline_init',
-      baseline_init,
-      -math.inf,
-      math.inf,
-      low_open=True,
-      high_open=True,
-    )
-    _check_choice('algorithm.kwargs.fetch_baseline_scope', baseline_scope, BASELINE_SCOPES)
-    _check_range('algorithm.kwargs.fetch_epsilon', epsilon, 0.0, 1.0)
-    _check_choice('algorithm.kwargs.fetch_meta_exploit', meta_exploit, META_EXPLOITS)
-    QTable(q_learning_rate, q_discount, q_bootstrap)  # validates the Q settings
-    if (
-      isinstance(pretrain_passes, bool)
-      or not isinstance(pretrain_passes, int)
-      or pretrain_passes < 1
-    ):
-      raise ValueError(
-        f'algorithm.kwargs.fetch_pretrain_passes={pretrain_passes!r} is invalid; allowed '
-        'values: an integer >= 1'
-      )
     self.num_clients = num_clients
     self.spec = MetaSpec(hidden_size, features, hazard_prior)
     self.learning_rate = float(learning_rate)
@@ -490,7 +480,7 @@ class LearnedFetch:
       self._slots[client] = fetch_epoch  # 𝓗^i starts from the meta model's slot
       self._tables[client] = QTable(*self._q_settings)
       return
-    if self.baseline_scope == 'all':
+    if self.baseline_scope == BaselineScope.ALL:
       self._update_baseline(reward)
     self._tables[client].update(
       pending.state, pending.action, reward, fetch_epoch, pending.num_epochs - 1
@@ -547,4 +537,10 @@ class LearnedFetch:
 
   def save_history(self, path: str) -> None:
     """Writes `history_arrays()` as an .npz for `algorithm.kwargs.fetch_pretrain_history`."""
-    np.savez(path, **self.history_arrays())
+    arrays = self.history_arrays()
+    np.savez(
+      path,
+      num_epochs=arrays['num_epochs'],
+      fetch_epoch=arrays['fetch_epoch'],
+      reward=arrays['reward'],
+    )

@@ -35,6 +35,7 @@ asked in.
 from __future__ import annotations
 
 import abc
+import enum
 import math
 from collections.abc import Callable
 
@@ -223,17 +224,18 @@ class TrainingSchedule(abc.ABC):
 
   def mask(self, num_rounds: int) -> np.ndarray:
     """Decisions for rounds 0..num_rounds-1 and all clients, ignoring history: bool [T, N]."""
-    self._require_num_clients()
+    num_clients = self._require_num_clients()
     num_rounds = _check_int('num_rounds', num_rounds, 0)
     if num_rounds == 0:
-      return np.zeros((0, self.num_clients), dtype=bool)
+      return np.zeros((0, num_clients), dtype=bool)
     return np.stack([self._scheduled(t) for t in range(num_rounds)])
 
-  def _require_num_clients(self) -> None:
+  def _require_num_clients(self) -> int:
     if self.num_clients is None:
       raise ValueError(
         'num_clients=None is invalid for a whole-federation mask; allowed: an integer >= 1'
       )
+    return self.num_clients
 
   def _decide(self, client: int, round_index: int) -> bool:
     return bool(self._scheduled(round_index)[client])
@@ -257,15 +259,15 @@ def training_mask(schedule: TrainingSchedule, selected: np.ndarray) -> np.ndarra
   Raises:
     ValueError: `selected` is not a bool array [T, N] with N = schedule.num_clients.
   """
-  schedule._require_num_clients()
+  num_clients = schedule._require_num_clients()
   selected = np.asarray(selected)
-  if selected.dtype != bool or selected.ndim != 2 or selected.shape[1] != schedule.num_clients:
+  if selected.dtype != bool or selected.ndim != 2 or selected.shape[1] != num_clients:
     raise ValueError(
       f'selected with dtype {selected.dtype} and shape {selected.shape} is invalid; '
       f'allowed: a bool array [T, {schedule.num_clients}]'
     )
   out = np.zeros_like(selected)
-  trained = np.zeros(schedule.num_clients, dtype=bool)
+  trained: np.ndarray = np.zeros(num_clients, dtype=bool)
   for t in range(selected.shape[0]):
     decision = schedule._scheduled(t)
     if schedule.first_selection_trains:
@@ -314,7 +316,14 @@ class AdHocSchedule(TrainingSchedule):
     return self._cached
 
 
-ROUND_ROBIN_PHASES = ('zero', 'random')
+class RoundRobinPhase(str, enum.Enum):
+  """The round-robin schedule's phases (`algorithm.kwargs.phase`)."""
+
+  ZERO = 'zero'
+  RANDOM = 'random'
+
+
+ROUND_ROBIN_PHASES = tuple(phase.value for phase in RoundRobinPhase)
 
 
 def _periods(budgets: np.ndarray, setting: str) -> np.ndarray:
@@ -362,9 +371,9 @@ class RoundRobinSchedule(TrainingSchedule):
     self.budgets = check_budgets(budgets)
     self.num_clients = self.budgets.size
     self.periods = _periods(self.budgets, 'round_robin')
-    if phase == 'zero':
+    if phase == RoundRobinPhase.ZERO:
       self.phases = np.zeros(self.num_clients, dtype=np.int64)
-    elif phase == 'random':
+    elif phase == RoundRobinPhase.RANDOM:
       if rng is None:
         raise ValueError(
           "rng=None is invalid with phase='random'; allowed: a numpy.random.Generator"
@@ -407,7 +416,7 @@ class SynchronisedSchedule(TrainingSchedule):
     return round_index % self.w == 0
 
   def _scheduled(self, round_index: int) -> np.ndarray:
-    return np.full(self.num_clients, round_index % self.w == 0)
+    return np.full(self._require_num_clients(), round_index % self.w == 0)
 
 
 class QuotaSchedule(TrainingSchedule):

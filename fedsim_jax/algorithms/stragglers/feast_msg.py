@@ -1,4 +1,14 @@
-"""FeAST-on-MSG: Federated Asynchronous Straggler Training on Mismatched and Stale Gradients.
+"""FeAST-on-MSG (Hard et al., "Learning from straggler clients", Sec. 2.3, Algorithm 2).
+
+FedAvg (server learning rate eta_g) on the fastest B of B_t; stragglers that arrive within
+tau_max of their round update the evaluated auxiliary model a (Equations 1-2). Defaults: the
+EMNIST `per-example` values of Table 18 (eta_g 0.006, beta 0.95, kappa 0; Table 19,
+`per-domain`: eta_g 0.006, beta 0.99, kappa 0.9), App. G.4's tau_max of 100,000 s, and
+Algorithm 2's unweighted sums (`weighting='uniform'`). eta_g is Algorithm 2's, the same rule
+as the code's (w_{t+1} = w_t - (eta_g / b_t) Delta_t, with the code's sign of the delta), so
+Table 18's tuned value applies as it is, though it is far below FedAvg's 1 (Table 10).
+
+FeAST-on-MSG: Federated Asynchronous Straggler Training on Mismatched and Stale Gradients.
 
 Hard et al., "Learning from straggler clients in federated learning", Section 2.3, Equations (1)
 and (2), Appendix A (Algorithm 2, Figure 5); tuned values in Tables 18-19, tau_max and server
@@ -48,6 +58,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import enum
 import functools
 import math
 from collections.abc import Callable
@@ -58,18 +69,35 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from fedsim_jax.algorithms.base import Algorithm, BuildContext, register
+from fedsim_jax.algorithms.groups import ClientTermsSettings, CohortSettings, LocalWorkSettings
+from fedsim_jax.algorithms.stragglers.fare_dust import weighted_delta_sum
 from fedsim_jax.models import Params
 from fedsim_jax.runtime.scheduler_context import SchedulerContext
 from fedsim_jax.runtime.simulation import TaskHandle
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
-from fedsim_jax.strategy.fare_dust import weighted_delta_sum
-from fedsim_jax.strategy.fedopt import server_update
+from fedsim_jax.settings import decay, number, one_of, positive, setting
 from fedsim_jax.strategy.local_work import LocalWork
-from fedsim_jax.strategy.synchronous import ClosingRound, SynchronousScheduler, update_weights
+from fedsim_jax.strategy.server_step import server_update
+from fedsim_jax.strategy.synchronous import (
+  WEIGHTINGS,
+  ClosingRound,
+  SynchronousScheduler,
+  update_weights,
+)
 
 BEYOND_TAU_MAX = 'beyond_tau_max'
 _WINDOW_TIMER = 'feast_window'
-WINDOW_CLOSE_RULES = ('complete', 'tau_max')
+
+
+class WindowClose(str, enum.Enum):
+  """When a round's straggler window closes (`algorithm.kwargs.window_close`)."""
+
+  COMPLETE = 'complete'
+  TAU_MAX = 'tau_max'
+
+
+WINDOW_CLOSE_RULES = tuple(rule.value for rule in WindowClose)
 
 
 @flax.struct.dataclass
@@ -120,8 +148,8 @@ def _updated_auxiliary(
     w_plus = w + server_learning_rate * mean
     return decay * (a + auxiliary_learning_rate * mean) + (1 - decay) * w_plus
 
-  return state.replace(
-    auxiliary=jax.tree_util.tree_map(leaf, state.auxiliary, start_params, delta_sum)
+  return dataclasses.replace(
+    state, auxiliary=jax.tree_util.tree_map(leaf, state.auxiliary, start_params, delta_sum)
   )
 
 
@@ -223,7 +251,7 @@ class FeastScheduler:
         f'algorithm.kwargs.window_close={window_close!r}; allowed: {WINDOW_CLOSE_RULES}'
       )
     self.tau_max = float(tau_max)
-    self.close_when_complete = window_close == 'complete'
+    self.close_when_complete = window_close == WindowClose.COMPLETE
     self.weighting = weighting
     self.update_auxiliary = update_auxiliary
     self.rounds = SynchronousScheduler(
@@ -321,11 +349,13 @@ class FeastScheduler:
     # Lines 16-17, in round order.
     while self._windows and self._windows[0].closed:
       done = self._windows.popleft()
-      sim.update_server_state(
-        lambda state, w=done: self.update_auxiliary(
-          state, w.start_params, w.delta_sum, jnp.float32(w.weight_sum)
+
+      def update(state: FeastState, window: StragglerWindow = done) -> FeastState:
+        return self.update_auxiliary(
+          state, window.start_params, window.delta_sum, jnp.float32(window.weight_sum)
         )
-      )
+
+      sim.update_server_state(update)
       self.auxiliary_updates += 1
       self.window_sizes.append(done.count)
 
@@ -338,3 +368,40 @@ class FeastScheduler:
       'pending_windows': len(self._windows),
       'mean_window_updates': sum(sizes) / len(sizes) if sizes else 0.0,
     }
+
+
+@dataclasses.dataclass(frozen=True)
+class FeastSettings(CohortSettings, LocalWorkSettings, ClientTermsSettings):
+  weighting: str = setting(
+    'uniform', one_of(WEIGHTINGS), 'update weights (Alg. 2 sums the deltas unweighted)'
+  )
+  server_learning_rate: float = setting(
+    0.006, positive(), 'eta_g (Table 18, EMNIST / CIFAR-100 / StackOverflow: 0.006/0.2/0.01)'
+  )
+  tau_max: float = setting(
+    100000.0, number(minimum=0), "seconds a round's stragglers may join (App. G.4)"
+  )
+  ema_decay: float = setting(0.95, decay(), 'beta of a, Eq. (2)')
+  kappa: float = setting(0.0, positive(allow_zero=True), 'eta_a / eta_g')
+  window_close: str = setting(
+    'complete', one_of(WINDOW_CLOSE_RULES), "at tau_max or once all stragglers are in; or 'tau_max'"
+  )
+
+
+@register('feast_msg', FeastSettings)
+def feast_msg_algorithm(settings: FeastSettings, context: BuildContext) -> Algorithm:
+  learning_rate = settings.server_learning_rate
+  scheduler = FeastScheduler(
+    settings.cohort_size,
+    settings.local_work(context),
+    settings.weighting,
+    num_selected=settings.num_selected,
+    tau_max=settings.tau_max,
+    update_auxiliary=auxiliary_update(learning_rate, settings.kappa, settings.ema_decay),
+    window_close=settings.window_close,
+  )
+  return Algorithm(
+    scheduler=scheduler,
+    aggregator=feast_aggregator(learning_rate),
+    make_client_update=settings.make_client_update(),
+  )

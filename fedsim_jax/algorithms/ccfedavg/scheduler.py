@@ -24,6 +24,7 @@ models (tests/strategy/test_ccfedavg.py).
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 import flax.struct
@@ -39,8 +40,25 @@ from fedsim_jax.strategy import client_table
 from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.tree import row, stack
 
-ESTIMATORS = ('last_delta', 'last_model', 'ignore', 'switch')
-STORAGES = ('client', 'server')
+
+class Estimator(str, enum.Enum):
+  """What a skipping client contributes (the module docstring)."""
+
+  LAST_DELTA = 'last_delta'
+  LAST_MODEL = 'last_model'
+  IGNORE = 'ignore'
+  SWITCH = 'switch'
+
+
+class Storage(str, enum.Enum):
+  """Where the histories live (`algorithm.kwargs.storage`)."""
+
+  CLIENT = 'client'
+  SERVER = 'server'
+
+
+ESTIMATORS = tuple(estimator.value for estimator in Estimator)
+STORAGES = tuple(storage.value for storage in Storage)
 
 
 @flax.struct.dataclass
@@ -61,6 +79,7 @@ def ccfedavg_server_aggregator(num_clients: int) -> Aggregator:
 
   def apply(state: HistoryState, updates: UpdateBatch) -> HistoryState:
     estimate = updates.estimated
+    assert estimate is not None  # BudgetedScheduler marks the estimated rows
     trained = (updates.weights > 0) & ~estimate
     ids = updates.client_id
 
@@ -115,7 +134,7 @@ class BudgetedScheduler:
       raise ValueError(f'estimator={estimator!r}; allowed: {ESTIMATORS}')
     if storage not in STORAGES:
       raise ValueError(f'algorithm.kwargs.storage={storage!r}; allowed: {STORAGES}')
-    if storage == 'server' and estimator != 'last_delta':
+    if storage == Storage.SERVER and estimator != Estimator.LAST_DELTA:
       raise ValueError(
         "algorithm.kwargs.storage='server' implements Algorithm 2, which stores "
         "deltas: it needs estimator='last_delta' (algorithm 'ccfedavg')"
@@ -125,9 +144,9 @@ class BudgetedScheduler:
     self.cohort_size = cohort_size
     self.local_work = local_work
     self.schedule = schedule
-    self.estimator = estimator
+    self.estimator = Estimator(estimator)
     self.switch_round = switch_round
-    self.storage = storage
+    self.storage = Storage(storage)
     self.steps_per_client = steps_per_client
     self.round_index = -1
     self.trained_updates = 0  # per run: updates computed by training
@@ -147,9 +166,12 @@ class BudgetedScheduler:
         f'algorithm.kwargs.cohort_size={self.cohort_size} exceeds the federation '
         f'({sim.num_clients} clients)'
       )
-    if self.storage == 'client' and self.estimator in ('last_delta', 'switch'):
+    if self.storage == Storage.CLIENT and self.estimator in (
+      Estimator.LAST_DELTA,
+      Estimator.SWITCH,
+    ):
       self.last_delta = client_table.create(sim.params, sim.num_clients)
-    if self.estimator in ('last_model', 'switch'):
+    if self.estimator in (Estimator.LAST_MODEL, Estimator.SWITCH):
       self.last_model = client_table.create(sim.params, sim.num_clients)
     self._start_round(sim)
 
@@ -172,7 +194,7 @@ class BudgetedScheduler:
         self._training.append(sim.dispatch(client, steps))
       else:
         self._skipping.append(client)
-        sim.record_skipped(client, estimated=self._estimate_kind() != 'ignore')
+        sim.record_skipped(client, estimated=self._estimate_kind() != Estimator.IGNORE)
     self._outstanding = len(self._training)
     if not self._training:  # nobody trains: the round closes at once
       sim.set_timer(sim.now, ('close', self.round_index))
@@ -188,14 +210,14 @@ class BudgetedScheduler:
       self._close_round(sim)
 
   def _estimate_kind(self) -> str:
-    if self.estimator == 'switch':
-      return 'last_delta' if self.round_index < self.switch_round else 'last_model'
+    if self.estimator == Estimator.SWITCH:
+      return Estimator.LAST_DELTA if self.round_index < self.switch_round else Estimator.LAST_MODEL
     return self.estimator
 
   def _close_round(self, sim: SchedulerContext) -> None:
     trained = sorted(self._training, key=lambda h: h.task_id)
     kind = self._estimate_kind()
-    skipping = [] if kind == 'ignore' else self._skipping
+    skipping = [] if kind == Estimator.IGNORE else self._skipping
     if trained:
       batch = sim.updates(trained, [1.0] * len(trained))
       rows = [row(batch.deltas, i) for i in range(len(trained))]
@@ -221,9 +243,9 @@ class BudgetedScheduler:
     zeros = jax.tree_util.tree_map(jnp.zeros_like, sim.params)
     estimates = []
     for client in skipping:
-      if self.storage == 'server':
+      if self.storage == Storage.SERVER:
         estimates.append(zeros)  # the server fills in its stored delta (Algorithm 2)
-      elif kind == 'last_delta':
+      elif kind == Estimator.LAST_DELTA:
         assert self.last_delta is not None
         estimates.append(client_table.read(self.last_delta, client))
       else:
@@ -239,12 +261,14 @@ class BudgetedScheduler:
     # reads them as the p_i of its sum.
     batch = UpdateBatch(
       deltas=deltas,
-      weights=np.full(count, 1.0 / count, np.float32),
-      staleness=np.zeros(count, np.int32),
-      num_steps=np.array([h.num_steps for h in trained] + [0] * len(estimates), np.int32),
-      group=np.zeros(count, np.int32),
-      estimated=np.array([False] * len(rows) + [True] * len(estimates)),
-      client_id=np.array([h.client_id for h in trained] + skipping, np.int32),
+      weights=jnp.asarray(np.full(count, 1.0 / count, np.float32)),
+      staleness=jnp.asarray(np.zeros(count, np.int32)),
+      num_steps=jnp.asarray(
+        np.array([h.num_steps for h in trained] + [0] * len(estimates), np.int32)
+      ),
+      group=jnp.asarray(np.zeros(count, np.int32)),
+      estimated=jnp.asarray(np.array([False] * len(rows) + [True] * len(estimates))),
+      client_id=jnp.asarray(np.array([h.client_id for h in trained] + skipping, np.int32)),
     )
     sim.apply_update_batch(batch, trained)
     self._start_round(sim)
