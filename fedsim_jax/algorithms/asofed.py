@@ -62,7 +62,6 @@ FedAsync's delta form with alpha = 1, constant staleness and example-share weigh
 from __future__ import annotations
 
 import dataclasses
-import enum
 import functools
 import math
 from typing import Any, NamedTuple
@@ -88,17 +87,18 @@ from fedsim_jax.runtime.scheduler_context import SchedulerContext
 from fedsim_jax.runtime.simulation import TaskHandle
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
 from fedsim_jax.settings import boolean, decay, one_of, positive, setting
+from fedsim_jax.str_enum import StrEnum
 from fedsim_jax.strategy import client_table
 
 
-class DecayGradient(str, enum.Enum):
+class DecayGradient(StrEnum):
   """What the decayed average h accumulates (`algorithm.kwargs.decay_gradient`)."""
 
   CURRENT = 'current'
   PREVIOUS = 'previous'
 
 
-class DelayMeasure(str, enum.Enum):
+class DelayMeasure(StrEnum):
   """How a client's delay is measured (`algorithm.kwargs.delay_measure`)."""
 
   TRAINING_TIME = 'training_time'

@@ -4,7 +4,6 @@ s(staleness), normalised and applied by a server optimizer."""
 from __future__ import annotations
 
 import dataclasses
-import enum
 from collections.abc import Callable
 
 from fedsim_jax.algorithms.base import Algorithm, BuildContext, register
@@ -17,6 +16,7 @@ from fedsim_jax.algorithms.groups import (
   StalenessSettings,
 )
 from fedsim_jax.settings import ConfigError, one_of, positive, setting
+from fedsim_jax.str_enum import StrEnum
 from fedsim_jax.strategy.reducers import (
   Reducer,
   count_mean,
@@ -40,7 +40,7 @@ from fedsim_jax.strategy.synchronous import Weighting
 # It is FedNova's average only when the buffer's p_k sum to 1; with uniform weights (p_k = 1) it
 # is K times FedNova's average over the buffer (with the SGD server, `server_learning_rate` / K
 # gives the average), and with equal Q_k it equals 'sum'. No paper defines FedBuff with it.
-class Normalization(str, enum.Enum):
+class Normalization(StrEnum):
   """What FedBuff's buffer sum is divided by (`algorithm.kwargs.normalization`)."""
 
   WEIGHTS = 'weights'

@@ -38,7 +38,6 @@ Where the paper is silent (each choice is a constructor argument):
 from __future__ import annotations
 
 import dataclasses
-import enum
 import math
 from collections.abc import Callable
 from typing import Any
@@ -53,20 +52,21 @@ from fedsim_jax.runtime.scheduler_context import SchedulerContext
 from fedsim_jax.runtime.simulation import TaskHandle
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
 from fedsim_jax.settings import ConfigError, boolean, decay, number, one_of, positive, setting
+from fedsim_jax.str_enum import StrEnum
 from fedsim_jax.strategy.reducers import Reducer, fednova_mean, staleness_scaled, weighted_sum
 from fedsim_jax.strategy.server_step import server_update
 from fedsim_jax.strategy.staleness import polynomial, scaled
 from fedsim_jax.strategy.synchronous import WEIGHTINGS, Weighting, check_weighting
 
 
-class SpeedEstimator(str, enum.Enum):
+class SpeedEstimator(StrEnum):
   """How a client's step time is estimated (`algorithm.kwargs.speed_estimator`)."""
 
   LAST = 'last'
   EMA = 'ema'
 
 
-class CreateRule(str, enum.Enum):
+class CreateRule(StrEnum):
   """CREATEGROUP's reference arrival time (`algorithm.kwargs.create_rule`)."""
 
   PAPER = 'paper'

@@ -42,7 +42,6 @@ average of the buffered deltas.
 from __future__ import annotations
 
 import dataclasses
-import enum
 
 import flax.struct
 import jax
@@ -60,9 +59,10 @@ from fedsim_jax.algorithms.groups import (
 from fedsim_jax.models import Params
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
 from fedsim_jax.settings import ConfigError, one_of, positive, setting
+from fedsim_jax.str_enum import StrEnum
 
 
-class SimilarityReference(str, enum.Enum):
+class SimilarityReference(StrEnum):
   """The global progress a client's update is compared with (`algorithm.kwargs.similarity_reference`)."""
 
   LAST_UPDATE = 'last_update'

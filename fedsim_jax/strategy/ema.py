@@ -18,7 +18,6 @@ defaults to 'bias_correction'):
 
 from __future__ import annotations
 
-import enum
 from typing import Any
 
 import flax.struct
@@ -27,9 +26,10 @@ import jax.numpy as jnp
 
 from fedsim_jax.models import Params
 from fedsim_jax.runtime.updates import Aggregator, LinearAggregation, UpdateBatch
+from fedsim_jax.str_enum import StrEnum
 
 
-class EmaWarmup(str, enum.Enum):
+class EmaWarmup(StrEnum):
   """How the EMA starts (`algorithm.kwargs.ema_warmup`; the module docstring)."""
 
   NONE = 'none'

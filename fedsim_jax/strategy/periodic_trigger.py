@@ -41,7 +41,6 @@ as one training device until its last segment arrives.
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -49,12 +48,13 @@ from typing import Any
 from fedsim_jax.runtime.sampling import choose_without_replacement
 from fedsim_jax.runtime.scheduler_context import SchedulerContext
 from fedsim_jax.runtime.simulation import TaskHandle
+from fedsim_jax.str_enum import StrEnum
 from fedsim_jax.strategy.client_state import ClientState
 from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.strategy.synchronous import check_weighting, update_weights
 
 
-class TriggerTiming(str, enum.Enum):
+class TriggerTiming(StrEnum):
   """When the trigger thread checks again (`algorithm.kwargs.trigger_timing`; the module
   docstring)."""
 

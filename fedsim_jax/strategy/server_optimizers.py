@@ -13,7 +13,6 @@ differs from `optax.adam` (bias-corrected, v starting at 0), which is available 
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -21,8 +20,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from fedsim_jax.str_enum import StrEnum
 
-class ServerOptimizer(str, enum.Enum):
+
+class ServerOptimizer(StrEnum):
   """The named server optimizers (`algorithm.kwargs.server_optimizer`)."""
 
   SGD = 'sgd'
@@ -32,7 +33,7 @@ class ServerOptimizer(str, enum.Enum):
   ADAM = 'adam'
 
 
-class AdaptiveForm(str, enum.Enum):
+class AdaptiveForm(StrEnum):
   """How the adaptive rules are written (`algorithm.kwargs.adaptive_form`)."""
 
   REDDI = 'reddi'  # Reddi et al., Algorithm 2 as written

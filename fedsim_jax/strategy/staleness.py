@@ -7,16 +7,17 @@ a jnp function of an integer staleness array, so it runs inside jitted aggregato
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 
+from fedsim_jax.str_enum import StrEnum
+
 StalenessFn = Callable[[jax.Array], jax.Array]
 
 
-class Staleness(str, enum.Enum):
+class Staleness(StrEnum):
   """The named staleness functions (the values of `algorithm.kwargs.staleness`)."""
 
   CONSTANT = 'constant'

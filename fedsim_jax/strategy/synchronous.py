@@ -15,7 +15,6 @@ sees a round's updates just before they are aggregated, with the stragglers stil
 from __future__ import annotations
 
 import dataclasses
-import enum
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,10 +22,11 @@ import numpy as np
 
 from fedsim_jax.runtime.scheduler_context import SchedulerContext
 from fedsim_jax.runtime.simulation import TaskHandle
+from fedsim_jax.str_enum import StrEnum
 from fedsim_jax.strategy.local_work import LocalWork
 
 
-class Weighting(str, enum.Enum):
+class Weighting(StrEnum):
   """Update weights p_k (`algorithm.kwargs.weighting`)."""
 
   NUM_EXAMPLES = 'num_examples'  # the client's share of the federation's examples, n_k / n

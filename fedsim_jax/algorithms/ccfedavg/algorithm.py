@@ -12,7 +12,6 @@ server (Alg. 2, `storage='server'`).
 from __future__ import annotations
 
 import dataclasses
-import enum
 
 import numpy as np
 import optax
@@ -34,11 +33,12 @@ from fedsim_jax.algorithms.groups import (
   ServerEmaSettings,
 )
 from fedsim_jax.settings import ConfigError, boolean, number, one_of, positive, setting
+from fedsim_jax.str_enum import StrEnum
 from fedsim_jax.strategy.reducers import fednova_mean
 from fedsim_jax.strategy.server_step import server_update
 
 
-class BudgetRule(str, enum.Enum):
+class BudgetRule(StrEnum):
   """How the budgets p_i are drawn (`algorithm.kwargs.budget_rule`)."""
 
   BETA = 'beta'
@@ -46,7 +46,7 @@ class BudgetRule(str, enum.Enum):
   UNIFORM = 'uniform'
 
 
-class BudgetSchedule(str, enum.Enum):
+class BudgetSchedule(StrEnum):
   """When a selected client trains (`algorithm.kwargs.budget_schedule`)."""
 
   AD_HOC = 'ad_hoc'
@@ -67,7 +67,7 @@ ESTIMATOR_OF: dict[str, Estimator | None] = {
 }
 
 
-class FednovaRounding(str, enum.Enum):
+class FednovaRounding(StrEnum):
   """How fednova_budget rounds p_i K (`algorithm.kwargs.fednova_rounding`)."""
 
   CEIL = 'ceil'

@@ -35,11 +35,12 @@ asked in.
 from __future__ import annotations
 
 import abc
-import enum
 import math
 from collections.abc import Callable
 
 import numpy as np
+
+from fedsim_jax.str_enum import StrEnum
 
 _INT_TOLERANCE = 1e-9
 
@@ -316,7 +317,7 @@ class AdHocSchedule(TrainingSchedule):
     return self._cached
 
 
-class RoundRobinPhase(str, enum.Enum):
+class RoundRobinPhase(StrEnum):
   """The round-robin schedule's phases (`algorithm.kwargs.phase`)."""
 
   ZERO = 'zero'

@@ -24,7 +24,6 @@ models (tests/strategy/test_ccfedavg.py).
 
 from __future__ import annotations
 
-import enum
 from typing import Any
 
 import flax.struct
@@ -36,12 +35,13 @@ from fedsim_jax.models import Params
 from fedsim_jax.runtime.scheduler_context import SchedulerContext
 from fedsim_jax.runtime.simulation import TaskHandle
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
+from fedsim_jax.str_enum import StrEnum
 from fedsim_jax.strategy import client_table
 from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.tree import row, stack
 
 
-class Estimator(str, enum.Enum):
+class Estimator(StrEnum):
   """What a skipping client contributes (the module docstring)."""
 
   LAST_DELTA = 'last_delta'
@@ -50,7 +50,7 @@ class Estimator(str, enum.Enum):
   SWITCH = 'switch'
 
 
-class Storage(str, enum.Enum):
+class Storage(StrEnum):
   """Where the histories live (`algorithm.kwargs.storage`)."""
 
   CLIENT = 'client'

@@ -82,7 +82,6 @@ choices) and a JAX key (θ's initialisation and sampling), both from the seed.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import functools
 import math
 from typing import Protocol, cast
@@ -93,9 +92,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedsim_jax.models import Params
+from fedsim_jax.str_enum import StrEnum
 
 
-class FetchChoice(str, enum.Enum):
+class FetchChoice(StrEnum):
   """The fetch policy (`algorithm.kwargs.fetch_policy`): learned, a fixed slot, or none."""
 
   LEARNED = 'learned'
@@ -105,28 +105,28 @@ class FetchChoice(str, enum.Enum):
   NONE = 'none'
 
 
-class HazardPrior(str, enum.Enum):
+class HazardPrior(StrEnum):
   """The untrained meta model's slots (`algorithm.kwargs.fetch_hazard_prior`)."""
 
   UNIFORM = 'uniform'
   NONE = 'none'
 
 
-class MetaExploit(str, enum.Enum):
+class MetaExploit(StrEnum):
   """The meta model's greedy branch (`algorithm.kwargs.fetch_meta_exploit`)."""
 
   SAMPLE = 'sample'
   MODE = 'mode'
 
 
-class BaselineScope(str, enum.Enum):
+class BaselineScope(StrEnum):
   """The rewards that move the baseline b (`algorithm.kwargs.fetch_baseline_scope`)."""
 
   ALL = 'all'
   META = 'meta'
 
 
-class QBootstrap(str, enum.Enum):
+class QBootstrap(StrEnum):
   """The state of Formula 6's max (`algorithm.kwargs.fetch_q_bootstrap`)."""
 
   SAME = 'same'

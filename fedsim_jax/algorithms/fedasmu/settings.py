@@ -14,7 +14,6 @@ these settings as they are: nothing below checks them again.
 from __future__ import annotations
 
 import dataclasses
-import enum
 
 import numpy as np
 
@@ -48,30 +47,31 @@ from fedsim_jax.settings import (
   setting,
   text,
 )
+from fedsim_jax.str_enum import StrEnum
 
 
-class XiForm(str, enum.Enum):
+class XiForm(StrEnum):
   """Formula 2's form (`algorithm.kwargs.xi_form`; server.py's docstring)."""
 
   APPENDIX = 'appendix'
   PRINTED = 'printed'
 
 
-class SigmaGradient(str, enum.Enum):
+class SigmaGradient(StrEnum):
   """The sigma hyper-gradient (`algorithm.kwargs.sigma_gradient`)."""
 
   EXACT = 'exact'
   PRINTED = 'printed'
 
 
-class GradientSign(str, enum.Enum):
+class GradientSign(StrEnum):
   """The sign of the gradient estimate (`algorithm.kwargs.gradient_sign`)."""
 
   PRINTED = 'printed'
   DESCENT = 'descent'
 
 
-class StaticAlpha(str, enum.Enum):
+class StaticAlpha(StrEnum):
   """FedASMU-DA/-0's alpha (`algorithm.kwargs.static_alpha`)."""
 
   FEDASYNC = 'fedasync'

@@ -81,7 +81,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import enum
 import functools
 from typing import Any
 
@@ -105,6 +104,7 @@ from fedsim_jax.runtime.scheduler_context import SchedulerContext
 from fedsim_jax.runtime.simulation import TaskHandle
 from fedsim_jax.runtime.updates import UpdateBatch
 from fedsim_jax.settings import decay, one_of, positive, setting
+from fedsim_jax.str_enum import StrEnum
 from fedsim_jax.strategy.ema import with_ema
 from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.strategy.server_optimizers import SERVER_OPTIMIZERS
@@ -118,7 +118,7 @@ from fedsim_jax.strategy.synchronous import (
 )
 
 
-class EmptyHistory(str, enum.Enum):
+class EmptyHistory(StrEnum):
   """The teacher while the history is empty (`algorithm.kwargs.empty_history`)."""
 
   NO_DISTILLATION = 'no_distillation'

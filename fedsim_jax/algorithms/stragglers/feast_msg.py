@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import enum
 import functools
 import math
 from collections.abc import Callable
@@ -77,6 +76,7 @@ from fedsim_jax.runtime.scheduler_context import SchedulerContext
 from fedsim_jax.runtime.simulation import TaskHandle
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch
 from fedsim_jax.settings import decay, number, one_of, positive, setting
+from fedsim_jax.str_enum import StrEnum
 from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.strategy.server_step import server_update
 from fedsim_jax.strategy.synchronous import (
@@ -90,7 +90,7 @@ BEYOND_TAU_MAX = 'beyond_tau_max'
 _WINDOW_TIMER = 'feast_window'
 
 
-class WindowClose(str, enum.Enum):
+class WindowClose(StrEnum):
   """When a round's straggler window closes (`algorithm.kwargs.window_close`)."""
 
   COMPLETE = 'complete'
