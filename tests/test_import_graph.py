@@ -21,6 +21,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / 'fedsim_jax'
 # `algorithms` may not exist yet; a tier lists it so that it lands above `strategy`.
 TIERS = (
   ('settings', 'tree'),
+  ('registry',),  # plugin registries: settings dataclasses by name
   ('checkpointing', 'distributed', 'interrupts', 'provenance', 'workdir'),
   ('data', 'models'),
   ('client',),
