@@ -147,6 +147,8 @@ def check_choice(name: str, value: Any, allowed: Sequence[Any]) -> None:
 
 
 KWARGS_PREFIX = 'algorithm.kwargs.'
+# Settings of the selected model, latency and availability models (checked when resolved).
+PLUGIN_KWARGS_PREFIXES = ('model.kwargs.', 'latency.kwargs.', 'availability.kwargs.')
 
 
 def _algorithm_settings(config: Any) -> Any:
@@ -161,7 +163,8 @@ def set_existing(config: Any, path: str, value: Any) -> None:
   """Sets the dotted setting `path` (e.g. 'client.learning_rate') of `config` to `value`, like
   `fedsim_jax.config.set_by_path`, but only a setting `config` has: a misspelt name, or a
   section this build lacks, raises `ConfigError` instead of adding a new setting. An
-  'algorithm.kwargs.<field>' path must name a field of the algorithm's settings dataclass."""
+  'algorithm.kwargs.<field>' path must name a field of the algorithm's settings dataclass; a
+  'model.kwargs.<field>' (latency, availability) one is checked when the config is validated."""
   import ml_collections
 
   from fedsim_jax.config import ConfigError, set_by_path  # Deferred: keeps this module JAX-free.
@@ -177,6 +180,9 @@ def set_existing(config: Any, path: str, value: Any) -> None:
         f'{path} is not a setting of {settings.__name__} (algorithm.name='
         f'{config.algorithm.name!r}){closest(field, names)}; allowed: {sorted(names)}'
       )
+    set_by_path(config, path, value)
+    return
+  if path.startswith(PLUGIN_KWARGS_PREFIXES):  # checked by the selected entry's settings
     set_by_path(config, path, value)
     return
   node = config
@@ -336,6 +342,9 @@ def stale_setting(run_dir: str, config: Any, paths: Sequence[str]) -> str | None
       saved = json.load(f)
   except (OSError, ValueError):
     return None
+  from fedsim_jax.config import upgrade_layout  # Deferred: keeps this module free of JAX.
+
+  saved = upgrade_layout(saved)  # a run of an earlier layout reads as today's
   for path in paths:
     if path.startswith(KWARGS_PREFIX):
       if path[len(KWARGS_PREFIX) :] not in _algorithm_settings(config).field_names():

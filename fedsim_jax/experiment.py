@@ -47,10 +47,17 @@ from fedsim_jax.executor.choice import (
 from fedsim_jax.metrics import MetricsWriter, make_evaluator, summarize, write_json
 from fedsim_jax.metrics.tensorboard import TensorBoardWriter, tensorboard_available
 from fedsim_jax.metrics.writers import TaskTraceWriter
-from fedsim_jax.models import Model, get_model
+from fedsim_jax.models import Model, ModelContext
+from fedsim_jax.models import build_model as build_registered_model
 from fedsim_jax.provenance import code_record, code_version
+from fedsim_jax.registry import Selection
 from fedsim_jax.runtime import Simulation, SimulationStalled, StopCondition
-from fedsim_jax.runtime.latency.registry import make_availability, make_latency
+from fedsim_jax.runtime.latency import (
+  AvailabilityContext,
+  LatencyContext,
+)
+from fedsim_jax.runtime.latency import build_availability as build_registered_availability
+from fedsim_jax.runtime.latency import build_latency as build_registered_latency
 from fedsim_jax.runtime.statistics import staleness_histogram, statistics
 from fedsim_jax.saved_run import model_description, save_models
 from fedsim_jax.settings import Settings
@@ -82,17 +89,36 @@ class RandomStreams:
     )
 
 
-def _settings(section: ml_collections.ConfigDict) -> dict[str, Any]:
-  """A model's config section as keyword settings; None means 'use the default'."""
+def model_selection(config: ml_collections.ConfigDict) -> Selection:
+  """`config.model` resolved: the registered model and its validated settings."""
+  return config_lib.resolve_plugin(config, 'model')
+
+
+def latency_selection(config: ml_collections.ConfigDict) -> Selection:
+  """`config.latency` resolved: the registered latency model and its validated settings."""
+  return config_lib.resolve_plugin(config, 'latency')
+
+
+def availability_selection(config: ml_collections.ConfigDict) -> Selection:
+  """`config.availability` resolved: the availability model and its validated settings."""
+  return config_lib.resolve_plugin(config, 'availability')
+
+
+def plugin_selections(config: ml_collections.ConfigDict) -> dict[str, Selection]:
+  """The resolved model, latency and availability sections, by section name."""
   return {
-    k: (tuple(v) if isinstance(v, list) else v)
-    for k, v in section.to_dict().items()
-    if v is not None
+    'model': model_selection(config),
+    'latency': latency_selection(config),
+    'availability': availability_selection(config),
   }
 
 
-def run_facts(config: ml_collections.ConfigDict) -> algorithms.RunFacts:
-  """What the algorithm may check or read of the config's other sections."""
+def run_facts(
+  config: ml_collections.ConfigDict, model: Selection | None = None
+) -> algorithms.RunFacts:
+  """What the algorithm may check or read of the config's other sections (`model`: the
+  resolved model section, resolved from `config` when not given)."""
+  model = model_selection(config) if model is None else model
   client = config.client
   return algorithms.RunFacts(
     num_clients=config.data.num_clients,
@@ -104,7 +130,7 @@ def run_facts(config: ml_collections.ConfigDict) -> algorithms.RunFacts:
     local_steps=client.local_steps,
     local_epochs=client.local_epochs,
     sampling=client.sampling,
-    model_norm=config.model.norm,
+    model_norm=getattr(model.settings, 'norm', None),
   )
 
 
@@ -117,8 +143,9 @@ def algorithm_settings(config: ml_collections.ConfigDict) -> Settings:
 
 
 def validate(config: ml_collections.ConfigDict) -> Settings:
-  """Checks every setting of `config` that can be checked without data, the algorithm's
-  included; returns the algorithm's settings. Raises `ConfigError`."""
+  """Checks every setting of `config` that can be checked without data, the algorithm's, the
+  model's, the latency and availability models' included; returns the algorithm's settings.
+  Raises `ConfigError`."""
   config_lib.validate(config)
   return algorithm_settings(config)
 
@@ -135,27 +162,36 @@ def client_budgets(config: ml_collections.ConfigDict, num_clients: int) -> np.nd
   return settings.client_budgets(num_clients, config.seed)
 
 
+def _built(section: str, selection: Selection, build: Callable[[], Any]) -> Any:
+  """`build()`, with an error of the federation's making (a trace too short, a per-client
+  array of the wrong length) as a `ConfigError` naming the section's model."""
+  try:
+    return build()
+  except config_lib.ConfigError:
+    raise
+  except (ValueError, TypeError, FileNotFoundError) as error:
+    raise config_lib.ConfigError(f'{section}.name={selection.name!r}: {error}') from None
+
+
 def build_latency(
   config: ml_collections.ConfigDict,
   dataset: FederatedDataset,
   model_bytes: int,
   rng: np.random.Generator,
+  selection: Selection | None = None,
 ):
-  """The configured latency model; invalid settings raise `ConfigError`."""
-  name = config.latency.model
-  try:
-    return make_latency(
-      name,
-      num_clients=dataset.num_clients,
-      rng=rng,
-      client_sizes=dataset.client_sizes,
-      batch_size=config.client.batch_size,
-      model_bytes=model_bytes,
-      straggler_mask=dataset.straggler_mask,
-      **_settings(config.latency[name]),
-    )
-  except (ValueError, TypeError, FileNotFoundError) as error:
-    raise config_lib.ConfigError(f'latency.{name}: {error}') from None
+  """The latency model `selection` (default: `config.latency` resolved) selects, built for
+  `dataset` with generator `rng`; invalid settings raise `ConfigError`."""
+  selection = latency_selection(config) if selection is None else selection
+  context = LatencyContext(
+    num_clients=dataset.num_clients,
+    rng=rng,
+    client_sizes=dataset.client_sizes,
+    batch_size=config.client.batch_size,
+    model_bytes=model_bytes,
+    straggler_mask=dataset.straggler_mask,
+  )
+  return _built('latency', selection, lambda: build_registered_latency(selection, context))
 
 
 def epoch_compute_time_percentile(
@@ -203,14 +239,18 @@ def resolve_settings(
 
 
 def build_availability(
-  config: ml_collections.ConfigDict, dataset: FederatedDataset, rng: np.random.Generator
+  config: ml_collections.ConfigDict,
+  dataset: FederatedDataset,
+  rng: np.random.Generator,
+  selection: Selection | None = None,
 ):
-  name = config.availability.model
-  settings = _settings(config.availability[name]) if name in config.availability else {}
-  try:
-    return make_availability(name, num_clients=dataset.num_clients, rng=rng, **settings)
-  except (ValueError, TypeError, FileNotFoundError) as error:
-    raise config_lib.ConfigError(f'availability.{name}: {error}') from None
+  """The availability model `selection` (default: `config.availability` resolved) selects,
+  built for `dataset` with generator `rng`; invalid settings raise `ConfigError`."""
+  selection = availability_selection(config) if selection is None else selection
+  context = AvailabilityContext(num_clients=dataset.num_clients, rng=rng)
+  return _built(
+    'availability', selection, lambda: build_registered_availability(selection, context)
+  )
 
 
 def _load_central_dataset(name: str, data_dir: str | None) -> Any:
@@ -283,20 +323,22 @@ def build_federated_dataset(config: ml_collections.ConfigDict) -> FederatedDatas
   )
 
 
-def model_kwargs(config: ml_collections.ConfigDict) -> dict[str, Any]:
-  """The architecture's own settings of `config.model` (what `get_model` takes as kwargs)."""
-  kwargs: dict[str, Any] = (
-    {'hidden_sizes': tuple(config.model.hidden_sizes)} if config.model.name == 'mlp' else {}
-  )
-  if config.model.norm is not None:
-    kwargs['norm'] = config.model.norm
-  return kwargs
+def model_kwargs(selection: Selection) -> dict[str, Any]:
+  """The architecture's own settings of a resolved model section, every field with its value
+  (what `get_model` takes as kwargs)."""
+  return selection.settings.as_dict()
 
 
-def build_model(config: ml_collections.ConfigDict, dataset: FederatedDataset) -> Model:
-  return get_model(
-    config.model.name, dataset.input_shape, dataset.num_classes, **model_kwargs(config)
-  )
+def build_model(
+  config: ml_collections.ConfigDict,
+  dataset: FederatedDataset,
+  selection: Selection | None = None,
+) -> Model:
+  """The model `selection` (default: `config.model` resolved) selects, for `dataset`'s inputs
+  and classes."""
+  selection = model_selection(config) if selection is None else selection
+  context = ModelContext(selection.name, tuple(dataset.input_shape), dataset.num_classes)
+  return build_registered_model(selection, context)
 
 
 def build_simulation(
@@ -449,19 +491,17 @@ def config_differences(
   )
 
 
-def default_settings(settings: Settings) -> dict[str, Any]:
-  """The resolved config of `base_config()` with `settings`' algorithm defaults: the values a
+def default_settings(
+  settings: Settings, selections: dict[str, Selection] | None = None
+) -> dict[str, Any]:
+  """The resolved config of `base_config()` with `settings`' algorithm defaults and the
+  defaults of the model, latency and availability models `selections` name: the values a
   setting added after a run started is given by default (see `config_differences`)."""
   defaults = config_lib.base_config().to_dict()
   defaults['algorithm']['kwargs'] = type(settings)().as_dict()
+  for section, selection in (selections or {}).items():
+    defaults[section]['kwargs'] = type(selection.settings)().as_dict()
   return defaults
-
-
-def _model_setting(config: ml_collections.ConfigDict) -> str:
-  """The setting that sizes the model, as a memory refusal names it."""
-  if config.model.name == 'mlp':
-    return f'model.hidden_sizes={list(config.model.hidden_sizes)}'
-  return f'model.name={config.model.name!r}'
 
 
 class PreparedRun:
@@ -538,15 +578,19 @@ class PreparedRun:
     if check_federation is not None:
       check_federation(dataset.num_clients, algorithms.base.KWARGS_PREFIX)
     self.dataset = dataset
-    model = build_model(config, dataset)
-    self.model_description = model_description(model, model_kwargs(config))
+    self.selections = plugin_selections(config)
+    model = build_model(config, dataset, self.selections['model'])
+    self.model_description = model_description(model, model_kwargs(self.selections['model']))
     config = resolve_settings(config, dataset, model)
     self.config = config
     self.algorithm_settings = algorithm_settings(config)
-    # The resolved config: every algorithm setting with its value, defaults included, so
-    # that config.json alone describes (and reruns) the run.
+    # The resolved config: every setting of the algorithm, the model, the latency and the
+    # availability model with its value, defaults included, so that config.json alone
+    # describes (and reruns) the run.
     resolved = config.to_dict()
     resolved['algorithm']['kwargs'] = self.algorithm_settings.as_dict()
+    for section, selection in self.selections.items():
+      resolved[section]['kwargs'] = selection.settings.as_dict()
 
     def on_version(sim: Simulation) -> None:
       if sim.version % config.run.eval_every == 0:
@@ -652,7 +696,7 @@ class PreparedRun:
       dataset.num_clients,
       model.name,
       model.num_params(self.simulation.params),
-      config.latency.model,
+      config.latency.name,
       executor.backend,
       executor.step_loop,
       executor.threads,
@@ -705,7 +749,7 @@ class PreparedRun:
         batch_size=config.client.batch_size,
         example_bytes=memory_estimate.training_bytes_per_example(model, params),
       ),
-      model_setting=_model_setting(config),
+      model_setting=memory_estimate.model_size_setting(self.selections['model']),
     )
     memory_estimate.check_fits(needs, memory_estimate.available_bytes())
 
@@ -719,7 +763,9 @@ class PreparedRun:
         logging.warning('--resume: no checkpoint in %s; starting from the beginning', self.workdir)
       return None
     differing = config_differences(
-      restored.meta['config'], resolved, default_settings(self.algorithm_settings)
+      config_lib.upgrade_layout(restored.meta['config']),
+      resolved,
+      default_settings(self.algorithm_settings, self.selections),
     )
     if differing:
       raise config_lib.ConfigError(

@@ -32,7 +32,7 @@ class FedDynSettings(DeadlineSettings, LocalWorkSettings, ServerEmaSettings):
     super().check_run(name, run, prefix)
     if run.model_norm == 'batch':
       raise ConfigError(
-        "model.norm='batch' is invalid with algorithm.name='feddyn' (its regulariser covers "
+        "model.kwargs.norm='batch' is invalid with algorithm.name='feddyn' (its regulariser covers "
         "trainable weights only); allowed values: 'group', 'none'"
       )
 
