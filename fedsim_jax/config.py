@@ -744,7 +744,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
 
 def describe(config: ml_collections.ConfigDict | None = None) -> str:
   """Every setting of `config` (default: `base_config()`) with its value, allowed values and a
-  one-line description, from `FIELDS`; then every registered model, latency model and
+  one-line description, from `FIELDS`; the settings of the model, latency and availability
+  model `config` selects, with its values; then every registered model, latency model and
   availability model with its settings (`Registry.describe`). The algorithm's settings are
   described by its settings class."""
   config = base_config() if config is None else config
@@ -753,7 +754,10 @@ def describe(config: ml_collections.ConfigDict | None = None) -> str:
     lines.append(f'{path} = {_get(config, path)!r}')
     lines.append(f'    {doc}; allowed: {allowed_values(check)}')
   for section, registry in PLUGIN_SECTIONS.items():
-    lines.append(f'{section}.kwargs: the settings of the {registry.kind} {section}.name names:')
+    selected = resolve_plugin(config, section)
+    lines.append(f'{section}.kwargs of {section}.name={selected.name!r}, as this config sets them:')
+    lines.append(selected.settings.describe(prefix=f'{section}.kwargs.'))
+    lines.append(f"Every registered {registry.kind} ({section}.name) with its settings' defaults:")
     lines.append(registry.describe())
   lines.append('run.eval_class_groups: named class subsets reported as test_accuracy/<name>')
   return '\n'.join(lines)

@@ -56,7 +56,12 @@ def test_describe_lists_each_setting_with_its_value():
   assert 'client.learning_rate = 0.125\n    local learning rate; allowed: a number > 0' in text
   for path in FIELDS:
     assert f'\n{path} = ' in '\n' + text
-  # Every registered model, latency and availability model with its settings.
+  # The selected models' settings with this config's values, then every registered one's.
+  config.latency.kwargs.mean = 0.25
+  text = describe(config)
+  assert (
+    '\nlatency.kwargs.mean = 0.25\n    mean seconds per local step; allowed: a number > 0' in text
+  )
   assert "\nmodel.name='resnet18': " in text
   assert '\n  model.kwargs.hidden_sizes = (200, 200)\n' in text
   assert "\nlatency.name='per_step': " in text
