@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from fedsim_jax.saved_run import load_run
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BINARY = os.path.join(os.path.dirname(sys.executable), 'fedsim-run')
 
@@ -82,6 +84,9 @@ def test_binary_runs_a_model_registered_by_user_code(digits_data_dir, tmp_path):
   rows = _metrics(workdir)
   assert [r['version'] for r in rows] == [0, 3, 6]
   assert rows[-1]['test_accuracy'] > rows[0]['test_accuracy'] + 0.2
+  saved = load_run(workdir)  # imports the run's model.module to rebuild its model
+  assert saved.model.name == 'two_layer' and saved.model.module.width == 12
+  assert saved.model.num_params(saved.params['final']) == 64 * 12 + 12 + 12 * 10 + 10
 
 
 def test_binary_runs_latency_and_availability_models_registered_by_user_code(
