@@ -35,13 +35,13 @@ def _config(seed: int):
   config.algorithm.name = 'fedcompass'
   config.data.num_clients = 5
   config.model.name = _MODEL.value
-  config.model.hidden_sizes = (200, 200)
+  config.model.kwargs.hidden_sizes = (200, 200)
   config.client.local_steps = None
   config.client.batch_size = 32
   config.client.learning_rate = 0.05
   config.algorithm.kwargs.update(q_min=4, q_max=20)
-  config.latency.per_step.distribution = 'normal'
-  config.latency.per_step.jitter = 0.05
+  config.latency.kwargs.distribution = 'normal'
+  config.latency.kwargs.jitter = 0.05
   config.executor.backend = _BACKEND.value
   config.run.num_rounds = _VERSIONS.value
   config.run.eval_every = _EVAL_EVERY.value

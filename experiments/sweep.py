@@ -147,6 +147,8 @@ def check_choice(name: str, value: Any, allowed: Sequence[Any]) -> None:
 
 
 KWARGS_PREFIX = 'algorithm.kwargs.'
+# Settings of the selected model, latency and availability models (checked when resolved).
+PLUGIN_KWARGS_PREFIXES = ('model.kwargs.', 'latency.kwargs.', 'availability.kwargs.')
 
 
 def _algorithm_settings(config: Any) -> Any:
@@ -183,7 +185,8 @@ def set_existing(config: Any, path: str, value: Any) -> None:
   `fedsim_jax.config.set_by_path`, but only a setting `config` has: a misspelt name, or a
   section this build lacks, raises `ConfigError` instead of adding a new setting (naming its
   new place if it moved). An 'algorithm.kwargs.<field>' ('partition.kwargs.<field>') path must
-  name a field of the algorithm's (partitioner's) settings dataclass."""
+  name a field of the algorithm's (partitioner's) settings dataclass; a 'model.kwargs.<field>'
+  (latency, availability) one is checked when the config is validated."""
   import ml_collections
 
   from fedsim_jax.config import (  # Deferred: keeps this module JAX-free.
@@ -204,6 +207,9 @@ def set_existing(config: Any, path: str, value: Any) -> None:
         f'{path} is not a setting of {settings.__name__} ({owner}.name='
         f'{config[owner].name!r}){closest(field, names)}; allowed: {sorted(names)}'
       )
+    set_by_path(config, path, value)
+    return
+  if path.startswith(PLUGIN_KWARGS_PREFIXES):  # checked by the selected entry's settings
     set_by_path(config, path, value)
     return
   node = config

@@ -14,7 +14,12 @@ from typing import Any, NoReturn
 from absl import flags, logging
 from ml_collections.config_flags.config_flags import ConfigFileFlagParser
 
-from fedsim_jax.config import check_override_path, existing_sections, set_by_path
+from fedsim_jax.config import (
+  check_override_path,
+  existing_sections,
+  moved_section_of,
+  set_by_path,
+)
 from fedsim_jax.settings import ConfigError, closest
 
 
@@ -115,6 +120,9 @@ def _config_file_error(argv: list[str], error: BaseException) -> str:
     reason = f'syntax error at line {error.lineno}: {error.msg}'
   elif isinstance(error, AttributeError) and 'get_config' in str(error):
     reason = 'the module defines no get_config()'
+  elif isinstance(error, AttributeError) and moved_section_of(str(error).strip('\'"')):
+    moved = moved_section_of(str(error).strip('\'"'))
+    reason = f'it reads a section of an earlier layout: {moved}'
   else:
     reason = f'{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ""}'
   return f'--config={path} cannot be loaded ({reason}); allowed values: a config file (.py) or module name (fedsim_jax.configs.<name>) with get_config()'

@@ -12,7 +12,6 @@ clamped.
 from __future__ import annotations
 
 import copy
-import math
 from typing import Any
 
 import ml_collections
@@ -24,7 +23,8 @@ from fedsim_jax.data.federated import SAMPLING_MODES
 from fedsim_jax.data.partitioners import PARTITIONERS
 from fedsim_jax.executor.choice import BACKEND_SETTINGS, STEP_LOOP_SETTINGS
 from fedsim_jax.models import MODELS
-from fedsim_jax.runtime.latency.registry import AVAILABILITY_MODELS, LATENCY_MODELS
+from fedsim_jax.registry import Selection
+from fedsim_jax.runtime.latency import AVAILABILITY_MODELS, LATENCY_MODELS
 from fedsim_jax.settings import (
   Check,
   ConfigError,
@@ -78,10 +78,14 @@ def base_config() -> ml_collections.ConfigDict:
   c.partition.kwargs = ml_collections.ConfigDict()
   c.partition.module = config_dict.placeholder(str)
 
+  # The model (fedsim_jax/models/registry.py), the latency model and the availability model
+  # (fedsim_jax/runtime/latency): each a registered name, its settings (fields of its settings
+  # dataclass; missing ones take that dataclass's defaults) and, optionally, a module to import
+  # first that registers it (user code).
   c.model = ml_collections.ConfigDict()
   c.model.name = 'mlp'
-  c.model.hidden_sizes = (200, 200)  # MLP only
-  c.model.norm = config_dict.placeholder(str)  # resnet18/20: batch|group; vgg11: none|batch|group
+  c.model.kwargs = ml_collections.ConfigDict()
+  c.model.module = config_dict.placeholder(str)
 
   c.client = ml_collections.ConfigDict()
   c.client.optimizer = 'sgd'
@@ -94,28 +98,14 @@ def base_config() -> ml_collections.ConfigDict:
   c.client.sampling = 'shuffle'
 
   c.latency = ml_collections.ConfigDict()
-  c.latency.model = 'per_step'  # settings of the chosen model are in its section below
-  c.latency.per_step = ml_collections.ConfigDict(
-    {
-      'mean': 1.0,
-      'distribution': 'homogeneous',
-      'spread': 0.3,
-      'jitter': 0.0,
-      'communication_time': 0.0,
-      'redraw_probability': 0.0,
-    }
-  )
-  c.latency.lognormal = ml_collections.ConfigDict({'model': 'per_example'})
-  c.latency.fedscale = ml_collections.ConfigDict({'bandwidth_scale': 1.0})
-  c.latency.device_ratio = ml_collections.ConfigDict(
-    {'fastest_step_time': 0.1, 'ratio': 5.0, 'jitter': 0.0}
-  )
-  c.latency.trace = ml_collections.ConfigDict({'trace': config_dict.placeholder(str)})
+  c.latency.name = 'per_step'
+  c.latency.kwargs = ml_collections.ConfigDict()
+  c.latency.module = config_dict.placeholder(str)
 
   c.availability = ml_collections.ConfigDict()
-  c.availability.model = 'always'
-  c.availability.periodic = ml_collections.ConfigDict({'online_fraction': 0.5, 'period': 86400.0})
-  c.availability.trace = ml_collections.ConfigDict({'trace': config_dict.placeholder(str)})
+  c.availability.name = 'always'
+  c.availability.kwargs = ml_collections.ConfigDict()
+  c.availability.module = config_dict.placeholder(str)
 
   c.executor = ml_collections.ConfigDict()
   c.executor.backend = 'auto'  # 'vmap', 'loop', or by the measured rule (executor/choice.py)
@@ -226,10 +216,8 @@ def fedasmu_fashion_mnist_config(algorithm: str, **kwargs: Any) -> ml_collection
   config.client.learning_rate = 0.005  # eta_i (Table 5, LeNet FMNIST)
   config.client.local_steps = None
   config.client.local_epochs = 5.0  # L^i
-  config.latency.model = 'device_ratio'
-  config.latency.device_ratio.ratio = 5.0
-  config.latency.device_ratio.fastest_step_time = 0.1
-  config.latency.device_ratio.communication_time = 1.0
+  config.latency.name = 'device_ratio'
+  config.latency.kwargs.update(ratio=5.0, fastest_step_time=0.1, communication_time=1.0)
   config.run.num_rounds = 500  # T (Table 5)
   config.run.eval_every = 10
   config.run.target_accuracy = 0.7
@@ -247,22 +235,18 @@ def set_by_path(config: ml_collections.ConfigDict, path: str, value: Any) -> Non
     node[leaf] = value
 
 
-# Sections whose keys are free: the algorithm's settings (checked by the algorithm), named
-# class groups, and latency / availability model settings (checked by the model).
-_FREE_SECTIONS = ('algorithm.kwargs', 'run.eval_class_groups', 'latency.', 'availability.')
-# The dataset source's and the partitioner's settings (checked by their settings dataclasses).
-_FREE_SECTIONS += ('data.kwargs', 'partition.kwargs')
-
-
-def _check_finite_numbers(path: str, section: ml_collections.ConfigDict) -> None:
-  """NaN and inf in a free section (a latency or availability model's settings, checked by
-  the model itself otherwise) are rejected here, before they reach a draw."""
-  for key, value in section.items():
-    name = f'{path}.{key}'
-    if isinstance(value, ml_collections.ConfigDict):
-      _check_finite_numbers(name, value)
-    elif isinstance(value, float) and not math.isfinite(value):
-      raise ConfigError(f'{name}={value!r} is invalid; allowed values: a finite number')
+# Sections whose keys are free: the settings of the selected plugins (algorithm, dataset source,
+# partitioner, model, latency and availability model; checked by the settings dataclass of the
+# selected one), and named class groups.
+_FREE_SECTIONS = (
+  'algorithm.kwargs',
+  'run.eval_class_groups',
+  'data.kwargs',
+  'partition.kwargs',
+  'model.kwargs',
+  'latency.kwargs',
+  'availability.kwargs',
+)
 
 
 # Sections of earlier versions whose settings are now the algorithm's, `algorithm.kwargs.<field>`:
@@ -317,27 +301,79 @@ _MOVED_DATA = {
   },
 }
 
-# What the new place of a moved setting is, by the start of its path (for the one-line message).
-_MOVED_TO = {
-  'algorithm.kwargs': 'the settings of the algorithm that algorithm.name names',
-  'partition.kwargs': 'the settings of the partitioner that partition.name names',
-  'partition.name': 'the registered partitioner',
+
+# Settings of the model, latency and availability sections of earlier versions, now the
+# selected plugin's name or settings: old name -> new name, and old sub-sections (a latency or
+# availability model's settings) -> the section whose fields they now are.
+_MOVED_PLUGIN_SETTINGS = {
+  'model.hidden_sizes': 'model.kwargs.hidden_sizes',
+  'model.norm': 'model.kwargs.norm',
+  'latency.model': 'latency.name',
+  'availability.model': 'availability.name',
+}
+_MOVED_PLUGIN_SECTIONS = {
+  'latency.per_step': 'latency.kwargs',
+  'latency.lognormal': 'latency.kwargs',
+  'latency.fedscale': 'latency.kwargs',
+  'latency.device_ratio': 'latency.kwargs',
+  'latency.trace': 'latency.kwargs',
+  'availability.periodic': 'availability.kwargs',
+  'availability.trace': 'availability.kwargs',
+}
+# What the `kwargs` of each plugin section are the settings of (in moved-setting messages).
+_PLUGIN_KINDS = {
+  'algorithm': 'algorithm',
+  'data': 'dataset source',
+  'partition': 'partitioner',
+  'model': 'model',
+  'latency': 'latency model',
+  'availability': 'availability model',
 }
 
 
-def _moved_note(moved: str) -> str:
-  """': <what the new place is> (--describe lists them)' for a moved setting's new path."""
-  for start, what in _MOVED_TO.items():
-    if moved.startswith(start):
-      return f': {what} (--describe lists them)'
-  return ''
+def _moved_plugin_setting(path: str) -> str | None:
+  """`_MOVED_PLUGIN_SETTINGS`' and `_MOVED_PLUGIN_SECTIONS`' new name of `path`, or None."""
+  if path in _MOVED_PLUGIN_SETTINGS:
+    return _MOVED_PLUGIN_SETTINGS[path]
+  for old, new in _MOVED_PLUGIN_SECTIONS.items():
+    if path == old or path.startswith(old + '.'):
+      field = path[len(old) + 1 :].split('.')[0]
+      return f'{new}.{field}' if field else new
+  return None
+
+
+def moved_section_of(key: str) -> str | None:
+  """For `key`, the name of a latency or availability model's section of an earlier layout
+  (e.g. 'per_step', which a config file reads as `c.latency.per_step.mean = ...`), the one-line
+  note of where its settings are now; None for any other key."""
+  notes = [
+    f'{old}.<field> is now {new}.<field> (with {old.split(".")[0]}.name={key!r})'
+    for old, new in _MOVED_PLUGIN_SECTIONS.items()
+    if old.split('.')[1] == key
+  ]
+  return '; '.join(notes) or None
+
+
+def _moved_message(name: str, moved: str) -> str:
+  """The one-line error for `name`, a setting of an earlier version that is now `moved`."""
+  section = moved.split('.')[0]
+  if not moved.startswith(f'{section}.kwargs'):
+    return f'{name} is not a setting; it is now {moved}'
+  return (
+    f'{name} is not a setting; it is now {moved}: the settings of the {_PLUGIN_KINDS[section]} '
+    f'that {section}.name names (--describe lists them)'
+  )
 
 
 def moved_setting(path: str) -> str | None:
   """The current name of a setting an earlier version had at `path` (e.g. 'scheduler.concurrency'
-  -> 'algorithm.kwargs.concurrency'), 'algorithm.kwargs' for such a section itself, or None."""
+  -> 'algorithm.kwargs.concurrency', 'latency.per_step.mean' -> 'latency.kwargs.mean'),
+  'algorithm.kwargs' for such a section itself, or None."""
   if path in _MOVED_DATA:
     return _MOVED_DATA[path]
+  plugin = _moved_plugin_setting(path)
+  if plugin is not None:
+    return plugin
   section, _, field = path.partition('.')
   if section not in _MOVED_SECTIONS:
     return None
@@ -354,6 +390,8 @@ def upgrade_layout(stored: dict[str, Any]) -> dict[str, Any]:
   still resume and read. A config in the current layout comes back unchanged (a copy)."""
   config = copy.deepcopy(stored)
   _upgrade_data_layout(config)
+  for section in PLUGIN_SECTIONS:
+    _upgrade_plugin_section(config, section)
   return config
 
 
@@ -377,6 +415,27 @@ def _upgrade_data_layout(config: dict[str, Any]) -> None:
   data.setdefault('module', None)
 
 
+def _upgrade_plugin_section(config: dict[str, Any], section: str) -> None:
+  """Moves `config[section]` (model, latency or availability) of the layout before plugins into
+  `name` / `kwargs` / `module` by the rows of `_MOVED_PLUGIN_SETTINGS` and
+  `_MOVED_PLUGIN_SECTIONS`. Settings of other entries than the selected one, and None (which
+  meant 'the default'), are dropped: the old layout held every model's settings."""
+  old = config.get(section)
+  if not isinstance(old, dict) or 'kwargs' in old:
+    return
+  name = old.get('name', old.get('model'))
+  new: dict[str, Any] = {'name': name, 'kwargs': {}, 'module': None}
+  registry = PLUGIN_SECTIONS[section]
+  fields = registry.get(name).settings.field_names() if name in registry else ()
+  for key, value in old.items():
+    moved = _moved_plugin_setting(f'{section}.{key}')
+    if moved == f'{section}.kwargs.{key}' and key in fields and value is not None:
+      new['kwargs'][key] = value
+    elif f'{section}.{key}' in _MOVED_PLUGIN_SECTIONS and key == name and isinstance(value, dict):
+      new['kwargs'].update({k: v for k, v in value.items() if v is not None})
+  config[section] = new
+
+
 def _unknown_setting(
   name: str, key: str, path: str, reference: ml_collections.ConfigDict, value: Any = None
 ) -> str:
@@ -387,7 +446,7 @@ def _unknown_setting(
     if isinstance(value, ml_collections.ConfigDict) and value.keys():
       fields = ', '.join(f'{name}.{k} -> {moved_setting(f"{name}.{k}")}' for k in value.keys())
       moved = f'{moved} ({fields})'
-    return f'{name} is not a setting; it is now {moved}{_moved_note(moved)}'
+    return _moved_message(name, moved)
   return (
     f'{name} is not a setting{closest(key, reference.keys())}; allowed: '
     f'{sorted(path + k for k in reference.keys())}'
@@ -411,9 +470,7 @@ def check_override_path(path: str, reference: ml_collections.ConfigDict | None =
   for depth, key in enumerate(parts):
     prefix = '.'.join(parts[:depth])
     name = f'{prefix}.{key}' if prefix else key
-    if prefix in MODEL_SECTIONS or (prefix and _is_free(prefix)):
-      # The algorithm or the model checks its own fields; a config may add a section for a
-      # model of its own (latency.<model>).
+    if prefix and _is_free(prefix):  # the selected plugin checks its own fields
       return
     if not isinstance(node, ml_collections.ConfigDict):
       raise ConfigError(
@@ -422,7 +479,7 @@ def check_override_path(path: str, reference: ml_collections.ConfigDict | None =
     if key not in node:
       moved = moved_setting(path)
       if moved is not None and moved != 'algorithm.kwargs':
-        raise ConfigError(f'{path} is not a setting; it is now {moved}{_moved_note(moved)}')
+        raise ConfigError(_moved_message(path, moved))
       raise ConfigError(_unknown_setting(name, key, f'{prefix}.' if prefix else '', node))
     node = node[key]
 
@@ -526,12 +583,8 @@ FIELDS: dict[str, tuple[Check, str]] = {
   'data.lazy': (boolean, 'keep examples on the host; gather active clients per batch'),
   'partition.name': (text(), 'a registered partitioner: how examples are spread over clients'),
   'partition.module': (text(optional=True), 'module imported first; it registers partitioners'),
-  'model.name': (one_of(MODELS), 'architecture (the model zoo)'),
-  'model.hidden_sizes': (
-    _tuple_of(_INTEGERS, 'a tuple of integers >= 1'),
-    'MLP hidden layer widths',
-  ),
-  'model.norm': (text(optional=True), 'resnet18/20: batch|group; vgg11: none|batch|group'),
+  'model.name': (text(), 'a registered model (fedsim_jax.models.MODELS; --describe lists them)'),
+  'model.module': (text(optional=True), 'module imported first; it registers models'),
   'client.optimizer': (one_of(CLIENT_OPTIMIZERS), 'local optimizer'),
   'client.learning_rate': (positive(), 'local learning rate'),
   'client.momentum': (decay(), "'momentum' optimizer only"),
@@ -543,13 +596,15 @@ FIELDS: dict[str, tuple[Check, str]] = {
   ),
   'client.local_epochs': (positive(optional=True), 'local epochs per task (or None)'),
   'client.sampling': (one_of(SAMPLING_MODES), 'how local batches are drawn'),
-  'latency.model': (
-    one_of(LATENCY_MODELS),
-    'task latency model; its settings are in latency.<model>',
+  'latency.name': (text(), 'a registered latency model (task durations; --describe lists them)'),
+  'latency.module': (text(optional=True), 'module imported first; it registers latency models'),
+  'availability.name': (
+    text(),
+    'a registered availability model (when clients are online; --describe lists them)',
   ),
-  'availability.model': (
-    one_of(AVAILABILITY_MODELS),
-    'when clients are online; its settings are in availability.<model>',
+  'availability.module': (
+    text(optional=True),
+    'module imported first; it registers availability models',
   ),
   'executor.backend': (
     one_of(BACKEND_SETTINGS),
@@ -633,8 +688,13 @@ FIELDS: dict[str, tuple[Check, str]] = {
     'is installed)',
   ),
 }
-# Sections of settings for a chosen model, checked by it (`describe` lists their defaults).
-MODEL_SECTIONS = ('latency', 'availability')
+# Sections that select a registered plugin (`name`, `kwargs`, `module`) other than the
+# algorithm, with their registries: `describe` lists each entry's settings.
+PLUGIN_SECTIONS = {
+  'model': MODELS,
+  'latency': LATENCY_MODELS,
+  'availability': AVAILABILITY_MODELS,
+}
 
 
 def _get(config: ml_collections.ConfigDict, path: str) -> Any:
@@ -644,15 +704,24 @@ def _get(config: ml_collections.ConfigDict, path: str) -> Any:
   return node
 
 
+def resolve_plugin(config: ml_collections.ConfigDict, section: str) -> Selection:
+  """`config[section]` (model, latency or availability) resolved: its registered name and
+  validated settings, importing `<section>.module` first; raises `ConfigError`."""
+  registry = PLUGIN_SECTIONS[section]
+  registry.import_module(config[section].module)
+  return registry.resolve(config[section].name, config[section].kwargs.to_dict())
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
   """Checks every setting outside `algorithm.kwargs` that can be checked without data (the
   algorithm's own settings are checked by `fedsim_jax.algorithms.resolve_settings`): each
-  field by its `FIELDS` check, then the rules between fields; raises `ConfigError`."""
+  field by its `FIELDS` check, the model's, latency and availability models' settings by their
+  settings dataclasses, then the rules between fields; raises `ConfigError`."""
   check_known_fields(config, base_config())
   for path, (check, _) in FIELDS.items():
     check(path, _get(config, path))
-  for section in MODEL_SECTIONS:
-    _check_finite_numbers(section, config[section])
+  for section in PLUGIN_SECTIONS:
+    resolve_plugin(config, section)
   data, client, executor, run = config.data, config.client, config.executor, config.run
   if data.num_stragglers is not None and data.straggler_classes is None:
     raise ConfigError('data.num_stragglers needs data.straggler_classes (a tuple of classes)')
@@ -700,19 +769,21 @@ def validate(config: ml_collections.ConfigDict) -> None:
 
 def describe(config: ml_collections.ConfigDict | None = None) -> str:
   """Every setting of `config` (default: `base_config()`) with its value, allowed values and a
-  one-line description, from `FIELDS`; the latency and availability models' sections with
-  their values. The algorithm's settings are described by its settings class."""
+  one-line description, from `FIELDS`; the settings of the model, latency and availability
+  model `config` selects, with its values; then every registered model, latency model and
+  availability model with its settings (`Registry.describe`). The algorithm's settings are
+  described by its settings class."""
   config = base_config() if config is None else config
   lines = []
   for path, (check, doc) in FIELDS.items():
     lines.append(f'{path} = {_get(config, path)!r}')
     lines.append(f'    {doc}; allowed: {allowed_values(check)}')
-  for section in MODEL_SECTIONS:
-    for model, settings in config[section].items():
-      if isinstance(settings, ml_collections.ConfigDict):
-        values = ', '.join(f'{k}={v!r}' for k, v in settings.items())
-        lines.append(f'{section}.{model}: {values}')
-        lines.append(f"    settings of {section}.model='{model}' (checked by the model)")
+  for section, registry in PLUGIN_SECTIONS.items():
+    selected = resolve_plugin(config, section)
+    lines.append(f'{section}.kwargs of {section}.name={selected.name!r}, as this config sets them:')
+    lines.append(selected.settings.describe(prefix=f'{section}.kwargs.'))
+    lines.append(f"Every registered {registry.kind} ({section}.name) with its settings' defaults:")
+    lines.append(registry.describe())
   lines.append('run.eval_class_groups: named class subsets reported as test_accuracy/<name>')
   lines.append(DATASET_SOURCES.describe())
   lines.append(PARTITIONERS.describe())

@@ -54,10 +54,16 @@ from fedsim_jax.lifecycle import (  # noqa: F401 - the lifecycle's public names,
 from fedsim_jax.lifecycle.lockstep import check_sweep, executor_like, run_together
 from fedsim_jax.lifecycle.parts import evaluator
 from fedsim_jax.lifecycle.summary import host_facts
-from fedsim_jax.models import Model, get_model
+from fedsim_jax.models import Model, ModelContext
+from fedsim_jax.models import build_model as build_registered_model
 from fedsim_jax.registry import Selection
 from fedsim_jax.runtime import Simulation, StopCondition
-from fedsim_jax.runtime.latency.registry import make_availability, make_latency
+from fedsim_jax.runtime.latency import (
+  AvailabilityContext,
+  LatencyContext,
+)
+from fedsim_jax.runtime.latency import build_availability as build_registered_availability
+from fedsim_jax.runtime.latency import build_latency as build_registered_latency
 from fedsim_jax.saved_run import model_description
 from fedsim_jax.settings import Settings
 
@@ -88,17 +94,36 @@ class RandomStreams:
     )
 
 
-def _settings(section: ml_collections.ConfigDict) -> dict[str, Any]:
-  """A model's config section as keyword settings; None means 'use the default'."""
+def model_selection(config: ml_collections.ConfigDict) -> Selection:
+  """`config.model` resolved: the registered model and its validated settings."""
+  return config_lib.resolve_plugin(config, 'model')
+
+
+def latency_selection(config: ml_collections.ConfigDict) -> Selection:
+  """`config.latency` resolved: the registered latency model and its validated settings."""
+  return config_lib.resolve_plugin(config, 'latency')
+
+
+def availability_selection(config: ml_collections.ConfigDict) -> Selection:
+  """`config.availability` resolved: the availability model and its validated settings."""
+  return config_lib.resolve_plugin(config, 'availability')
+
+
+def plugin_selections(config: ml_collections.ConfigDict) -> dict[str, Selection]:
+  """The resolved model, latency and availability sections, by section name."""
   return {
-    k: (tuple(v) if isinstance(v, list) else v)
-    for k, v in section.to_dict().items()
-    if v is not None
+    'model': model_selection(config),
+    'latency': latency_selection(config),
+    'availability': availability_selection(config),
   }
 
 
-def run_facts(config: ml_collections.ConfigDict) -> algorithms.RunFacts:
-  """What the algorithm may check or read of the config's other sections."""
+def run_facts(
+  config: ml_collections.ConfigDict, model: Selection | None = None
+) -> algorithms.RunFacts:
+  """What the algorithm may check or read of the config's other sections (`model`: the
+  resolved model section, resolved from `config` when not given)."""
+  model = model_selection(config) if model is None else model
   client = config.client
   return algorithms.RunFacts(
     num_clients=config.data.num_clients,
@@ -110,7 +135,7 @@ def run_facts(config: ml_collections.ConfigDict) -> algorithms.RunFacts:
     local_steps=client.local_steps,
     local_epochs=client.local_epochs,
     sampling=client.sampling,
-    model_norm=config.model.norm,
+    model_norm=getattr(model.settings, 'norm', None),
   )
 
 
@@ -124,8 +149,8 @@ def algorithm_settings(config: ml_collections.ConfigDict) -> Settings:
 
 def validate(config: ml_collections.ConfigDict) -> Settings:
   """Checks every setting of `config` that can be checked without data, the algorithm's, the
-  dataset source's and the partitioner's included; returns the algorithm's settings. Raises
-  `ConfigError`."""
+  dataset source's, the partitioner's, the model's, the latency and availability models'
+  included; returns the algorithm's settings. Raises `ConfigError`."""
   config_lib.validate(config)
   dataset_selection(config)
   partition_selection(config)
@@ -166,27 +191,36 @@ def client_budgets(
   return draw
 
 
+def _built(section: str, selection: Selection, build: Callable[[], Any]) -> Any:
+  """`build()`, with an error of the federation's making (a trace too short, a per-client
+  array of the wrong length) as a `ConfigError` naming the section's model."""
+  try:
+    return build()
+  except config_lib.ConfigError:
+    raise
+  except (ValueError, TypeError, FileNotFoundError) as error:
+    raise config_lib.ConfigError(f'{section}.name={selection.name!r}: {error}') from None
+
+
 def build_latency(
   config: ml_collections.ConfigDict,
   dataset: FederatedDataset,
   model_bytes: int,
   rng: np.random.Generator,
+  selection: Selection | None = None,
 ):
-  """The configured latency model; invalid settings raise `ConfigError`."""
-  name = config.latency.model
-  try:
-    return make_latency(
-      name,
-      num_clients=dataset.num_clients,
-      rng=rng,
-      client_sizes=dataset.client_sizes,
-      batch_size=config.client.batch_size,
-      model_bytes=model_bytes,
-      straggler_mask=dataset.straggler_mask,
-      **_settings(config.latency[name]),
-    )
-  except (ValueError, TypeError, FileNotFoundError) as error:
-    raise config_lib.ConfigError(f'latency.{name}: {error}') from None
+  """The latency model `selection` (default: `config.latency` resolved) selects, built for
+  `dataset` with generator `rng`; invalid settings raise `ConfigError`."""
+  selection = latency_selection(config) if selection is None else selection
+  context = LatencyContext(
+    num_clients=dataset.num_clients,
+    rng=rng,
+    client_sizes=dataset.client_sizes,
+    batch_size=config.client.batch_size,
+    model_bytes=model_bytes,
+    straggler_mask=dataset.straggler_mask,
+  )
+  return _built('latency', selection, lambda: build_registered_latency(selection, context))
 
 
 def epoch_compute_time_percentile(
@@ -234,14 +268,18 @@ def resolve_settings(
 
 
 def build_availability(
-  config: ml_collections.ConfigDict, dataset: FederatedDataset, rng: np.random.Generator
+  config: ml_collections.ConfigDict,
+  dataset: FederatedDataset,
+  rng: np.random.Generator,
+  selection: Selection | None = None,
 ):
-  name = config.availability.model
-  settings = _settings(config.availability[name]) if name in config.availability else {}
-  try:
-    return make_availability(name, num_clients=dataset.num_clients, rng=rng, **settings)
-  except (ValueError, TypeError, FileNotFoundError) as error:
-    raise config_lib.ConfigError(f'availability.{name}: {error}') from None
+  """The availability model `selection` (default: `config.availability` resolved) selects,
+  built for `dataset` with generator `rng`; invalid settings raise `ConfigError`."""
+  selection = availability_selection(config) if selection is None else selection
+  context = AvailabilityContext(num_clients=dataset.num_clients, rng=rng)
+  return _built(
+    'availability', selection, lambda: build_registered_availability(selection, context)
+  )
 
 
 def _load_central_dataset(source: Selection, data_dir: str | None) -> Any:
@@ -311,20 +349,22 @@ def build_federated_dataset(
   )
 
 
-def model_kwargs(config: ml_collections.ConfigDict) -> dict[str, Any]:
-  """The architecture's own settings of `config.model` (what `get_model` takes as kwargs)."""
-  kwargs: dict[str, Any] = (
-    {'hidden_sizes': tuple(config.model.hidden_sizes)} if config.model.name == 'mlp' else {}
-  )
-  if config.model.norm is not None:
-    kwargs['norm'] = config.model.norm
-  return kwargs
+def model_kwargs(selection: Selection) -> dict[str, Any]:
+  """The architecture's own settings of a resolved model section, every field with its value
+  (what `get_model` takes as kwargs)."""
+  return selection.settings.as_dict()
 
 
-def build_model(config: ml_collections.ConfigDict, dataset: FederatedDataset) -> Model:
-  return get_model(
-    config.model.name, dataset.input_shape, dataset.num_classes, **model_kwargs(config)
-  )
+def build_model(
+  config: ml_collections.ConfigDict,
+  dataset: FederatedDataset,
+  selection: Selection | None = None,
+) -> Model:
+  """The model `selection` (default: `config.model` resolved) selects, for `dataset`'s inputs
+  and classes."""
+  selection = model_selection(config) if selection is None else selection
+  context = ModelContext(selection.name, tuple(dataset.input_shape), dataset.num_classes)
+  return build_registered_model(selection, context)
 
 
 def build_simulation(
@@ -409,13 +449,6 @@ def stop_condition(config: ml_collections.ConfigDict) -> StopCondition:
   )
 
 
-def _model_setting(config: ml_collections.ConfigDict) -> str:
-  """The setting that sizes the model, as a memory refusal names it."""
-  if config.model.name == 'mlp':
-    return f'model.hidden_sizes={list(config.model.hidden_sizes)}'
-  return f'model.name={config.model.name!r}'
-
-
 @dataclasses.dataclass(frozen=True)
 class BuiltRun:
   """A run built from its config (`build_run`): nothing written yet."""
@@ -444,20 +477,32 @@ def build_run(
   check_federation = getattr(settings, 'check_federation', None)
   if check_federation is not None:
     check_federation(dataset.num_clients, algorithms.base.KWARGS_PREFIX)
-  model = build_model(config, dataset)
-  description = model_description(model, model_kwargs(config))
+  selections = {
+    'data': dataset_selection(config),
+    'partition': partition_selection(config),
+    **plugin_selections(config),
+  }
+  model = build_model(config, dataset, selections['model'])
+  description = model_description(model, model_kwargs(selections['model']))
   config = resolve_settings(config, dataset, model)
   settings = algorithm_settings(config)
-  # The resolved config: every algorithm setting with its value, defaults included, so
-  # that config.json alone describes (and reruns) the run.
+  # The resolved config: every setting of the algorithm and of each plugin with its value,
+  # defaults included, so that config.json alone describes (and reruns) the run.
   resolved = config.to_dict()
   resolved['algorithm']['kwargs'] = settings.as_dict()
-  resolved['data']['kwargs'] = dataset_selection(config).settings.as_dict()
-  resolved['partition']['kwargs'] = partition_selection(config).settings.as_dict()
+  for section, selection in selections.items():
+    resolved[section]['kwargs'] = selection.settings.as_dict()
 
   def check_memory(algorithm: algorithms.Algorithm) -> None:
     if config.run.check_memory:
-      memory_estimate.check_run(config, dataset, model, algorithm, settings, _model_setting(config))
+      memory_estimate.check_run(
+        config,
+        dataset,
+        model,
+        algorithm,
+        settings,
+        memory_estimate.model_size_setting(selections['model']),
+      )
 
   simulation = build_simulation(
     config,
@@ -475,6 +520,7 @@ def build_run(
     evaluate=evaluator(config, model, dataset),
     stop=stop_condition(config),
     resolved_config=resolved,
+    selections=selections,
     options=RunOptions.from_config(config, settings),
     executor_like=executor_like(
       simulation.executor, sampling=config.client.sampling, unroll=config.executor.unroll
@@ -495,7 +541,7 @@ def _log_run(built: BuiltRun) -> None:
     dataset.num_clients,
     model.name,
     model.num_params(built.parts.simulation.params),
-    config.latency.model,
+    config.latency.name,
     executor.backend,
     executor.step_loop,
     executor.threads,

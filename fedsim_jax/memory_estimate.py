@@ -30,6 +30,7 @@ import ml_collections
 
 from fedsim_jax.data.lazy import LazyFederation
 from fedsim_jax.executor.choice import resolve_execution, resolve_max_batch_tasks, resolve_threads
+from fedsim_jax.registry import Selection
 from fedsim_jax.settings import ConfigError, Settings
 
 if TYPE_CHECKING:
@@ -61,6 +62,17 @@ class Need:
 def tree_bytes(tree: Any) -> int:
   """Bytes of a pytree of arrays or `jax.ShapeDtypeStruct`s."""
   return sum(leaf.size * jnp.dtype(leaf.dtype).itemsize for leaf in jax.tree_util.tree_leaves(tree))
+
+
+def model_size_setting(model: Selection) -> str:
+  """The setting that sizes the resolved `model`, as a refusal names it: the field its
+  settings declare as `size_setting` (e.g. 'model.kwargs.hidden_sizes=[200, 200]'), else
+  its name."""
+  field = getattr(model.settings, 'size_setting', None)
+  if field is None:
+    return f'model.name={model.name!r}'
+  value = getattr(model.settings, field)
+  return f'model.kwargs.{field}={list(value) if isinstance(value, tuple) else value!r}'
 
 
 def abstract_params(model: Any) -> Any:
@@ -213,7 +225,7 @@ def estimate(
     data_bytes: the training data held on the device.
     execution: how the executor trains (default: one task at a time, no batch term).
     model_setting: the setting that decides the model's size, as the refusal names it (e.g.
-      'model.hidden_sizes=[200, 200]').
+      'model.kwargs.hidden_sizes=[200, 200]', `model_size_setting`).
   """
   execution = execution or Execution()
   server = f'server model and optimizer state: 4 copies of {model_bytes / 2**20:,.0f} MiB'

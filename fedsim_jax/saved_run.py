@@ -25,7 +25,7 @@ from fedsim_jax.checkpointing import (
   this_process_only,
 )
 from fedsim_jax.metrics import read_metrics, write_json
-from fedsim_jax.models import Model, Params, get_model
+from fedsim_jax.models import MODELS, Model, Params, get_model
 
 MODELS_DIR = 'models'
 
@@ -124,6 +124,7 @@ def load_run(workdir: str | os.PathLike) -> SavedRun:
   if os.path.exists(description_path):
     with open(description_path, encoding='utf-8') as f:
       description = json.load(f)
+    MODELS.import_module((config.get('model') or {}).get('module'))  # a user's model
     model = get_model(
       description['name'],
       tuple(description['input_shape']),

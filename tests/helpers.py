@@ -28,7 +28,7 @@ def make_tiny_config(
     config.data.name = 'digits'
     config.data.data_dir = str(data_dir)
   config.data.num_clients = clients
-  config.model.hidden_sizes = (16,)
+  config.model.kwargs.hidden_sizes = (16,)
   config.client.learning_rate = 0.1
   config.client.batch_size = 8
   config.client.local_steps = 3

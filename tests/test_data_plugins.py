@@ -52,7 +52,7 @@ def _epochs_config_file(tmp_path, data_dir=None):
     "  c.data.name = 'digits'\n"
     f'{data}'
     '  c.data.num_clients = 5\n'
-    '  c.model.hidden_sizes = (16,)\n'
+    '  c.model.kwargs.hidden_sizes = (16,)\n'
     '  c.client.learning_rate = 0.1\n'
     '  c.client.batch_size = 50\n'
     '  c.client.local_steps = None\n'

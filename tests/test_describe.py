@@ -8,7 +8,7 @@ import ml_collections
 import pytest
 
 from fedsim_jax import algorithms
-from fedsim_jax.config import FIELDS, MODEL_SECTIONS, base_config, describe, validate
+from fedsim_jax.config import FIELDS, base_config, describe, validate
 from fedsim_jax.settings import ConfigError, allowed_values
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -17,11 +17,7 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _leaves(config, prefix=''):
   for key, value in config.items():
     path = prefix + key
-    if path in ('algorithm.kwargs', 'data.kwargs', 'partition.kwargs', 'run.eval_class_groups') or (
-      path in MODEL_SECTIONS
-    ):
-      if path in MODEL_SECTIONS:
-        yield f'{path}.model'
+    if path.endswith('.kwargs') or path == 'run.eval_class_groups':
       continue
     if isinstance(value, ml_collections.ConfigDict):
       yield from _leaves(value, path + '.')
@@ -60,7 +56,17 @@ def test_describe_lists_each_setting_with_its_value():
   assert 'client.learning_rate = 0.125\n    local learning rate; allowed: a number > 0' in text
   for path in FIELDS:
     assert f'\n{path} = ' in '\n' + text
-  assert "latency.per_step: communication_time=0.0, distribution='homogeneous'" in text
+  # The selected models' settings with this config's values, then every registered one's.
+  config.latency.kwargs.mean = 0.25
+  text = describe(config)
+  assert (
+    '\nlatency.kwargs.mean = 0.25\n    mean seconds per local step; allowed: a number > 0' in text
+  )
+  assert "\nmodel.name='resnet18': " in text
+  assert '\n  model.kwargs.hidden_sizes = (200, 200)\n' in text
+  assert "\nlatency.name='per_step': " in text
+  assert "\n  latency.kwargs.distribution = 'homogeneous'\n" in text
+  assert '\n  availability.kwargs.period = 86400.0\n' in text
 
 
 @pytest.mark.parametrize('name', algorithms.names())

@@ -26,11 +26,11 @@ def _tiny_digits_config(data_dir, **overrides):
     slots=4,
     **{
       'partition.name': 'iid',
-      'model.hidden_sizes': (32,),
+      'model.kwargs.hidden_sizes': (32,),
       'client.batch_size': 32,
       'client.local_steps': 5,
-      'latency.per_step.distribution': 'exponential',
-      'latency.per_step.jitter': 0.05,
+      'latency.kwargs.distribution': 'exponential',
+      'latency.kwargs.jitter': 0.05,
       'run.num_rounds': 6,
       'run.target_accuracy': 0.5,
       **overrides,
@@ -96,7 +96,7 @@ def test_same_config_and_seed_give_identical_metrics(digits_data_dir, tmp_path, 
   'key,value,match',
   [
     ('client.learning_rate', 0.0, 'client.learning_rate'),
-    ('latency.model', 'pareto', 'latency.model'),
+    ('latency.name', 'pareto', 'latency.name'),
     ('executor.backend', 'gpu', 'executor.backend'),
   ],
 )
@@ -173,7 +173,7 @@ def test_config_json_holds_the_algorithms_resolved_settings(tmp_path):
   config = base_config()
   config.algorithm.name = 'fedbuff'
   config.data.num_clients = 4
-  config.model.hidden_sizes = (8,)
+  config.model.kwargs.hidden_sizes = (8,)
   config.client.local_steps = 2
   config.algorithm.kwargs.concurrency = 3
   config.algorithm.kwargs.buffer_size = 2
@@ -299,16 +299,16 @@ def test_trace_latency_and_availability_end_to_end(algorithm, tmp_path):
   config = base_config()
   config.algorithm.name = algorithm
   config.data.num_clients = 3
-  config.model.hidden_sizes = (8,)
+  config.model.kwargs.hidden_sizes = (8,)
   config.client.local_steps = 5
   if algorithm == 'fedavg':
     config.algorithm.kwargs.cohort_size = 2
   else:
     config.algorithm.kwargs.update(concurrency=2, buffer_size=1)
-  config.latency.model = 'trace'
-  config.latency.trace.trace = trace
-  config.availability.model = 'trace'
-  config.availability.trace.trace = trace
+  config.latency.name = 'trace'
+  config.latency.kwargs.trace = trace
+  config.availability.name = 'trace'
+  config.availability.kwargs.trace = trace
   config.run.num_rounds = None
   config.run.max_virtual_time = 9000.0
   config.run.eval_every = 1
@@ -337,7 +337,7 @@ def test_binary_runs_several_seeds_together(digits_data_dir, tmp_path):
     '--config.data.name=digits',
     f'--config.data.data_dir={digits_data_dir}',
     '--config.data.num_clients=5',
-    '--config.model.hidden_sizes=(16,)',
+    '--config.model.kwargs.hidden_sizes=(16,)',
     '--config.client.local_steps=3',
     '--config.algorithm.kwargs.cohort_size=3',
     '--config.run.num_rounds=3',
@@ -377,7 +377,7 @@ def test_binary_runs_an_algorithm_registered_by_user_code(digits_data_dir, tmp_p
     '--config.data.name=digits',
     f'--config.data.data_dir={digits_data_dir}',
     '--config.data.num_clients=5',
-    '--config.model.hidden_sizes=(16,)',
+    '--config.model.kwargs.hidden_sizes=(16,)',
     '--config.client.learning_rate=0.1',
     '--config.client.local_steps=10',
     '--config.algorithm.kwargs.cohort_size=3',

@@ -42,8 +42,8 @@ def _one_error_line(result):
     ('--config.client.learning_rate=x', 'client.learning_rate=x is invalid; allowed values: a nu'),
     ('--config.data.lazy=maybe', 'data.lazy=maybe is invalid; allowed values: true or false'),
     ('--config.client.learning_rate=nan', 'client.learning_rate=nan is invalid'),
-    ('--config.latency.per_step.mean=inf', 'latency.per_step.mean=inf is invalid'),
-    ('--config.model.hidden_sizes=(0,)', 'model.hidden_sizes=0 is invalid'),
+    ('--config.latency.kwargs.mean=inf', 'latency.kwargs.mean=inf is invalid'),
+    ('--config.model.kwargs.hidden_sizes=(0,)', 'model.kwargs.hidden_sizes=(0,) is invalid'),
     ('--config.seed=99999999999999999999', 'seed=99999999999999999999 is invalid'),
     ('--config.executor.max_batch_tasks=-1', 'executor.max_batch_tasks=-1 is invalid'),
     ('--config.client.learning_rat=0.1', "did you mean 'learning_rate'"),
@@ -184,6 +184,6 @@ def test_a_stalled_binary_run_exits_2_with_one_line(digits_data_dir, tmp_path):
 
 def test_nan_in_a_latency_model_setting_is_refused_by_validate():
   config = make_tiny_config('fedavg')
-  config.latency.per_step.std = float('nan')
-  with pytest.raises(ConfigError, match=r'latency.per_step.std=nan is invalid'):
+  config.latency.kwargs.spread = float('nan')
+  with pytest.raises(ConfigError, match=r'latency.kwargs.spread=nan is invalid'):
     validate(config)

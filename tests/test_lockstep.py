@@ -15,8 +15,8 @@ def _config(data_dir, seed, algorithm='fedavg', backend='vmap'):
   overrides = {
     'seed': seed,
     'partition.kwargs.min_client_size': 5,
-    'latency.per_step.distribution': 'exponential',
-    'latency.per_step.jitter': 0.1,
+    'latency.kwargs.distribution': 'exponential',
+    'latency.kwargs.jitter': 0.1,
     'executor.backend': backend,
     'run.num_rounds': 6,
   }

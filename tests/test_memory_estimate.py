@@ -178,11 +178,11 @@ def test_the_model_is_blamed_when_even_one_task_of_it_cannot_fit():
       num_clients=100,
       model_bytes=10 * GIB,
       data_bytes=0,
-      model_setting='model.hidden_sizes=[100000000]',
+      model_setting='model.kwargs.hidden_sizes=[100000000]',
     )
   )
   assert max(parts.values(), key=lambda n: n.nbytes).setting == 'algorithm.kwargs.cohort_size=10'
-  assert memory_estimate.culprit(needs, 60 * GIB).setting == 'model.hidden_sizes=[100000000]'
+  assert memory_estimate.culprit(needs, 60 * GIB).setting == 'model.kwargs.hidden_sizes=[100000000]'
   # Where the smallest values fit, the setting that shrinks the most is blamed.
   assert memory_estimate.culprit(needs, 100 * GIB).setting == 'algorithm.kwargs.cohort_size=10'
 
@@ -214,10 +214,10 @@ def test_a_model_too_large_is_refused_before_its_parameters_are_allocated(
   tiny_config, digits_data_dir, tmp_path, monkeypatch, no_concrete_init
 ):
   # 7.4e9 parameters (29.6 GB each copy): blamed on the model, not the cohort.
-  config = tiny_config('fedavg', digits_data_dir, **{'model.hidden_sizes': (100_000_000,)})
+  config = tiny_config('fedavg', digits_data_dir, **{'model.kwargs.hidden_sizes': (100_000_000,)})
   message = _refusal(config, tmp_path / 'run', monkeypatch=monkeypatch)
-  assert 'model.hidden_sizes=[100000000] (server model and optimizer state' in message
-  assert 'allowed: a smaller model.hidden_sizes' in message
+  assert 'model.kwargs.hidden_sizes=[100000000] (server model and optimizer state' in message
+  assert 'allowed: a smaller model.kwargs.hidden_sizes' in message
 
 
 def test_a_model_too_large_for_its_cohort_names_the_model(
@@ -226,10 +226,10 @@ def test_a_model_too_large_for_its_cohort_names_the_model(
   # The same structure at a size that allocates harmlessly: 16.6 MB of parameters, 10 tasks a
   # round (their updates the largest part), 100 MB available: even one task does not fit.
   config = tiny_config(
-    'fedavg', digits_data_dir, clients=10, slots=10, **{'model.hidden_sizes': (56_000,)}
+    'fedavg', digits_data_dir, clients=10, slots=10, **{'model.kwargs.hidden_sizes': (56_000,)}
   )
   message = _refusal(config, tmp_path / 'run', available=100 * MB, monkeypatch=monkeypatch)
-  assert ': model.hidden_sizes=[56000] (server model' in message
+  assert ': model.kwargs.hidden_sizes=[56000] (server model' in message
 
 
 def test_a_batch_too_large_is_refused_naming_the_batch_size(
@@ -246,7 +246,7 @@ def test_asynchronous_slots_are_not_refused_for_start_models_they_share(
 ):
   # 60 tasks in flight, a version every 10 arrivals: 6 start models of 0.15 MB, not 60.
   overrides = {
-    'model.hidden_sizes': (500,),
+    'model.kwargs.hidden_sizes': (500,),
     'algorithm.kwargs.buffer_size': 10,
     'executor.max_batch_tasks': 10,
   }

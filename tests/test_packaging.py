@@ -139,7 +139,7 @@ def test_fedsim_run_runs_a_packaged_config_by_module_name(fresh_env, digits_data
       f'--config.data.data_dir={digits_data_dir}',
       '--config.data.num_clients=6',
       '--config.algorithm.kwargs.cohort_size=3',
-      '--config.model.hidden_sizes=(16,)',
+      '--config.model.kwargs.hidden_sizes=(16,)',
       '--config.client.local_steps=2',
       '--config.client.batch_size=8',
       '--config.run.num_rounds=2',

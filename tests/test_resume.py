@@ -374,3 +374,42 @@ def test_a_setting_added_after_the_checkpoint_resumes_at_its_default():
   # A setting the current code no longer has is always a difference.
   saved['algorithm']['kwargs']['retired_setting'] = 1
   assert 'algorithm.kwargs.retired_setting' in config_differences(saved, current, defaults)
+
+
+def _old_layout(config):
+  """`config` (a resolved config.json) as the layout before models, latency and availability
+  models were plugins stored it: every model's settings in sections of their own."""
+  old = json.loads(json.dumps(config))
+  latency = old['latency']
+  old['model'] = {'name': old['model']['name'], 'hidden_sizes': [16], 'norm': None}
+  old['latency'] = {
+    'model': latency['name'],
+    'per_step': latency['kwargs'],
+    'lognormal': {'model': 'per_example'},
+    'fedscale': {'bandwidth_scale': 1.0},
+    'device_ratio': {'fastest_step_time': 0.1, 'ratio': 5.0, 'jitter': 0.0},
+    'trace': {'trace': None},
+  }
+  old['availability'] = {
+    'model': 'always',
+    'periodic': {'online_fraction': 0.5, 'period': 86400.0},
+    'trace': {'trace': None},
+  }
+  return old
+
+
+def test_a_run_checkpointed_in_the_layout_before_model_plugins_resumes(digits_data_dir, tmp_path):
+  """A checkpoint whose stored config has `latency.model`, `latency.per_step.<field>` and
+  `model.hidden_sizes` (runs started before those moved) resumes to the uninterrupted run."""
+  config = _config(digits_data_dir, 'fedavg', {'latency.kwargs.distribution': 'exponential'})
+  run_experiment(config, tmp_path / 'reference')
+  _stop_after_checkpoint(PreparedRun(config, tmp_path / 'run'), 6)
+  checkpoints = tmp_path / 'run' / 'checkpoints'
+  for step in os.listdir(checkpoints):
+    path = checkpoints / step / 'meta' / 'metadata'  # the checkpoint's JSON meta
+    meta = json.loads(path.read_text(encoding='utf-8'))
+    meta['config'] = _old_layout(meta['config'])
+    path.write_text(json.dumps(meta), encoding='utf-8')
+  summary = run_experiment(config, tmp_path / 'run', resume=True)
+  assert summary['status'] == 'completed' and summary['final_version'] == 24
+  _assert_same_run(tmp_path / 'run', tmp_path / 'reference')

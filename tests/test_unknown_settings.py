@@ -44,13 +44,32 @@ def _one_error_line(result):
       'server.learning_rate is not a setting; it is now algorithm.kwargs.server_learning_rate',
     ),
     ('--config.fedasmu_fetch.policy=meta', 'it is now algorithm.kwargs.fetch_policy'),
+    # Model, latency and availability settings of an earlier layout: the selected one's.
+    ('--config.latency.model=lognormal', 'latency.model is not a setting; it is now latency.name'),
+    (
+      '--config.latency.per_step.mean=2',
+      'latency.per_step.mean is not a setting; it is now latency.kwargs.mean: the settings of '
+      'the latency model that latency.name names',
+    ),
+    ('--config.latency.lognormal.model=x', 'it is now latency.kwargs.model: the settings of'),
+    (
+      '--config.availability.model=periodic',
+      'availability.model is not a setting; it is now availability.name',
+    ),
+    ('--config.availability.periodic.period=60', 'it is now availability.kwargs.period: the'),
+    (
+      '--config.model.hidden_sizes=(16,)',
+      'model.hidden_sizes is not a setting; it is now model.kwargs.hidden_sizes: the settings of '
+      'the model that model.name names',
+    ),
+    ('--config.model.norm=group', 'model.norm is not a setting; it is now model.kwargs.norm'),
     # An unknown section, with did-you-mean and what exists.
     ('--config.clent.batch_size=4', "clent is not a setting (did you mean 'client'?); allowed: ["),
     (
       '--config.algorithm.kwarg.concurrency=5',
       "algorithm.kwarg is not a setting (did you mean 'kw",
     ),
-    ('--config.latency.per_stp.mean=2', "no section 'per_stp' (did you mean 'per_step'?); allowed"),
+    ('--config.latency.kwarg.mean=2', "latency.kwarg is not a setting (did you mean 'kwargs'?)"),
     ('--config.seed.value=1', 'seed.value is not a setting: seed is a setting (seed=0), not a'),
     # An unknown field of a section.
     ('--config.client.learnin_rate=0.1', "client.learnin_rate is not a setting (did you mean 'lea"),
@@ -92,8 +111,55 @@ def test_a_config_file_with_a_section_of_an_earlier_version_names_the_new_places
 
 
 @pytest.mark.parametrize(
+  'lines, expected',
+  [
+    (
+      ["c.latency.model = 'device_ratio'"],
+      'latency.model is not a setting; it is now latency.name',
+    ),
+    (
+      ['c.latency.lognormal = ml_collections.ConfigDict({"model": "per_example"})'],
+      'latency.lognormal is not a setting; it is now latency.kwargs (latency.lognormal.model -> '
+      'latency.kwargs.model): the settings of the latency model',
+    ),
+    (
+      ['c.model.hidden_sizes = (16,)'],
+      'model.hidden_sizes is not a setting; it is now model.kwargs.hidden_sizes',
+    ),
+    (  # reading a section that is gone fails in get_config itself
+      ['c.latency.per_step.mean = 2.0'],
+      "latency.per_step.<field> is now latency.kwargs.<field> (with latency.name='per_step')",
+    ),
+  ],
+)
+def test_a_config_file_with_a_model_or_latency_setting_of_an_earlier_layout_names_the_new_place(
+  tmp_path, lines, expected
+):
+  path = tmp_path / 'old_config.py'
+  body = ''.join(f'  {line}\n' for line in lines)
+  path.write_text(
+    'from fedsim_jax.config import base_config\n'
+    'import ml_collections\n\n\n'
+    f'def get_config():\n  c = base_config()\n{body}  return c\n'
+  )
+  result = _run(f'--config={path}', f'--workdir={tmp_path / "run"}')
+  assert result.returncode == 2
+  assert expected in _one_error_line(result)
+  assert not (tmp_path / 'run').exists()
+
+
+@pytest.mark.parametrize(
   'path, new',
   [
+    ('latency.model', 'latency.name'),
+    ('latency.per_step.mean', 'latency.kwargs.mean'),
+    ('latency.device_ratio.fastest_step_time', 'latency.kwargs.fastest_step_time'),
+    ('latency.fedscale', 'latency.kwargs'),
+    ('availability.model', 'availability.name'),
+    ('availability.trace.trace', 'availability.kwargs.trace'),
+    ('model.hidden_sizes', 'model.kwargs.hidden_sizes'),
+    ('model.norm', 'model.kwargs.norm'),
+    ('latency.kwargs.mean', None),
     ('scheduler.concurrency', 'algorithm.kwargs.concurrency'),
     ('scheduler.q_min', 'algorithm.kwargs.q_min'),
     ('server.optimizer', 'algorithm.kwargs.server_optimizer'),
@@ -134,8 +200,10 @@ def test_every_moved_setting_is_a_setting_of_a_registered_algorithm():
     'client.learning_rate',
     'algorithm.kwargs.anything',  # checked by the algorithm
     'run.eval_class_groups.stragglers',
-    'latency.per_step.mean',
-    'latency.my_model.speed',  # a config may add a section for a model of its own
+    'latency.kwargs.mean',  # checked by the latency model
+    'latency.kwargs.speed',  # (a latency model of a user module may have it)
+    'model.kwargs.width',
+    'availability.kwargs.period',
     'client',
   ],
 )

@@ -249,7 +249,7 @@ def make_config(
   c.data.name = 'fashion_mnist'
   c.data.data_dir = data_dir
   c.model.name = 'mlp'
-  c.model.hidden_sizes = MLP_HIDDEN_SIZES
+  c.model.kwargs.hidden_sizes = MLP_HIDDEN_SIZES
   c.client.optimizer = 'sgd'
   c.client.learning_rate = LEARNING_RATE
   if cross_device:

@@ -112,7 +112,7 @@ _CHECKED_SETTINGS = (
   'run.num_rounds',
   'run.max_virtual_time',
   'run.eval_every',
-  'latency.device_ratio.fastest_step_time',
+  'latency.kwargs.fastest_step_time',
 )
 
 

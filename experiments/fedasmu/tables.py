@@ -283,9 +283,9 @@ def system_settings(
 ) -> dict[str, Any]:
   """The system model every method shares (module docstring), as dotted config paths."""
   settings: dict[str, Any] = {
-    'latency.model': 'device_ratio',
-    'latency.device_ratio.ratio': DEVICE_RATIO,
-    'latency.device_ratio.fastest_step_time': fastest_step_time,
+    'latency.name': 'device_ratio',
+    'latency.kwargs.ratio': DEVICE_RATIO,
+    'latency.kwargs.fastest_step_time': fastest_step_time,
   }
   if method in SYNCHRONOUS:
     settings.update(_kwargs(cohort_size=devices_per_round(num_clients)))

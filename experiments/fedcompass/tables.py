@@ -289,11 +289,11 @@ def make_config(
   c.client.learning_rate = 0.003
   c.client.batch_size = 64
   c.client.local_steps = None if compass else LOCAL_STEPS[m]
-  c.latency.model = 'per_step'
-  c.latency.per_step.mean = STEP_TIME_MEAN
-  c.latency.per_step.distribution = speed
-  c.latency.per_step.spread = 0.3
-  c.latency.per_step.jitter = STEP_TIME_JITTER
+  c.latency.name = 'per_step'
+  c.latency.kwargs.mean = STEP_TIME_MEAN
+  c.latency.kwargs.distribution = speed
+  c.latency.kwargs.spread = 0.3
+  c.latency.kwargs.jitter = STEP_TIME_JITTER
   c.executor.backend = 'loop'
   c.executor.step_loop = 'host'  # one jitted step at a time: ~10x a scan for this CNN on CPU
   c.run.num_rounds = None

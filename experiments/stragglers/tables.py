@@ -456,8 +456,8 @@ def make_config(
   c.client.batch_size = BATCH_SIZE
   c.client.local_steps = None
   c.client.local_epochs = LOCAL_EPOCHS
-  c.latency.model = 'lognormal'
-  c.latency.lognormal.model = latency
+  c.latency.name = 'lognormal'
+  c.latency.kwargs.model = latency
   c.run.eval_class_groups.straggler = STRAGGLER_CLASSES
   kwargs = c.algorithm.kwargs
   kwargs.weighting = 'uniform'

@@ -38,7 +38,7 @@ of feddyn, `FedDynSettings`):
     the client's update is aggregated. An update discarded after a deadline (a straggler) leaves
     both states untouched, as if the client had not trained.
   * Models with state (BatchNorm running statistics) are rejected: the regulariser and h are
-    defined on the trainable parameters only (use `model.norm='group'`; FedDyn's code uses
+    defined on the trainable parameters only (use `model.kwargs.norm='group'`; FedDyn's code uses
     GroupNorm as well).
   * The authors' code (as recalled) scales alpha per client by its relative data size; this is
     Algorithm 1's single alpha.
@@ -129,7 +129,7 @@ class DynamicRegulariser(Term):
     if model.has_state:
       raise ValueError(
         f'model {model.name!r} has state (BatchNorm); feddyn allows models '
-        "without state (e.g. model.norm='group')"
+        "without state (e.g. model.kwargs.norm='group')"
       )
 
   def __call__(self, inputs: TermInputs) -> tuple[jax.Array, jax.Array]:
@@ -263,7 +263,7 @@ class FedDynSettings(DeadlineSettings, LocalWorkSettings, ServerEmaSettings):
     super().check_run(name, run, prefix)
     if run.model_norm == 'batch':
       raise ConfigError(
-        "model.norm='batch' is invalid with algorithm.name='feddyn' (its regulariser covers "
+        "model.kwargs.norm='batch' is invalid with algorithm.name='feddyn' (its regulariser covers "
         "trainable weights only); allowed values: 'group', 'none'"
       )
 

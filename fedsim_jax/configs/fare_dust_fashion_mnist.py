@@ -28,8 +28,8 @@ def get_config():
   config.algorithm.kwargs.history_length = 50
   config.algorithm.kwargs.rho = 0.1
   config.algorithm.kwargs.ema_decay = 0.99
-  config.latency.model = 'lognormal'
-  config.latency.lognormal.model = 'per_example'
+  config.latency.name = 'lognormal'
+  config.latency.kwargs.model = 'per_example'
   config.run.num_rounds = 100
   config.run.eval_every = 10
   return config

@@ -25,8 +25,8 @@ def get_config():
   config.algorithm.kwargs.tau_max = 100000.0
   config.algorithm.kwargs.ema_decay = 0.99
   config.algorithm.kwargs.kappa = 0.9
-  config.latency.model = 'lognormal'
-  config.latency.lognormal.model = 'per_example'
+  config.latency.name = 'lognormal'
+  config.latency.kwargs.model = 'per_example'
   config.run.num_rounds = 100
   config.run.eval_every = 10
   return config

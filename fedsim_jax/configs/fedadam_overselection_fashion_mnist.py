@@ -21,8 +21,8 @@ def get_config():
   config.algorithm.kwargs.cohort_size = 10
   config.algorithm.kwargs.num_selected = 12
   config.algorithm.kwargs.weighting = 'uniform'
-  config.latency.model = 'lognormal'
-  config.latency.lognormal.model = 'per_example'
+  config.latency.name = 'lognormal'
+  config.latency.kwargs.model = 'per_example'
   config.run.num_rounds = 100
   config.run.eval_every = 10
   return config

@@ -15,9 +15,9 @@ def get_config():
   config.algorithm.kwargs.staleness_a = 0.5
   config.algorithm.kwargs.concurrency = 10
   config.algorithm.kwargs.weighting = 'uniform'
-  config.latency.per_step.distribution = 'normal'
-  config.latency.per_step.mean = 0.1
-  config.latency.per_step.jitter = 0.05
+  config.latency.kwargs.distribution = 'normal'
+  config.latency.kwargs.mean = 0.1
+  config.latency.kwargs.jitter = 0.05
   config.run.num_rounds = 1000  # server versions = client updates for FedAsync
   config.run.eval_every = 50
   return config

@@ -14,9 +14,9 @@ def get_config():
   config.client.local_steps = 20
   config.algorithm.kwargs.cohort_size = 5
   config.algorithm.kwargs.tier_ratio = 2.0
-  config.latency.per_step.distribution = 'normal'
-  config.latency.per_step.mean = 0.1
-  config.latency.per_step.jitter = 0.05
+  config.latency.kwargs.distribution = 'normal'
+  config.latency.kwargs.mean = 0.1
+  config.latency.kwargs.jitter = 0.05
   config.run.num_rounds = 600
   config.run.eval_every = 50
   return config

@@ -11,11 +11,11 @@ def get_config():
   config = fashion_mnist_config('fedavg')
   config.client.local_steps = 20
   config.algorithm.kwargs.cohort_size = 10
-  config.latency.model = 'per_step'
-  config.latency.per_step.distribution = 'normal'
-  config.latency.per_step.mean = 0.1
-  config.latency.per_step.spread = 0.3
-  config.latency.per_step.jitter = 0.05
+  config.latency.name = 'per_step'
+  config.latency.kwargs.distribution = 'normal'
+  config.latency.kwargs.mean = 0.1
+  config.latency.kwargs.spread = 0.3
+  config.latency.kwargs.jitter = 0.05
   config.run.num_rounds = 300
   config.run.eval_every = 10
   return config

@@ -20,9 +20,9 @@ def get_config():
   config.client.batch_size = 64
   config.client.local_steps = 10
   config.algorithm.kwargs.cohort_size = 10
-  config.latency.per_step.distribution = 'normal'
-  config.latency.per_step.mean = 0.15  # FedCompass Table 7: MNIST, batch 64
-  config.latency.per_step.jitter = 0.05
+  config.latency.kwargs.distribution = 'normal'
+  config.latency.kwargs.mean = 0.15  # FedCompass Table 7: MNIST, batch 64
+  config.latency.kwargs.jitter = 0.05
   config.executor.backend = 'loop'
   config.executor.step_loop = 'host'
   config.run.num_rounds = 50

@@ -23,8 +23,8 @@ def get_config():
   config.client.batch_size = 10
   config.client.local_steps = 10
   config.algorithm.kwargs.cohort_size = 10
-  config.latency.model = 'per_step'
-  config.latency.per_step.distribution = 'homogeneous'
+  config.latency.name = 'per_step'
+  config.latency.kwargs.distribution = 'homogeneous'
   config.run.num_rounds = 60
   config.run.eval_every = 10
   config.run.eval_batch_size = 500

@@ -23,8 +23,8 @@ def get_config():
   config.algorithm.kwargs.concurrency = 20
   config.algorithm.kwargs.buffer_size = 10
   config.algorithm.kwargs.weighting = 'uniform'
-  config.latency.model = 'lognormal'
-  config.latency.lognormal.model = 'per_example'
+  config.latency.name = 'lognormal'
+  config.latency.kwargs.model = 'per_example'
   config.run.num_rounds = 100
   config.run.eval_every = 10
   return config

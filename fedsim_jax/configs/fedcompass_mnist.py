@@ -29,9 +29,9 @@ def get_config():
   config.algorithm.kwargs.q_max = 200
   config.algorithm.kwargs.latest_time_factor = 1.2
   config.algorithm.kwargs.weighting = 'num_examples'
-  config.latency.per_step.distribution = 'normal'
-  config.latency.per_step.mean = 0.15
-  config.latency.per_step.jitter = 0.05
+  config.latency.kwargs.distribution = 'normal'
+  config.latency.kwargs.mean = 0.15
+  config.latency.kwargs.jitter = 0.05
   config.executor.backend = 'loop'
   config.executor.step_loop = 'host'
   config.run.num_rounds = None

@@ -13,9 +13,10 @@ from fedsim_jax.data.federated import FederatedDataset
 from fedsim_jax.executor import Executor
 from fedsim_jax.metrics import make_evaluator
 from fedsim_jax.models import Model
+from fedsim_jax.registry import Selection
 from fedsim_jax.runtime import Simulation, StopCondition
 from fedsim_jax.settings import ConfigError, Settings
-from fedsim_jax.workdir import StrEnum
+from fedsim_jax.str_enum import StrEnum
 
 Evaluator = Callable[[Any], Mapping[str, Any]]  # params -> {'accuracy', 'loss', ...}
 
@@ -83,6 +84,7 @@ class RunParts:
   evaluate: Evaluator
   stop: StopCondition
   resolved_config: dict[str, Any]  # written as config.json; a resumed run's must match
+  selections: dict[str, Selection]  # the resolved plugin sections (data, partition, model, ...)
   options: RunOptions
   # An executor like the simulation's over other data and keys (lockstep's shared batches).
   executor_like: Callable[[Any, Any], Executor]

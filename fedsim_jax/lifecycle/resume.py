@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from absl import logging
@@ -13,6 +14,7 @@ from fedsim_jax import config as config_lib
 from fedsim_jax import workdir as workdir_lib
 from fedsim_jax.checkpointing import CheckpointError, Checkpoints, Restored
 from fedsim_jax.metrics.writers import TaskTraceWriter
+from fedsim_jax.registry import Selection
 from fedsim_jax.settings import Settings
 
 # Settings a resumed run may change: how long it runs, how it checkpoints, and what only its
@@ -68,20 +70,30 @@ def config_differences(
   )
 
 
-def default_settings(settings: Settings) -> dict[str, Any]:
-  """The resolved config of `base_config()` with `settings`' algorithm defaults: the values a
-  setting added after a run started is given by default (see `config_differences`)."""
+def default_settings(
+  settings: Settings, selections: Mapping[str, Selection] | None = None
+) -> dict[str, Any]:
+  """The resolved config of `base_config()` with `settings`' algorithm defaults and the
+  defaults of the plugins `selections` name (by section): the values a setting added after a
+  run started is given by default (see `config_differences`)."""
   defaults = config_lib.base_config().to_dict()
   defaults['algorithm']['kwargs'] = type(settings)().as_dict()
+  for section, selection in (selections or {}).items():
+    defaults[section]['kwargs'] = type(selection.settings)().as_dict()
   return defaults
 
 
 def checkpoint_to_resume(
-  checkpoints: Checkpoints, workdir: str, resolved: dict[str, Any], settings: Settings
+  checkpoints: Checkpoints,
+  workdir: str,
+  resolved: dict[str, Any],
+  settings: Settings,
+  selections: Mapping[str, Selection] | None = None,
 ) -> Restored | None:
   """The newest checkpoint in `checkpoints`, None if there is none (the run starts from the
   beginning); `ConfigError` if it cannot be read or its run's config differs from `resolved`
-  (the algorithm's `settings` give the defaults of settings added since) in more than
+  (the algorithm's `settings` and the plugins' `selections` give the defaults of settings
+  added since) in more than
   `RESUMABLE_CHANGES`."""
   try:
     restored = checkpoints.load_latest()
@@ -92,7 +104,9 @@ def checkpoint_to_resume(
       logging.warning('--resume: no checkpoint in %s; starting from the beginning', workdir)
     return None
   differing = config_differences(
-    config_lib.upgrade_layout(restored.meta['config']), resolved, default_settings(settings)
+    config_lib.upgrade_layout(restored.meta['config']),
+    resolved,
+    default_settings(settings, selections),
   )
   if differing:
     raise config_lib.ConfigError(

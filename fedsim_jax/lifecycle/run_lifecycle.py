@@ -91,7 +91,9 @@ class RunLifecycle:
     self.checkpoints = Checkpoints(workspace.checkpoint_dir, keep=options.keep_checkpoints)
     resolved = parts.resolved_config
     restored = (
-      checkpoint_to_resume(self.checkpoints, self.workdir, resolved, self.algorithm_settings)
+      checkpoint_to_resume(
+        self.checkpoints, self.workdir, resolved, self.algorithm_settings, parts.selections
+      )
       if resume
       else None
     )

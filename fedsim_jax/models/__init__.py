@@ -1,11 +1,10 @@
-"""Models: flax modules wrapped in a `Model` bundle (init, apply, loss, eval metrics)."""
+"""Models: flax modules wrapped in a `Model` bundle (init, apply, loss, eval metrics), registered
+by name in `MODELS` with their settings dataclasses."""
 
 from fedsim_jax.models.bundle import Model, Params, identity_tokens, scale_to_unit_interval
+from fedsim_jax.models.registry import MODELS, ModelContext, build_model, get_model
 from fedsim_jax.models.zoo import (
   MLP,
-  MODELS,
-  NEXT_TOKEN_MODELS,
-  TOKEN_MODELS,
   VGG11,
   AlexNet,
   CharLSTM,
@@ -17,7 +16,6 @@ from fedsim_jax.models.zoo import (
   ResNet,
   TextCNN,
   WordLSTM,
-  get_model,
 )
 
 __all__ = [
@@ -34,11 +32,11 @@ __all__ = [
   'MLP',
   'MnistCNN',
   'MODELS',
-  'NEXT_TOKEN_MODELS',
+  'ModelContext',
   'ResNet',
   'TextCNN',
-  'TOKEN_MODELS',
   'VGG11',
   'WordLSTM',
+  'build_model',
   'get_model',
 ]

@@ -1,4 +1,4 @@
-"""Model architectures used by the reproduced papers, and the name registry.
+"""Model architectures used by the reproduced papers (`registry` registers them by name).
 
 Parameter counts below are trainable parameters (BatchNorm running statistics excluded), for
 the input shape and class count named; "paper" marks a count stated in the cited source,
@@ -10,14 +10,12 @@ modules' `train_dropout=True` turns them on for callers that pass `rngs={'dropou
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from fedsim_jax.models.bundle import Model, identity_tokens
 from fedsim_jax.models.pooling import max_pool_2x2
 
 
@@ -317,156 +315,3 @@ class TextCNN(nn.Module):
     x = jnp.concatenate(pooled, axis=-1)
     x = nn.Dropout(0.5, deterministic=not self.train_dropout)(x)
     return nn.Dense(self.num_classes)(x)
-
-
-def _mlp(
-  input_shape: tuple[int, ...], num_classes: int, hidden_sizes: Sequence[int] = (200, 200)
-) -> nn.Module:
-  return MLP(hidden_sizes=tuple(hidden_sizes), num_classes=num_classes)
-
-
-def _mnist_cnn(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-  return MnistCNN(num_classes=num_classes)
-
-
-def _lenet5(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-  padding = 'SAME' if input_shape[0] < 32 else 'VALID'
-  return LeNet5(num_classes=num_classes, first_conv_padding=padding)
-
-
-def _fedavg_cnn(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-  return FedAvgCNN(num_classes=num_classes)
-
-
-def _fedasmu_cnn(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-  return FedASMUCNN(num_classes=num_classes)
-
-
-def _emnist_cnn(
-  input_shape: tuple[int, ...], num_classes: int, train_dropout: bool = False
-) -> nn.Module:
-  return EmnistCNN(num_classes=num_classes, train_dropout=train_dropout)
-
-
-def _check_norm(norm: str, allowed: Sequence[str]) -> None:
-  if norm not in allowed:
-    raise ValueError(f'model.norm={norm!r}; allowed: {tuple(allowed)}')
-
-
-def _resnet18(
-  input_shape: tuple[int, ...],
-  num_classes: int,
-  norm: str = 'batch',
-  groups: int = 2,
-  width: int = 64,
-) -> nn.Module:
-  """ResNet-18 (He et al. 2016) with a CIFAR stem; FedCompass Tables 10-11 (BatchNorm, 11,173,962
-  parameters with 10 classes, matching its per-layer counts) and CC-FedAvg / Reddi et al. 2021
-  (GroupNorm; Reddi et al. follow Hsieh et al. 2020 with 2 groups, the default here, CC-FedAvg's
-  code uses 16: `groups=16`). `width` is the first stage's width (64 in the paper; smaller
-  values give a narrower network of the same structure, for tests)."""
-  _check_norm(norm, NORMS)
-  return ResNet(
-    num_classes=num_classes,
-    stage_sizes=(2, 2, 2, 2),
-    widths=(width, 2 * width, 4 * width, 8 * width),
-    norm=norm,
-    groups=groups,
-    shortcut='projection',
-  )
-
-
-def _resnet20(
-  input_shape: tuple[int, ...], num_classes: int, norm: str = 'batch', groups: int = 2
-) -> nn.Module:
-  """ResNet-20 of He et al. 2016 (Sec. 4.2, CIFAR: 3 stages of 3 blocks, widths 16-32-64,
-  option-A zero-padding shortcuts; paper: 0.27M parameters, exactly 269,722 with 10 classes),
-  FedASMU's "ResNet"."""
-  _check_norm(norm, NORMS)
-  return ResNet(
-    num_classes=num_classes,
-    stage_sizes=(3, 3, 3),
-    widths=(16, 32, 64),
-    norm=norm,
-    groups=groups,
-    shortcut='pad',
-  )
-
-
-def _alexnet(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-  return AlexNet(num_classes=num_classes)
-
-
-def _vgg11(
-  input_shape: tuple[int, ...], num_classes: int, norm: str = 'none', groups: int = 2
-) -> nn.Module:
-  _check_norm(norm, ('none',) + NORMS)
-  return VGG11(num_classes=num_classes, norm=norm, groups=groups)
-
-
-def _char_lstm(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-  return CharLSTM(vocab_size=num_classes)
-
-
-def _word_lstm(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-  return WordLSTM(vocab_size=num_classes)
-
-
-def _text_cnn(
-  input_shape: tuple[int, ...],
-  num_classes: int,
-  vocab_size: int = 10_000,
-  embed_dim: int = 300,
-  train_dropout: bool = False,
-) -> nn.Module:
-  if input_shape[0] < 5:
-    raise ValueError(f'text_cnn input length {input_shape[0]}; allowed: >= 5 (widest filter)')
-  return TextCNN(
-    num_classes=num_classes, vocab_size=vocab_size, embed_dim=embed_dim, train_dropout=train_dropout
-  )
-
-
-MODELS: dict[str, Callable[..., nn.Module]] = {
-  'mlp': _mlp,
-  'mnist_cnn': _mnist_cnn,
-  'lenet5': _lenet5,
-  'fedavg_cnn': _fedavg_cnn,
-  'fedasmu_cnn': _fedasmu_cnn,
-  'emnist_cnn': _emnist_cnn,
-  'resnet18': _resnet18,
-  'resnet20': _resnet20,
-  'alexnet': _alexnet,
-  'vgg11': _vgg11,
-  'char_lstm': _char_lstm,
-  'word_lstm': _word_lstm,
-  'text_cnn': _text_cnn,
-}
-
-# Models reading integer token ids `[B, T]`; the next-token ones predict a label per position
-# (`[B, T]` labels, vocabulary = `num_classes`) with pad id 0 excluded (TFF's convention).
-TOKEN_MODELS = ('char_lstm', 'word_lstm', 'text_cnn')
-NEXT_TOKEN_MODELS = ('char_lstm', 'word_lstm')
-
-
-def get_model(name: str, input_shape: Sequence[int], num_classes: int, **kwargs: Any) -> Model:
-  """Builds a registered model bundle by name; `kwargs` go to the architecture (e.g. `norm`),
-  except `pad_id` (next-token models only; default 0, None counts pad labels too).
-
-  Token models get `identity_tokens` preprocessing and int32 inputs; modules with BatchNorm
-  (`norm='batch'`) carry their running statistics in the params (`Model.has_state`).
-
-  Raises:
-    ValueError: if `name` is not registered (the message lists the registered names).
-  """
-  if name not in MODELS:
-    raise ValueError(f'model.name={name!r} is not a known model; allowed: {sorted(MODELS)}')
-  pad_id = kwargs.pop('pad_id', 0) if name in NEXT_TOKEN_MODELS else None
-  module = MODELS[name](tuple(input_shape), num_classes, **kwargs)
-  extra: dict[str, Any] = {}
-  if name in TOKEN_MODELS:
-    extra = dict(preprocess=identity_tokens, input_dtype=jnp.int32, pad_id=pad_id)
-  if getattr(module, 'norm', None) == 'batch':
-    extra['state_collections'] = ('batch_stats',)
-  return Model(
-    name=name, module=module, input_shape=tuple(input_shape), num_classes=num_classes, **extra
-  )

@@ -37,7 +37,7 @@ def config(algorithm: str, **kwargs: Any) -> ml_collections.ConfigDict:
   arrive with varied staleness."""
   result = make_tiny_config(algorithm, clients=FED.num_clients)
   result.algorithm.kwargs.update(kwargs)
-  result.latency.per_step.distribution = 'exponential'
+  result.latency.kwargs.distribution = 'exponential'
   return result
 
 

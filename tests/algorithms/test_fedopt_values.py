@@ -18,7 +18,7 @@ ROUNDS, STEPS, LR = 3, 3, 0.5
 
 def _config(algorithm, **kwargs):
   config = registered.config(algorithm, cohort_size=FED.num_clients, **kwargs)
-  config.model.hidden_sizes = ()
+  config.model.kwargs.hidden_sizes = ()
   config.client.batch_size = 32  # > every client's size: full-batch steps
   config.client.local_steps = STEPS
   config.client.learning_rate = LR

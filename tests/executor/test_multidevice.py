@@ -46,7 +46,7 @@ _SCRIPT = textwrap.dedent("""
     metrics = {}
     for devices in (1, 4):
       config = base_config()
-      config.model.hidden_sizes = (16,)
+      config.model.kwargs.hidden_sizes = (16,)
       config.client.local_steps = 3
       config.client.batch_size = 4
       config.algorithm.kwargs.cohort_size = 5

@@ -62,7 +62,7 @@ def test_cross_device_configs(algorithm, participation):
   assert settings.cohort_size == round(100 * participation)
   assert config.data.num_clients == 100 and config.partition.name == 'two_classes'
   assert config.data.name == 'fashion_mnist' and config.model.name == 'mlp'
-  assert tuple(config.model.hidden_sizes) == (200, 200)
+  assert tuple(config.model.kwargs.hidden_sizes) == (200, 200)
   assert config.client.local_steps == 200 and config.client.batch_size == 32
   assert config.client.optimizer == 'sgd' and config.client.learning_rate == 0.01
   if algorithm in BUDGETED:

@@ -75,8 +75,8 @@ def test_system_model():
   assert sync[_KW + 'cohort_size'] == 10 and _KW + 'concurrency' not in sync
   asynchronous = tables.system_settings('fedasync', 20)
   assert asynchronous[_KW + 'concurrency'] == 2
-  assert asynchronous['latency.model'] == 'device_ratio'
-  assert asynchronous['latency.device_ratio.ratio'] == 5.0
+  assert asynchronous['latency.name'] == 'device_ratio'
+  assert asynchronous['latency.kwargs.ratio'] == 5.0
   assert (_KW + 'trigger_period' in asynchronous) == tables.periodic_trigger_available()
 
 
@@ -95,7 +95,7 @@ def test_configs_of_registered_methods(column):
     assert config.client.local_epochs == 5 and config.client.local_steps is None
     assert config.run.num_rounds == 500 and config.run.max_virtual_time is None
     assert config.run.target_accuracy == tables.TARGET_ACCURACY[column]
-    assert config.latency.model == 'device_ratio' and config.latency.device_ratio.ratio == 5
+    assert config.latency.name == 'device_ratio' and config.latency.kwargs.ratio == 5
     if method in tables.SYNCHRONOUS:
       assert settings.cohort_size == 10
     else:
@@ -119,7 +119,7 @@ def test_make_config_options():
   assert config.algorithm.kwargs.buffer_size == 1
   assert config.run.num_rounds is None and config.run.max_virtual_time == 300.0
   assert config.client.local_epochs == 2 and config.client.batch_size == 16
-  assert config.latency.device_ratio.fastest_step_time == 0.5 and config.run.eval_every == 3
+  assert config.latency.kwargs.fastest_step_time == 0.5 and config.run.eval_every == 3
 
 
 def test_make_config_rejects_bad_settings(monkeypatch):
@@ -403,7 +403,7 @@ def test_binary_end_to_end_on_a_tiny_federation(tiny_fashion_mnist, tmp_path):
       encoding='utf-8'
     )
   )
-  assert config['latency']['model'] == 'device_ratio'
+  assert config['latency']['name'] == 'device_ratio' and config['latency']['kwargs']['ratio'] == 5.0
   kwargs = config['algorithm']['kwargs']
   assert kwargs['concurrency'] == 1 and kwargs['buffer_size'] == 1
   assert config['client']['learning_rate'] == 0.005

@@ -112,9 +112,9 @@ def test_make_config_is_valid_with_paper_settings(algorithm):
           0.003,
           64,
         )
-        assert config.latency.per_step.distribution == speed
-        assert config.latency.per_step.mean == 0.15
-        assert config.latency.per_step.jitter == 0.05
+        assert config.latency.kwargs.distribution == speed
+        assert config.latency.kwargs.mean == 0.15
+        assert config.latency.kwargs.jitter == 0.05
         assert config.run.target_accuracy == 0.9
         assert config.run.num_rounds is None
         assert config.run.eval_every == 2

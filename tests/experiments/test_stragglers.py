@@ -53,7 +53,7 @@ def test_configs_are_valid_and_share_the_task(algorithm, latency):
   assert tuple(config.run.eval_class_groups.straggler) == (0, 1, 2, 3, 4)
   assert config.model.name == 'emnist_cnn'
   assert config.client.batch_size == 20 and config.client.optimizer == 'sgd'
-  assert config.latency.model == 'lognormal' and config.latency.lognormal.model == latency
+  assert config.latency.name == 'lognormal' and config.latency.kwargs.model == latency
   assert settings.weighting == 'uniform'
   if algorithm in tables.ASYNCHRONOUS:
     assert config.run.num_rounds is None and config.run.max_client_updates == 100_000

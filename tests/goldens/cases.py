@@ -125,7 +125,7 @@ SMALL_CASES: dict[str, Callable[[], tuple[Any, Any]]] = {
       'client.batch_size': 8,
       'algorithm.kwargs.q_min': 4,
       'algorithm.kwargs.q_max': 20,
-      'latency.per_step.mean': 1.0,
+      'latency.kwargs.mean': 1.0,
       'run.max_virtual_time': 60.0,
       'run.eval_every': 3,
     },

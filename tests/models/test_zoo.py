@@ -270,7 +270,7 @@ def test_executor_backends_carry_batch_statistics(toy_federation):
 
 
 def test_unknown_norm():
-  with pytest.raises(ValueError, match='model.norm'):
+  with pytest.raises(ValueError, match='model.kwargs.norm'):
     get_model('resnet18', (32, 32, 3), 10, norm='layer')
 
 

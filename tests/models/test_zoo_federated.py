@@ -9,7 +9,7 @@ from fedsim_jax.config import base_config
 from fedsim_jax.data.federated import FederatedDataset
 from fedsim_jax.data.synthetic import toy_federation, toy_text_federation
 from fedsim_jax.experiment import run_experiment
-from fedsim_jax.models.zoo import MODELS
+from fedsim_jax.models import MODELS
 
 IMAGE_SHAPES = {
   'mlp': (8, 8, 1),
@@ -46,7 +46,7 @@ def _federation(name: str) -> FederatedDataset:
 
 
 @pytest.mark.parametrize(
-  'name', [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in MODELS]
+  'name', [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in MODELS.names()]
 )
 def test_one_federated_round(name, tmp_path):
   config = base_config()

@@ -49,9 +49,9 @@ class TestPerStepLatency:
   @pytest.mark.parametrize(
     'kwargs,match',
     [
-      ({'distribution': 'pareto'}, 'latency.distribution'),
-      ({'mean': 0.0}, 'latency.mean'),
-      ({'jitter': -0.1}, 'latency.jitter'),
+      ({'distribution': 'pareto'}, 'latency.kwargs.distribution'),
+      ({'mean': 0.0}, 'latency.kwargs.mean'),
+      ({'jitter': -0.1}, 'latency.kwargs.jitter'),
     ],
   )
   def test_invalid_settings(self, kwargs, match):

@@ -580,7 +580,7 @@ def _config(algorithm, **overrides):
   config = base_config()
   config.algorithm.name = algorithm
   config.data.num_clients = 8
-  config.model.hidden_sizes = (6,)
+  config.model.kwargs.hidden_sizes = (6,)
   config.client.learning_rate = 0.2
   config.client.local_steps = 3
   config.client.batch_size = 4
@@ -590,7 +590,7 @@ def _config(algorithm, **overrides):
   kwargs.staleness = 'polynomial'
   kwargs.staleness_a = 0.5
   kwargs.concurrency = 4
-  config.latency.model = 'device_ratio'
+  config.latency.name = 'device_ratio'
   for key, value in overrides.items():
     set_by_path(config, key, value)
   experiment.validate(config)

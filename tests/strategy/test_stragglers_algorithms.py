@@ -463,7 +463,7 @@ class TestFareDustEquivalences:
       config.data.num_clients = 10
       config.algorithm.kwargs.update(cohort_size=3, num_selected=5, **overrides)
       config.client.batch_size = 4
-      config.model.hidden_sizes = (8,)
+      config.model.kwargs.hidden_sizes = (8,)
       config.run.num_rounds = 6
       config.run.eval_every = 1
       summary = run_experiment(config, tmp, dataset=fed)

@@ -1,24 +1,30 @@
-"""Latency and availability models (see `base` for the interfaces, `registry` for the names)."""
+"""Latency and availability models (see `base` for the interfaces and the registries,
+`registry` for building a selected one)."""
 
 from fedsim_jax.runtime.latency.base import (
+  AVAILABILITY_MODELS,
+  LATENCY_MODELS,
   AlwaysAvailable,
   Availability,
+  AvailabilityContext,
+  LatencyContext,
   LatencyModel,
   TaskLatency,
   available_clients,
   jittered,
   positive_normal,
 )
-from fedsim_jax.runtime.latency.device_ratio import DeviceRatioLatency
+from fedsim_jax.runtime.latency.device_ratio import DeviceRatioLatency, DeviceRatioSettings
 from fedsim_jax.runtime.latency.fedscale import (
   DeviceProfiles,
   FedScaleLatency,
+  FedScaleSettings,
   synthetic_device_profiles,
 )
-from fedsim_jax.runtime.latency.per_step import SPEED_DISTRIBUTIONS, PerStepLatency
+from fedsim_jax.runtime.latency.per_step import SPEED_DISTRIBUTIONS, PerStepLatency, PerStepSettings
 from fedsim_jax.runtime.latency.registry import (
-  AVAILABILITY_MODELS,
-  LATENCY_MODELS,
+  build_availability,
+  build_latency,
   make_availability,
   make_latency,
 )
@@ -26,14 +32,18 @@ from fedsim_jax.runtime.latency.straggler import (
   LOGNORMAL_MODELS,
   PAPER_TABLES,
   LogNormalLatency,
+  LogNormalSettings,
   closed_form_means,
 )
 from fedsim_jax.runtime.latency.trace import (
   ClientTrace,
   PeriodicAvailability,
+  PeriodicSettings,
   Trace,
   TraceAvailability,
+  TraceAvailabilitySettings,
   TraceLatency,
+  TraceLatencySettings,
   WindowAvailability,
   load_trace,
 )
@@ -41,30 +51,41 @@ from fedsim_jax.runtime.latency.trace import (
 __all__ = [
   'AlwaysAvailable',
   'Availability',
+  'AvailabilityContext',
+  'LatencyContext',
   'LatencyModel',
   'TaskLatency',
   'available_clients',
   'jittered',
   'positive_normal',
   'DeviceRatioLatency',
+  'DeviceRatioSettings',
   'DeviceProfiles',
   'FedScaleLatency',
+  'FedScaleSettings',
   'synthetic_device_profiles',
   'SPEED_DISTRIBUTIONS',
   'PerStepLatency',
+  'PerStepSettings',
   'AVAILABILITY_MODELS',
   'LATENCY_MODELS',
+  'build_availability',
+  'build_latency',
   'make_availability',
   'make_latency',
   'LOGNORMAL_MODELS',
   'PAPER_TABLES',
   'LogNormalLatency',
+  'LogNormalSettings',
   'closed_form_means',
   'ClientTrace',
   'PeriodicAvailability',
+  'PeriodicSettings',
   'Trace',
   'TraceAvailability',
+  'TraceAvailabilitySettings',
   'TraceLatency',
+  'TraceLatencySettings',
   'WindowAvailability',
   'load_trace',
 ]

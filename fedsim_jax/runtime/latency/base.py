@@ -5,15 +5,25 @@ A latency model turns a dispatched task into virtual seconds. It draws a `TaskLa
 limit); the task then lasts `TaskLatency.duration(num_steps)`. Durations never depend on
 trained weights. Every model owns a numpy generator derived from the run seed and
 draws from it once per task, in dispatch order, so runs are reproducible.
+
+Latency and availability models are plugins: each is registered in `LATENCY_MODELS` or
+`AVAILABILITY_MODELS` under a name with its settings dataclass (`latency.name`,
+`latency.kwargs`), and its factory receives those settings and what the federation already
+knows (`LatencyContext`, `AvailabilityContext`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import NamedTuple, Protocol
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
+
+from fedsim_jax.registry import Registry
+from fedsim_jax.settings import Check, ConfigError, Settings
 
 
 class TaskLatency(NamedTuple):
@@ -69,6 +79,89 @@ class Availability(Protocol):
     ...
 
 
+# A value per client: one for every client, or a sequence (array) of one per client.
+PerClient = float | tuple[float, ...] | np.ndarray
+
+
+def per_client_values(*, allow_zero: bool = False, optional: bool = False) -> Check:
+  """A finite number > 0 (>= 0 with `allow_zero`) for every client, or a sequence (array) of
+  such numbers, one per client (their count is checked against the federation when built)."""
+  bound = '>= 0' if allow_zero else '> 0'
+  allowed = f'a finite number {bound} or a sequence of them, one per client'
+  allowed += ' or None' if optional else ''
+
+  def check(name: str, value: Any) -> None:
+    if value is None and optional:
+      return
+    try:
+      array = np.asarray(value, np.float64)
+    except (TypeError, ValueError):
+      array = np.array(np.nan)
+    ok = (
+      not isinstance(value, (bool, str))
+      and array.ndim <= 1
+      and bool(np.all(np.isfinite(array)))
+      and bool(np.all(array >= 0 if allow_zero else array > 0))
+    )
+    if not ok:
+      raise ConfigError(f'{name}={value!r} is invalid; allowed values: {allowed}')
+
+  check.allowed = allowed  # type: ignore[attr-defined]
+  return check
+
+
+def check_federation(num_clients: object, rng: object, prefix: str = 'latency') -> None:
+  """Raises unless `num_clients` is an int >= 1 and `rng` a numpy Generator (what every model's
+  constructor receives from the run, not from settings)."""
+  if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
+    raise ValueError(f'{prefix}.num_clients={num_clients!r}; must be an int >= 1')
+  if not isinstance(rng, np.random.Generator):
+    raise ValueError(f'{prefix}.rng={rng!r}; must be a numpy Generator')
+
+
+@dataclasses.dataclass(frozen=True)
+class LatencyContext:
+  """What a latency model's factory knows of the run besides its settings.
+
+  Attributes:
+    num_clients: federation size.
+    rng: the model's own generator (derived from the run seed; draw from nothing else).
+    client_sizes: examples per client.
+    batch_size: examples per local step (`client.batch_size`).
+    model_bytes: bytes of one model's parameters (one transfer each way).
+    straggler_mask: True for straggler clients (the straggler-domain split), or None.
+  """
+
+  num_clients: int
+  rng: np.random.Generator
+  client_sizes: np.ndarray
+  batch_size: int
+  model_bytes: int
+  straggler_mask: np.ndarray | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class AvailabilityContext:
+  """What an availability model's factory knows of the run besides its settings."""
+
+  num_clients: int
+  rng: np.random.Generator
+
+
+LatencyFactory = Callable[[Any, LatencyContext], LatencyModel]
+AvailabilityFactory = Callable[[Any, AvailabilityContext], Availability]
+
+# The registered models (`fedsim_jax.runtime.latency` imports the library's, each module
+# registering its own).
+LATENCY_MODELS: Registry[LatencyFactory] = Registry('latency', 'latency model')
+AVAILABILITY_MODELS: Registry[AvailabilityFactory] = Registry('availability', 'availability model')
+
+
+@dataclasses.dataclass(frozen=True)
+class AlwaysSettings(Settings):
+  """No settings: every client is online at all times."""
+
+
 class AlwaysAvailable:
   """Every client is online at all times."""
 
@@ -79,6 +172,13 @@ class AlwaysAvailable:
   def online_until(self, client_id: int, time: float) -> float:
     del client_id, time
     return math.inf
+
+
+@AVAILABILITY_MODELS.register('always', AlwaysSettings)
+def always(settings: AlwaysSettings, context: AvailabilityContext) -> AlwaysAvailable:
+  """Every client is online at all times."""
+  del settings, context
+  return AlwaysAvailable()
 
 
 def available_clients(availability: Availability, num_clients: int, time: float) -> np.ndarray:

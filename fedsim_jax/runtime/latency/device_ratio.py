@@ -17,11 +17,58 @@ the others are uniform in between.
 
 from __future__ import annotations
 
-import math
+import dataclasses
 
 import numpy as np
 
-from fedsim_jax.runtime.latency.base import TaskLatency, jittered
+from fedsim_jax.runtime.latency.base import (
+  LATENCY_MODELS,
+  LatencyContext,
+  PerClient,
+  TaskLatency,
+  check_federation,
+  jittered,
+  per_client_values,
+)
+from fedsim_jax.settings import ConfigError, Settings, number, positive, setting
+
+PREFIX = 'latency.kwargs.'
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceRatioSettings(Settings):
+  """Settings of `DeviceRatioLatency` (`latency.name='device_ratio'`)."""
+
+  fastest_step_time: float = setting(0.1, positive(), 'seconds per local step, fastest device')
+  ratio: float = setting(5.0, number(minimum=1), 'slowest / fastest step time (FedASMU: 5)')
+  communication_time: float | None = setting(
+    None, positive(allow_zero=True, optional=True), 'download + upload seconds per task (None: 0)'
+  )
+  model_bytes: int | None = setting(
+    None,
+    positive(integer=True, allow_zero=True, optional=True),
+    "bytes each way with bandwidth (None: the model's size)",
+  )
+  bandwidth: PerClient | None = setting(
+    None, per_client_values(optional=True), 'bytes per second, one value or one per client'
+  )
+  bandwidth_scale: float = setting(1.0, positive(), 'multiplies the bandwidth (1/50: low)')
+  jitter: float = setting(0.0, positive(allow_zero=True), 'relative per-task std of step time')
+
+  def check(self, prefix: str) -> None:
+    super().check(prefix)
+    if self.communication_time is not None and (
+      self.bandwidth is not None or self.model_bytes is not None
+    ):
+      raise ConfigError(
+        f'{prefix}communication_time={self.communication_time!r} is invalid with '
+        f'{prefix}bandwidth; allowed: communication_time, or bandwidth (and model_bytes)'
+      )
+    if self.model_bytes is not None and self.bandwidth is None:
+      raise ConfigError(
+        f'{prefix}model_bytes={self.model_bytes!r} is invalid without {prefix}bandwidth; '
+        'allowed: model_bytes with a bandwidth, or None'
+      )
 
 
 class DeviceRatioLatency:
@@ -52,54 +99,39 @@ class DeviceRatioLatency:
     ratio: float = 5.0,
     communication_time: float | None = None,
     model_bytes: int | None = None,
-    bandwidth: np.ndarray | float | None = None,
+    bandwidth: PerClient | None = None,
     bandwidth_scale: float = 1.0,
     jitter: float = 0.0,
   ) -> None:
-    if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
-      raise ValueError(f'latency.num_clients={num_clients!r}; must be an int >= 1')
-    if not isinstance(rng, np.random.Generator):
-      raise ValueError(f'latency.rng={rng!r}; must be a numpy Generator')
-    if not (math.isfinite(fastest_step_time) and fastest_step_time > 0):
-      raise ValueError(f'latency.fastest_step_time={fastest_step_time}; must be finite and > 0')
-    if not (math.isfinite(ratio) and ratio >= 1):
-      raise ValueError(f'latency.ratio={ratio}; must be finite and >= 1')
-    if not (math.isfinite(bandwidth_scale) and bandwidth_scale > 0):
-      raise ValueError(f'latency.bandwidth_scale={bandwidth_scale}; must be finite and > 0')
-    if not (math.isfinite(jitter) and jitter >= 0):
-      raise ValueError(f'latency.jitter={jitter}; must be finite and >= 0')
-    if communication_time is not None and (bandwidth is not None or model_bytes is not None):
-      raise ValueError(
-        f'latency.communication_time={communication_time}; give either it or '
-        'model_bytes with bandwidth, not both'
-      )
-    if (bandwidth is None) != (model_bytes is None):
-      raise ValueError(
-        f'latency.bandwidth={bandwidth!r}; model_bytes={model_bytes!r}; give both or neither'
-      )
+    check_federation(num_clients, rng)
+    DeviceRatioSettings(
+      fastest_step_time,
+      ratio,
+      communication_time,
+      model_bytes,
+      bandwidth,
+      bandwidth_scale,
+      jitter,
+    ).validate(PREFIX)
+    if bandwidth is not None and model_bytes is None:
+      raise ValueError(f'{PREFIX}bandwidth={bandwidth!r} needs model_bytes; give both or neither')
     self.rng = rng
     self.fastest_step_time = float(fastest_step_time)
     self.ratio = float(ratio)
     self.bandwidth_scale = float(bandwidth_scale)
     self.jitter = float(jitter)
-    if bandwidth is not None:
-      if not isinstance(model_bytes, (int, np.integer)) or model_bytes < 0:
-        raise ValueError(f'latency.model_bytes={model_bytes!r}; must be an int >= 0')
+    if bandwidth is not None and model_bytes is not None:
       bw = np.asarray(bandwidth, np.float64)
       if bw.ndim == 0:
         bw = np.full(num_clients, float(bw))
-      if bw.shape != (num_clients,) or not np.all(np.isfinite(bw)) or np.any(bw <= 0):
+      if bw.shape != (num_clients,):
         raise ValueError(
-          f'latency.bandwidth (shape {bw.shape}); must be a scalar or '
-          f'{num_clients} finite values > 0'
+          f'{PREFIX}bandwidth (shape {bw.shape}) is invalid; allowed values: a scalar or '
+          f'{num_clients} values, one per client'
         )
       self._download = model_bytes / (bw * self.bandwidth_scale)
     else:
       comm = 0.0 if communication_time is None else communication_time
-      if not (math.isfinite(comm) and comm >= 0):
-        raise ValueError(
-          f'latency.communication_time={communication_time}; must be finite and >= 0'
-        )
       # A symmetric link: half the round trip is the download.
       self._download = np.full(num_clients, comm / 2 / self.bandwidth_scale)
     self.communication_time = 2 * self._download
@@ -122,3 +154,12 @@ class DeviceRatioLatency:
     return TaskLatency(
       communication=float(self.communication_time[client_id]), overhead=0.0, per_step=step_time
     )
+
+
+@LATENCY_MODELS.register('device_ratio', DeviceRatioSettings)
+def device_ratio(settings: DeviceRatioSettings, context: LatencyContext) -> DeviceRatioLatency:
+  """Per-device step times within a fastest-to-slowest ratio (FedASMU)."""
+  values = settings.as_dict()
+  if settings.bandwidth is not None and settings.model_bytes is None:
+    values['model_bytes'] = context.model_bytes
+  return DeviceRatioLatency(context.num_clients, context.rng, **values)

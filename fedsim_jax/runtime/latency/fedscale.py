@@ -14,13 +14,25 @@ loaded from those traces) are accepted as well.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
-from fedsim_jax.runtime.latency.base import TaskLatency, jittered
+from fedsim_jax.runtime.latency.base import (
+  LATENCY_MODELS,
+  LatencyContext,
+  PerClient,
+  TaskLatency,
+  check_federation,
+  jittered,
+  per_client_values,
+)
+from fedsim_jax.settings import ConfigError, Settings, positive, setting
+
+PREFIX = 'latency.kwargs.'
 
 # FedScale's rule: one training sample costs forward + backward ~= 3 forward passes.
 FORWARD_BACKWARD_FACTOR = 3.0
@@ -33,23 +45,70 @@ class DeviceProfiles(NamedTuple):
   bandwidth: np.ndarray
 
 
-def _per_client(
-  name: str, value: npt.ArrayLike, num_clients: int, *, allow_zero: bool = False
-) -> np.ndarray:
-  """`value` as a float array of shape (num_clients,); a scalar applies to every client."""
+@dataclasses.dataclass(frozen=True)
+class FedScaleSettings(Settings):
+  """Settings of `FedScaleLatency` (`latency.name='fedscale'`): explicit per-client speeds and
+  bandwidths, or (both None) log-normal stand-ins drawn by `synthetic_device_profiles`."""
+
+  seconds_per_sample: PerClient | None = setting(
+    None, per_client_values(optional=True), 'forward seconds per sample (None: synthetic)'
+  )
+  bandwidth: PerClient | None = setting(
+    None, per_client_values(optional=True), 'bytes per second, download (None: synthetic)'
+  )
+  upload_bandwidth: PerClient | None = setting(
+    None, per_client_values(optional=True), 'upload bytes per second (None: bandwidth)'
+  )
+  bandwidth_scale: float = setting(1.0, positive(), 'multiplies every bandwidth (1/50: low)')
+  jitter: float = setting(0.0, positive(allow_zero=True), 'relative per-task std (0: none)')
+  median_seconds_per_sample: float = setting(
+    0.01, positive(), 'synthetic profiles: median seconds per sample'
+  )
+  compute_sigma: float = setting(
+    0.7, positive(allow_zero=True), 'synthetic profiles: log-normal sigma of compute speed'
+  )
+  median_bandwidth: float = setting(
+    1.25e6, positive(), 'synthetic profiles: median bytes per second'
+  )
+  bandwidth_sigma: float = setting(
+    1.0, positive(allow_zero=True), 'synthetic profiles: log-normal sigma of bandwidth'
+  )
+
+  def check(self, prefix: str) -> None:
+    super().check(prefix)
+    if (self.seconds_per_sample is None) != (self.bandwidth is None):
+      raise ConfigError(
+        f'{prefix}seconds_per_sample={self.seconds_per_sample!r} / {prefix}bandwidth='
+        f'{self.bandwidth!r}: give both (explicit profiles) or neither (synthetic ones)'
+      )
+    if self.seconds_per_sample is not None:
+      for name in PROFILE_SETTINGS:
+        if getattr(self, name) != getattr(type(self)(), name):
+          raise ConfigError(
+            f'{prefix}{name}={getattr(self, name)!r} is invalid with explicit '
+            f'seconds_per_sample and bandwidth; allowed: synthetic profile settings only '
+            'without them'
+          )
+
+
+PROFILE_SETTINGS = (
+  'median_seconds_per_sample',
+  'compute_sigma',
+  'median_bandwidth',
+  'bandwidth_sigma',
+)
+
+
+def _per_client(name: str, value: npt.ArrayLike, num_clients: int) -> np.ndarray:
+  """`value` (checked by `FedScaleSettings`) as a float array of shape (num_clients,); a
+  scalar applies to every client."""
   array = np.asarray(value, np.float64)
   if array.ndim == 0:
     array = np.full(num_clients, float(array))
-  bad = (
-    array.shape != (num_clients,)
-    or not np.all(np.isfinite(array))
-    or (np.any(array < 0) if allow_zero else np.any(array <= 0))
-  )
-  if bad:
-    bound = '>= 0' if allow_zero else '> 0'
+  if array.shape != (num_clients,):
     raise ValueError(
-      f'latency.{name} (shape {array.shape}); must be a scalar or {num_clients} '
-      f'finite values {bound}'
+      f'{PREFIX}{name} (shape {array.shape}) is invalid; allowed values: a scalar or '
+      f'{num_clients} values, one per client'
     )
   return array
 
@@ -71,17 +130,13 @@ def synthetic_device_profiles(
   plausible mobile-device magnitudes, not fitted to FedScale's traces. Compute is drawn first,
   then bandwidth.
   """
-  for name, value in (
-    ('median_seconds_per_sample', median_seconds_per_sample),
-    ('median_bandwidth', median_bandwidth),
-  ):
-    if not (math.isfinite(value) and value > 0):
-      raise ValueError(f'latency.{name}={value}; must be finite and > 0')
-  for name, value in (('compute_sigma', compute_sigma), ('bandwidth_sigma', bandwidth_sigma)):
-    if not (math.isfinite(value) and value >= 0):
-      raise ValueError(f'latency.{name}={value}; must be finite and >= 0')
-  if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
-    raise ValueError(f'latency.num_clients={num_clients!r}; must be an int >= 1')
+  FedScaleSettings(
+    median_seconds_per_sample=median_seconds_per_sample,
+    compute_sigma=compute_sigma,
+    median_bandwidth=median_bandwidth,
+    bandwidth_sigma=bandwidth_sigma,
+  ).validate(PREFIX)
+  check_federation(num_clients, rng)
   seconds_per_sample = rng.lognormal(
     math.log(median_seconds_per_sample), compute_sigma, num_clients
   )
@@ -119,25 +174,25 @@ class FedScaleLatency:
     rng: np.random.Generator,
     *,
     batch_size: int,
-    seconds_per_sample: np.ndarray | float,
-    bandwidth: np.ndarray | float,
+    seconds_per_sample: PerClient,
+    bandwidth: PerClient,
     model_bytes: int,
     bandwidth_scale: float = 1.0,
-    upload_bandwidth: np.ndarray | float | None = None,
+    upload_bandwidth: PerClient | None = None,
     jitter: float = 0.0,
   ) -> None:
-    if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
-      raise ValueError(f'latency.num_clients={num_clients!r}; must be an int >= 1')
-    if not isinstance(rng, np.random.Generator):
-      raise ValueError(f'latency.rng={rng!r}; must be a numpy Generator')
+    check_federation(num_clients, rng)
     if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
       raise ValueError(f'latency.batch_size={batch_size!r}; must be an int >= 1')
     if not isinstance(model_bytes, (int, np.integer)) or model_bytes < 0:
       raise ValueError(f'latency.model_bytes={model_bytes!r}; must be an int >= 0')
-    if not (math.isfinite(bandwidth_scale) and bandwidth_scale > 0):
-      raise ValueError(f'latency.bandwidth_scale={bandwidth_scale}; must be finite and > 0')
-    if not (math.isfinite(jitter) and jitter >= 0):
-      raise ValueError(f'latency.jitter={jitter}; must be finite and >= 0')
+    FedScaleSettings(
+      seconds_per_sample=seconds_per_sample,
+      bandwidth=bandwidth,
+      upload_bandwidth=upload_bandwidth,
+      bandwidth_scale=bandwidth_scale,
+      jitter=jitter,
+    ).validate(PREFIX)
     self.rng = rng
     self.batch_size = int(batch_size)
     self.model_bytes = int(model_bytes)
@@ -169,3 +224,29 @@ class FedScaleLatency:
     if comm > 0:  # model_bytes == 0 means no transfer, nothing to jitter
       comm = jittered(self.rng, comm, self.jitter)
     return TaskLatency(communication=comm, overhead=0.0, per_step=step_time)
+
+
+@LATENCY_MODELS.register('fedscale', FedScaleSettings)
+def fedscale(settings: FedScaleSettings, context: LatencyContext) -> FedScaleLatency:
+  """3 x batch x steps x seconds per sample + model bytes / bandwidth, down and up (FedScale).
+
+  Without explicit profiles, log-normal ones are drawn first (compute, then bandwidth)."""
+  seconds_per_sample, bandwidth = settings.seconds_per_sample, settings.bandwidth
+  if seconds_per_sample is None or bandwidth is None:
+    profiles = synthetic_device_profiles(
+      context.num_clients,
+      context.rng,
+      **{name: getattr(settings, name) for name in PROFILE_SETTINGS},
+    )
+    seconds_per_sample, bandwidth = profiles.seconds_per_sample, profiles.bandwidth
+  return FedScaleLatency(
+    context.num_clients,
+    context.rng,
+    batch_size=context.batch_size,
+    seconds_per_sample=seconds_per_sample,
+    bandwidth=bandwidth,
+    model_bytes=context.model_bytes,
+    bandwidth_scale=settings.bandwidth_scale,
+    upload_bandwidth=settings.upload_bandwidth,
+    jitter=settings.jitter,
+  )

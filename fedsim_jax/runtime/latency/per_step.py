@@ -2,11 +2,39 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from fedsim_jax.runtime.latency.base import TaskLatency, jittered, positive_normal
+from fedsim_jax.runtime.latency.base import (
+  LATENCY_MODELS,
+  LatencyContext,
+  TaskLatency,
+  jittered,
+  positive_normal,
+)
+from fedsim_jax.settings import Settings, number, one_of, positive, setting
 
 SPEED_DISTRIBUTIONS = ('homogeneous', 'normal', 'exponential')
+PREFIX = 'latency.kwargs.'
+
+
+@dataclasses.dataclass(frozen=True)
+class PerStepSettings(Settings):
+  """Settings of `PerStepLatency` (`latency.name='per_step'`)."""
+
+  mean: float = setting(1.0, positive(), 'mean seconds per local step')
+  distribution: str = setting(
+    'homogeneous', one_of(SPEED_DISTRIBUTIONS), "clients' mean step times (drawn once)"
+  )
+  spread: float = setting(0.3, positive(allow_zero=True), "relative std of 'normal' speeds")
+  jitter: float = setting(0.0, positive(allow_zero=True), 'relative per-task std (0: none)')
+  communication_time: float = setting(
+    0.0, positive(allow_zero=True), 'fixed seconds added to every task (download + upload)'
+  )
+  redraw_probability: float = setting(
+    0.0, number(minimum=0, maximum=1), "per-task probability that a client's speed is redrawn"
+  )
 
 
 class PerStepLatency:
@@ -44,18 +72,9 @@ class PerStepLatency:
     communication_time: float = 0.0,
     redraw_probability: float = 0.0,
   ) -> None:
-    if distribution not in SPEED_DISTRIBUTIONS:
-      raise ValueError(f'latency.distribution={distribution!r}; allowed: {SPEED_DISTRIBUTIONS}')
-    for name, value in (
-      ('mean', mean),
-      ('spread', spread),
-      ('jitter', jitter),
-      ('communication_time', communication_time),
-    ):
-      if value < 0 or (name == 'mean' and value == 0):
-        raise ValueError(f'latency.{name}={value}; must be {"> 0" if name == "mean" else ">= 0"}')
-    if not 0 <= redraw_probability <= 1:
-      raise ValueError(f'latency.redraw_probability={redraw_probability}; must be in [0, 1]')
+    PerStepSettings(
+      mean, distribution, spread, jitter, communication_time, redraw_probability
+    ).validate(PREFIX)
     self.rng = rng
     self.mean = mean
     self.distribution = distribution
@@ -85,3 +104,9 @@ class PerStepLatency:
   def task_duration(self, client_id: int, num_steps: int) -> float:
     """Convenience: one task's total duration (draws like `sample`)."""
     return self.sample(client_id).duration(num_steps)
+
+
+@LATENCY_MODELS.register('per_step', PerStepSettings)
+def per_step(settings: PerStepSettings, context: LatencyContext) -> PerStepLatency:
+  """Per-client step time drawn once, per-task jitter, speed redraws (FedCompass)."""
+  return PerStepLatency(context.num_clients, context.rng, **settings.as_dict())

@@ -19,12 +19,20 @@ Two scenarios:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from fedsim_jax.runtime.latency.base import TaskLatency
+from fedsim_jax.runtime.latency.base import (
+  LATENCY_MODELS,
+  LatencyContext,
+  TaskLatency,
+  check_federation,
+)
+from fedsim_jax.settings import ConfigError, Settings, one_of, setting
 
 LOGNORMAL_MODELS = ('per_example', 'per_domain_per_example')
 FACTORS = ('communication', 'overhead', 'per_example')
@@ -48,6 +56,63 @@ def lognormal_mean(mu: float, sigma: float) -> float:
   return math.exp(mu + 0.5 * sigma * sigma)
 
 
+PREFIX = 'latency.kwargs.'
+
+
+def _pair(name: str, value: Any) -> tuple[float, float]:
+  """`value` as a (mu, sigma) pair with mu finite and sigma finite and >= 0."""
+  try:
+    mu, sigma = (float(v) for v in value)
+  except (TypeError, ValueError):
+    raise ConfigError(f'{name}={value!r} is invalid; allowed values: a (mu, sigma) pair') from None
+  if not (math.isfinite(mu) and math.isfinite(sigma) and sigma >= 0):
+    raise ConfigError(
+      f'{name}={value!r} is invalid; allowed values: mu finite and sigma finite and >= 0'
+    )
+  return mu, sigma
+
+
+def _overrides(name: str, params: Any) -> dict[str, dict[str, tuple[float, float]]]:
+  """`params` (group -> factor -> (mu, sigma), or None) checked, with float pairs."""
+  if params is None:
+    return {}
+  if not isinstance(params, Mapping):
+    raise ConfigError(f'{name}={params!r} is invalid; allowed values: group -> factor -> pair')
+  result: dict[str, dict[str, tuple[float, float]]] = {}
+  for group, factors in params.items():
+    if group not in GROUPS:
+      raise ConfigError(f'{name}.{group} is not a group; allowed: {list(GROUPS)}')
+    if not isinstance(factors, Mapping):
+      raise ConfigError(f'{name}.{group}={factors!r} is invalid; allowed values: factor -> pair')
+    for factor, value in factors.items():
+      if factor not in FACTORS:
+        raise ConfigError(f'{name}.{group}.{factor} is not a factor; allowed: {list(FACTORS)}')
+      result.setdefault(group, {})[factor] = _pair(f'{name}.{group}.{factor}', value)
+  return result
+
+
+def _check_params(name: str, value: Any) -> None:
+  _overrides(name, value)
+
+
+_check_params.allowed = (  # type: ignore[attr-defined]
+  "None, or {group: {factor: (mu, sigma)}} with groups 'standard', 'straggler' and factors "
+  "'communication', 'overhead', 'per_example'"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class LogNormalSettings(Settings):
+  """Settings of `LogNormalLatency` (`latency.name='lognormal'`)."""
+
+  model: str = setting(
+    'per_example', one_of(LOGNORMAL_MODELS), "the paper's scenario: Table 1 or Table 2"
+  )
+  params: ParamsOverride | None = setting(
+    None, _check_params, "(mu, sigma) overrides of the paper's table (None: the table)"
+  )
+
+
 def resolve_params(
   model: str, params: ParamsOverride | None = None
 ) -> dict[str, dict[str, tuple[float, float]]]:
@@ -56,26 +121,10 @@ def resolve_params(
   `params` maps group -> factor -> (mu, sigma); any group or factor left out keeps the paper's
   value, so `{'straggler': {'communication': (4.0, 1.0)}}` changes one entry only.
   """
-  if model not in LOGNORMAL_MODELS:
-    raise ValueError(f'latency.model={model!r}; allowed: {LOGNORMAL_MODELS}')
+  LogNormalSettings(model, params).validate(PREFIX)
   table = {group: dict(factors) for group, factors in PAPER_TABLES[model].items()}
-  for group, factors in (params or {}).items():
-    if group not in GROUPS:
-      raise ValueError(f'latency.params group={group!r}; allowed: {GROUPS}')
-    for factor, value in factors.items():
-      if factor not in FACTORS:
-        raise ValueError(f'latency.params.{group} factor={factor!r}; allowed: {FACTORS}')
-      try:
-        mu, sigma = (float(v) for v in value)
-      except (TypeError, ValueError):
-        raise ValueError(
-          f'latency.params.{group}.{factor}={value!r}; must be a (mu, sigma) pair'
-        ) from None
-      if not (math.isfinite(mu) and math.isfinite(sigma) and sigma >= 0):
-        raise ValueError(
-          f'latency.params.{group}.{factor}={value!r}; mu must be finite and sigma finite and >= 0'
-        )
-      table[group][factor] = (mu, sigma)
+  for group, factors in _overrides(f'{PREFIX}params', params).items():
+    table[group].update(factors)
   return table
 
 
@@ -121,12 +170,8 @@ class LogNormalLatency:
     model: str = 'per_example',
     params: ParamsOverride | None = None,
   ) -> None:
-    if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
-      raise ValueError(f'latency.num_clients={num_clients!r}; must be an int >= 1')
-    if not isinstance(rng, np.random.Generator):
-      raise ValueError(f'latency.rng={rng!r}; must be a numpy Generator')
-    if model not in LOGNORMAL_MODELS:
-      raise ValueError(f'latency.model={model!r}; allowed: {LOGNORMAL_MODELS}')
+    check_federation(num_clients, rng)
+    LogNormalSettings(model, params).validate(PREFIX)
     examples = np.asarray(examples_per_step)
     if examples.ndim == 0:
       examples = np.full(num_clients, examples)
@@ -210,3 +255,19 @@ class LogNormalLatency:
     return TaskLatency(
       communication=comm, overhead=overhead, per_step=per_example * self.examples_per_step[ids]
     )
+
+
+@LATENCY_MODELS.register('lognormal', LogNormalSettings)
+def lognormal(settings: LogNormalSettings, context: LatencyContext) -> LogNormalLatency:
+  """Log-normal communication + overhead + per-example time x examples (straggler paper).
+
+  A local step processes min(batch size, client size) examples."""
+  sizes = np.asarray(context.client_sizes, np.int64)
+  return LogNormalLatency(
+    context.num_clients,
+    context.rng,
+    examples_per_step=np.minimum(context.batch_size, sizes),
+    straggler_mask=context.straggler_mask,
+    model=settings.model,
+    params=settings.params,
+  )

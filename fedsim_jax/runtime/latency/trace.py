@@ -38,15 +38,27 @@ from __future__ import annotations
 
 import bisect
 import csv
+import dataclasses
 import json
 import math
+import os
 import pathlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from fedsim_jax.runtime.latency.base import TaskLatency, jittered
+from fedsim_jax.runtime.latency.base import (
+  AVAILABILITY_MODELS,
+  LATENCY_MODELS,
+  AvailabilityContext,
+  LatencyContext,
+  TaskLatency,
+  check_federation,
+  jittered,
+)
+from fedsim_jax.settings import ConfigError, Settings, number, positive, setting
 
 Window = tuple[float, float]
 
@@ -272,6 +284,41 @@ def _as_trace(trace: Trace | str | pathlib.Path, num_clients: int) -> Trace:
   return trace
 
 
+def _trace_source(name: str, value: Any) -> None:
+  if not isinstance(value, (Trace, str, os.PathLike)) or (isinstance(value, str) and not value):
+    raise ConfigError(
+      f'{name}={value!r} is invalid; allowed values: a trace file (.json, or .csv speeds)'
+    )
+
+
+_trace_source.allowed = 'a trace file (.json, or .csv speeds)'  # type: ignore[attr-defined]
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceLatencySettings(Settings):
+  """Settings of `TraceLatency` (`latency.name='trace'`)."""
+
+  trace: str | None = setting(None, _trace_source, 'the trace file (see `trace` module)')
+  jitter: float = setting(0.0, positive(allow_zero=True), 'relative per-task std of step time')
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceAvailabilitySettings(Settings):
+  """Settings of `TraceAvailability` (`availability.name='trace'`)."""
+
+  trace: str | None = setting(None, _trace_source, 'the trace file whose windows are replayed')
+
+
+@dataclasses.dataclass(frozen=True)
+class PeriodicSettings(Settings):
+  """Settings of `PeriodicAvailability` (`availability.name='periodic'`)."""
+
+  online_fraction: float = setting(
+    0.5, number(above=0, maximum=1), 'share of each period a client is online'
+  )
+  period: float = setting(86400.0, positive(), 'seconds (86400: a day)')
+
+
 class TraceLatency:
   """Replays each device's traced step time, communication time and overhead.
 
@@ -293,12 +340,8 @@ class TraceLatency:
     trace: Trace | str | pathlib.Path,
     jitter: float = 0.0,
   ) -> None:
-    if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
-      raise ValueError(f'latency.num_clients={num_clients!r}; must be an int >= 1')
-    if not isinstance(rng, np.random.Generator):
-      raise ValueError(f'latency.rng={rng!r}; must be a numpy Generator')
-    if not (math.isfinite(jitter) and jitter >= 0):
-      raise ValueError(f'latency.jitter={jitter}; must be finite and >= 0')
+    check_federation(num_clients, rng)
+    TraceLatencySettings(trace, jitter).validate('latency.kwargs.')  # type: ignore[arg-type]
     self.rng = rng
     self.jitter = float(jitter)
     self.trace = _as_trace(trace, num_clients)
@@ -388,6 +431,7 @@ class TraceAvailability(WindowAvailability):
     del rng
     if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
       raise ValueError(f'availability.num_clients={num_clients!r}; must be an int >= 1')
+    TraceAvailabilitySettings(trace).validate('availability.kwargs.')  # type: ignore[arg-type]
     self.trace = _as_trace(trace, num_clients)
     super().__init__([c.windows for c in self.trace.clients[:num_clients]])
 
@@ -409,14 +453,8 @@ class PeriodicAvailability:
   def __init__(
     self, num_clients: int, rng: np.random.Generator, *, online_fraction: float, period: float
   ) -> None:
-    if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
-      raise ValueError(f'availability.num_clients={num_clients!r}; must be an int >= 1')
-    if not isinstance(rng, np.random.Generator):
-      raise ValueError(f'availability.rng={rng!r}; must be a numpy Generator')
-    if not (math.isfinite(online_fraction) and 0 < online_fraction <= 1):
-      raise ValueError(f'availability.online_fraction={online_fraction}; must be in (0, 1]')
-    if not (math.isfinite(period) and period > 0):
-      raise ValueError(f'availability.period={period}; must be finite and > 0')
+    check_federation(num_clients, rng, 'availability')
+    PeriodicSettings(online_fraction, period).validate('availability.kwargs.')
     self.online_fraction = float(online_fraction)
     self.period = float(period)
     self.online_time = self.online_fraction * self.period
@@ -451,3 +489,27 @@ class PeriodicAvailability:
     if time < start + self.online_time:
       return start + self.online_time
     raise ValueError(f'availability: client {client_id} is offline at t={time}')
+
+
+@LATENCY_MODELS.register('trace', TraceLatencySettings)
+def trace_latency(settings: TraceLatencySettings, context: LatencyContext) -> TraceLatency:
+  """Per-client speeds replayed from a JSON/CSV trace file."""
+  assert settings.trace is not None  # (checked by the settings)
+  return TraceLatency(
+    context.num_clients, context.rng, trace=settings.trace, jitter=settings.jitter
+  )
+
+
+@AVAILABILITY_MODELS.register('trace', TraceAvailabilitySettings)
+def trace_availability(
+  settings: TraceAvailabilitySettings, context: AvailabilityContext
+) -> TraceAvailability:
+  """Online windows replayed from a JSON trace file."""
+  assert settings.trace is not None  # (checked by the settings)
+  return TraceAvailability(context.num_clients, context.rng, trace=settings.trace)
+
+
+@AVAILABILITY_MODELS.register('periodic', PeriodicSettings)
+def periodic(settings: PeriodicSettings, context: AvailabilityContext) -> PeriodicAvailability:
+  """Each client online a fixed share of every period, at a phase of its own."""
+  return PeriodicAvailability(context.num_clients, context.rng, **settings.as_dict())

@@ -59,19 +59,19 @@ def test_jitter():
 @pytest.mark.parametrize(
   'kwargs,match',
   [
-    ({'fastest_step_time': 0.0}, 'latency.fastest_step_time'),
-    ({'ratio': 0.5}, 'latency.ratio'),
-    ({'ratio': float('inf')}, 'latency.ratio'),
-    ({'communication_time': -1.0}, 'latency.communication_time'),
+    ({'fastest_step_time': 0.0}, 'latency.kwargs.fastest_step_time'),
+    ({'ratio': 0.5}, 'latency.kwargs.ratio'),
+    ({'ratio': float('inf')}, 'latency.kwargs.ratio'),
+    ({'communication_time': -1.0}, 'latency.kwargs.communication_time'),
     (
       {'communication_time': 1.0, 'bandwidth': 10.0, 'model_bytes': 5},
-      'latency.communication_time',
+      'latency.kwargs.communication_time',
     ),
-    ({'bandwidth': 10.0}, 'latency.bandwidth'),
-    ({'bandwidth': 0.0, 'model_bytes': 5}, 'latency.bandwidth'),
-    ({'bandwidth': 10.0, 'model_bytes': -5}, 'latency.model_bytes'),
-    ({'bandwidth_scale': -1.0}, 'latency.bandwidth_scale'),
-    ({'jitter': -1.0}, 'latency.jitter'),
+    ({'bandwidth': 10.0}, 'latency.kwargs.bandwidth'),
+    ({'bandwidth': 0.0, 'model_bytes': 5}, 'latency.kwargs.bandwidth'),
+    ({'bandwidth': 10.0, 'model_bytes': -5}, 'latency.kwargs.model_bytes'),
+    ({'bandwidth_scale': -1.0}, 'latency.kwargs.bandwidth_scale'),
+    ({'jitter': -1.0}, 'latency.kwargs.jitter'),
   ],
 )
 def test_invalid_settings(kwargs, match):

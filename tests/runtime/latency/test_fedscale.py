@@ -83,12 +83,12 @@ def test_synthetic_profiles():
     ({'batch_size': 0}, 'latency.batch_size'),
     ({'model_bytes': -1}, 'latency.model_bytes'),
     ({'model_bytes': 1.5}, 'latency.model_bytes'),
-    ({'bandwidth_scale': 0.0}, 'latency.bandwidth_scale'),
-    ({'jitter': -0.1}, 'latency.jitter'),
-    ({'seconds_per_sample': np.array([0.1, 0.0])}, 'latency.seconds_per_sample'),
-    ({'seconds_per_sample': np.array([0.1])}, 'latency.seconds_per_sample'),
-    ({'bandwidth': np.array([1e6, np.inf])}, 'latency.bandwidth'),
-    ({'upload_bandwidth': -1.0}, 'latency.upload_bandwidth'),
+    ({'bandwidth_scale': 0.0}, 'latency.kwargs.bandwidth_scale'),
+    ({'jitter': -0.1}, 'latency.kwargs.jitter'),
+    ({'seconds_per_sample': np.array([0.1, 0.0])}, 'latency.kwargs.seconds_per_sample'),
+    ({'seconds_per_sample': np.array([0.1])}, 'latency.kwargs.seconds_per_sample'),
+    ({'bandwidth': np.array([1e6, np.inf])}, 'latency.kwargs.bandwidth'),
+    ({'upload_bandwidth': -1.0}, 'latency.kwargs.upload_bandwidth'),
   ],
 )
 def test_invalid_settings(kwargs, match):
@@ -99,10 +99,10 @@ def test_invalid_settings(kwargs, match):
 @pytest.mark.parametrize(
   'kwargs,match',
   [
-    ({'median_seconds_per_sample': 0.0}, 'latency.median_seconds_per_sample'),
-    ({'median_bandwidth': -1.0}, 'latency.median_bandwidth'),
-    ({'compute_sigma': -0.1}, 'latency.compute_sigma'),
-    ({'bandwidth_sigma': float('nan')}, 'latency.bandwidth_sigma'),
+    ({'median_seconds_per_sample': 0.0}, 'latency.kwargs.median_seconds_per_sample'),
+    ({'median_bandwidth': -1.0}, 'latency.kwargs.median_bandwidth'),
+    ({'compute_sigma': -0.1}, 'latency.kwargs.compute_sigma'),
+    ({'bandwidth_sigma': float('nan')}, 'latency.kwargs.bandwidth_sigma'),
   ],
 )
 def test_invalid_profile_settings(kwargs, match):

@@ -103,16 +103,16 @@ def test_per_client_examples_per_step():
 @pytest.mark.parametrize(
   'kwargs,match',
   [
-    ({'model': 'per_domain'}, 'latency.model'),
+    ({'model': 'per_domain'}, 'latency.kwargs.model'),
     ({'examples_per_step': 0}, 'latency.examples_per_step'),
     ({'examples_per_step': np.array([1, 2])}, 'latency.examples_per_step'),
     ({'examples_per_step': 2.5}, 'latency.examples_per_step'),
     ({'straggler_mask': np.array([1, 0, 0])}, 'latency.straggler_mask'),
     ({'straggler_mask': np.array([True])}, 'latency.straggler_mask'),
-    ({'params': {'slow': {}}}, 'latency.params'),
-    ({'params': {'standard': {'compute': (0, 1)}}}, 'latency.params'),
-    ({'params': {'standard': {'overhead': (0, -1)}}}, 'latency.params.standard.overhead'),
-    ({'params': {'standard': {'overhead': 3}}}, 'latency.params.standard.overhead'),
+    ({'params': {'slow': {}}}, 'latency.kwargs.params'),
+    ({'params': {'standard': {'compute': (0, 1)}}}, 'latency.kwargs.params'),
+    ({'params': {'standard': {'overhead': (0, -1)}}}, 'latency.kwargs.params.standard.overhead'),
+    ({'params': {'standard': {'overhead': 3}}}, 'latency.kwargs.params.standard.overhead'),
   ],
 )
 def test_invalid_settings(kwargs, match):

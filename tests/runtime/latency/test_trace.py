@@ -199,7 +199,7 @@ def test_trace_too_small_for_federation():
 
 
 def test_trace_latency_invalid_settings():
-  with pytest.raises(ValueError, match='latency.jitter'):
+  with pytest.raises(ValueError, match='latency.kwargs.jitter'):
     TraceLatency(3, np.random.default_rng(0), trace=EXAMPLE, jitter=-1.0)
   with pytest.raises(ValueError, match='latency.num_clients'):
     TraceLatency(0, np.random.default_rng(0), trace=EXAMPLE)
@@ -233,10 +233,10 @@ class TestPeriodicAvailability:
   @pytest.mark.parametrize(
     'kwargs,match',
     [
-      ({'online_fraction': 0.0, 'period': 1.0}, 'availability.online_fraction'),
-      ({'online_fraction': 1.5, 'period': 1.0}, 'availability.online_fraction'),
-      ({'online_fraction': 0.5, 'period': 0.0}, 'availability.period'),
-      ({'online_fraction': 0.5, 'period': math.inf}, 'availability.period'),
+      ({'online_fraction': 0.0, 'period': 1.0}, 'availability.kwargs.online_fraction'),
+      ({'online_fraction': 1.5, 'period': 1.0}, 'availability.kwargs.online_fraction'),
+      ({'online_fraction': 0.5, 'period': 0.0}, 'availability.kwargs.period'),
+      ({'online_fraction': 0.5, 'period': math.inf}, 'availability.kwargs.period'),
     ],
   )
   def test_invalid_settings(self, kwargs, match):
