@@ -179,7 +179,9 @@ class _ArrayUnpickler(pickle.Unpickler):
     if key not in self._loaded:
       data = np.asarray(self._arrays[key])
       self._loaded[key] = (
-        jax.random.wrap_key_data(data, impl=impl) if kind == 'key' else jnp.asarray(data)
+        jax.random.wrap_key_data(jnp.asarray(data), impl=impl)
+        if kind == 'key'
+        else jnp.asarray(data)
       )
     return self._loaded[key]
 

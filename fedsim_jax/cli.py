@@ -174,7 +174,8 @@ def parse_flags(argv: list[str]) -> list[str]:
     fail(_config_file_error(argv, error))
   if 'config' in flags.FLAGS and flags.FLAGS['config'].present:
     try:  # ml_collections defers a file that failed to load until the config is first read
-      flags.FLAGS['config'].value.keys()
+      config: Any = flags.FLAGS['config'].value
+      config.keys()
     except Exception as error:  # noqa: BLE001 - reported as one line
       fail(_config_file_error(argv, _root_cause(error)))
   if none_paths:

@@ -11,32 +11,77 @@ clamped.
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 from typing import Any
 
 import ml_collections
 from ml_collections import config_dict
 
-from fedsim_jax.client.local_update import CLIENT_OPTIMIZERS
 from fedsim_jax.data.datasets import DATASET_SOURCES
-from fedsim_jax.data.federated import SAMPLING_MODES
 from fedsim_jax.data.partitioners import PARTITIONERS
-from fedsim_jax.executor.choice import BACKEND_SETTINGS, STEP_LOOP_SETTINGS
 from fedsim_jax.models import MODELS
-from fedsim_jax.registry import Selection
+from fedsim_jax.moved_settings import (  # noqa: F401 - also this module's public names
+  MOVED_SECTIONS,
+  moved_message,
+  moved_section_of,
+  moved_setting,
+  upgrade_layout,
+)
+from fedsim_jax.registry import Registry, Selection
+from fedsim_jax.run_settings import (
+  SECTIONS,
+  SEED_CHECK,
+  ClientSettings,
+  DataSettings,
+  ExecutorSettings,
+  RunSettings,
+)
 from fedsim_jax.runtime.latency import AVAILABILITY_MODELS, LATENCY_MODELS
 from fedsim_jax.settings import (
   Check,
   ConfigError,
+  Settings,
   allowed_values,
-  boolean,
   closest,
-  decay,
-  number,
-  one_of,
-  positive,
   text,
 )
+
+
+def _field_type(annotation: str) -> type | None:
+  """The type ml_collections must know for a field that may be None (`int | None` -> int), so
+  that `--config.<field>=3` parses; None for a field that is never None."""
+  types = [t.strip() for t in annotation.split('|')]
+  if 'None' not in types:
+    return None
+  (kind,) = [t for t in types if t != 'None']
+  return {'int': int, 'float': float, 'str': str}.get(kind.split('[')[0], tuple)
+
+
+def _add_fields(section: ml_collections.ConfigDict, settings: type[Settings]) -> None:
+  """Adds `settings`' fields with their defaults to `section`."""
+  for field in dataclasses.fields(settings):
+    field_type = _field_type(str(field.type))
+    if field_type is None:
+      section[field.name] = field.default
+    else:
+      section[field.name] = config_dict.FieldReference(field.default, field_type=field_type)
+
+
+def _section(settings: type[Settings]) -> ml_collections.ConfigDict:
+  section = ml_collections.ConfigDict()
+  _add_fields(section, settings)
+  return section
+
+
+def _plugin_section(name: str) -> ml_collections.ConfigDict:
+  """A section that selects a registered plugin: its `name`, its settings `kwargs` (fields of
+  its settings dataclass; missing ones take their defaults) and a `module` to import first
+  that registers it (user code)."""
+  section = ml_collections.ConfigDict()
+  section.name = name
+  section.kwargs = ml_collections.ConfigDict()
+  section.module = config_dict.placeholder(str)
+  return section
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -49,116 +94,35 @@ def base_config() -> ml_collections.ConfigDict:
   # The algorithm (fedsim_jax/algorithms): its name, its settings (fields of its settings
   # dataclass; missing ones take that dataclass's defaults) and, optionally, a module to import
   # first that registers it (user code).
-  c.algorithm = ml_collections.ConfigDict()
-  c.algorithm.name = 'fedavg'
-  c.algorithm.kwargs = ml_collections.ConfigDict()
-  c.algorithm.module = config_dict.placeholder(str)
+  c.algorithm = _plugin_section('fedavg')
 
   # The dataset (fedsim_jax/data/datasets.py): a registered dataset source (the catalog's
   # datasets) or a prepared directory under data_dir; its settings (fields of the source's
   # settings dataclass) and, optionally, a module to import first that registers a source.
-  c.data = ml_collections.ConfigDict()
-  c.data.name = 'fashion_mnist'
-  c.data.kwargs = ml_collections.ConfigDict()
-  c.data.module = config_dict.placeholder(str)
-  c.data.data_dir = config_dict.placeholder(str)  # default: $FEDSIM_DATA_DIR or ~/fedsim_data
-  c.data.num_clients = 100
-  c.data.partition_seed = config_dict.placeholder(int)  # default: the run seed
-  # Straggler-domain split (Hard et al. 2024, Sec. 4.1) applied after the partition: the
-  # num_stragglers clients holding most straggler-class examples become stragglers; the other
-  # clients lose those classes. None: no split / every holder is a straggler.
-  c.data.straggler_classes = config_dict.placeholder(tuple)
-  c.data.num_stragglers = config_dict.placeholder(int)
-  c.data.lazy = False  # keep examples on the host; gather active clients per batch
+  c.data = _plugin_section('fashion_mnist')
+  _add_fields(c.data, DataSettings)  # data_dir, num_clients, partition_seed, straggler split
 
   # How the training examples are spread over clients (fedsim_jax/data/partitioners): the
   # partitioner's name, its settings and, optionally, a module that registers one.
-  c.partition = ml_collections.ConfigDict()
-  c.partition.name = 'dirichlet'
-  c.partition.kwargs = ml_collections.ConfigDict()
-  c.partition.module = config_dict.placeholder(str)
+  c.partition = _plugin_section('dirichlet')
 
   # The model (fedsim_jax/models/registry.py), the latency model and the availability model
   # (fedsim_jax/runtime/latency): each a registered name, its settings (fields of its settings
   # dataclass; missing ones take that dataclass's defaults) and, optionally, a module to import
   # first that registers it (user code).
-  c.model = ml_collections.ConfigDict()
-  c.model.name = 'mlp'
-  c.model.kwargs = ml_collections.ConfigDict()
-  c.model.module = config_dict.placeholder(str)
+  c.model = _plugin_section('mlp')
 
-  c.client = ml_collections.ConfigDict()
-  c.client.optimizer = 'sgd'
-  c.client.learning_rate = 0.05
-  c.client.momentum = 0.9  # 'momentum' optimizer only
-  c.client.weight_decay = 0.0
-  c.client.batch_size = 32
-  c.client.local_steps = config_dict.FieldReference(20, field_type=int)  # or None
-  c.client.local_epochs = config_dict.placeholder(float)
-  c.client.sampling = 'shuffle'
+  c.client = _section(ClientSettings)
 
-  c.latency = ml_collections.ConfigDict()
-  c.latency.name = 'per_step'
-  c.latency.kwargs = ml_collections.ConfigDict()
-  c.latency.module = config_dict.placeholder(str)
+  c.latency = _plugin_section('per_step')
 
-  c.availability = ml_collections.ConfigDict()
-  c.availability.name = 'always'
-  c.availability.kwargs = ml_collections.ConfigDict()
-  c.availability.module = config_dict.placeholder(str)
+  c.availability = _plugin_section('always')
 
-  c.executor = ml_collections.ConfigDict()
-  c.executor.backend = 'auto'  # 'vmap', 'loop', or by the measured rule (executor/choice.py)
-  c.executor.unroll = 1
-  c.executor.bucket_bits = 3
-  c.executor.step_loop = 'auto'  # 'scan', 'host' (loop backend: one jitted step per local
-  # step), or by the rule in executor/choice.py
-  c.executor.deferred = True
-  c.executor.devices = 1  # local devices the task axis is sharded over (vmap backend)
-  c.executor.threads = 0  # loop backend: tasks run at once, each from its own host
-  # thread; 0 = one per CPU core on CPU, 1 on accelerators
-  # Most tasks computed in one batch, hence most client updates held at once: larger rounds
-  # are summed in chunks (linear aggregators). 0 = as many as fit in 1 GiB (16 to 4096).
-  c.executor.max_batch_tasks = 0
-
-  c.run = ml_collections.ConfigDict()
-  c.run.num_rounds = config_dict.FieldReference(100, field_type=int)  # server versions
-  c.run.max_virtual_time = config_dict.placeholder(float)
-  c.run.max_client_updates = config_dict.placeholder(int)
-  c.run.eval_every = 5  # server versions between evaluations
-  c.run.eval_batch_size = 1000
-  c.run.target_accuracy = config_dict.placeholder(float)
+  c.executor = _section(ExecutorSettings)
+  c.run = _section(RunSettings)
   # Extra evaluation metrics (classification models): accuracy on named class subsets, e.g.
-  # `c.run.eval_class_groups.straggler = (0, 1, 2, 3, 4)`, balanced accuracy, top-k accuracy.
+  # `c.run.eval_class_groups.straggler = (0, 1, 2, 3, 4)` (a free section of names).
   c.run.eval_class_groups = ml_collections.ConfigDict()
-  c.run.eval_balanced_accuracy = False
-  c.run.eval_top_k = ()
-  # Reuse of compiled programs (fedsim_jax/compilation_cache.py): 'process' shares them between
-  # the runs of this process, 'off', or a directory that keeps them across processes.
-  c.run.compilation_cache = 'process'
-  # Checkpoints of the whole simulation in <workdir>/checkpoints (docs/checkpoints.md): every
-  # `checkpoint_every` server versions and/or `checkpoint_every_minutes` of host time (None:
-  # never on that count), and always at the end and on SIGINT/SIGTERM.
-  c.run.checkpoint_every = config_dict.placeholder(int)
-  c.run.checkpoint_every_minutes = config_dict.FieldReference(10.0, field_type=float)
-  c.run.keep_checkpoints = 2
-  # A non-finite test loss or evaluated parameter: 'stop' the run (summary status 'diverged',
-  # exit code 3) or 'continue' it (the row's non-finite values are written as null).
-  c.run.on_divergence = 'stop'
-  # Refuse, before it starts, a run whose estimated memory exceeds what is available.
-  c.run.check_memory = True
-  # Observability (docs/observability.md): the task trace tasks.jsonl, and TensorBoard scalars
-  # of every metric (written when tensorboardX is installed).
-  c.run.write_tasks = True
-  c.run.tensorboard = True
-  # Several processes (hosts) on jax.distributed (fedsim_jax/distributed.py): each runs the same
-  # command; the coordinator, process count and id come from here, else FEDSIM_* environment
-  # variables, else a cluster launcher JAX detects (Slurm, Open MPI, ...).
-  c.run.distributed = False
-  c.run.coordinator_address = config_dict.placeholder(str)
-  c.run.num_processes = config_dict.placeholder(int)
-  c.run.process_id = config_dict.placeholder(int)
-
   return c
 
 
@@ -249,193 +213,6 @@ _FREE_SECTIONS = (
 )
 
 
-# Sections of earlier versions whose settings are now the algorithm's, `algorithm.kwargs.<field>`:
-# each with its fields then. A field keeps its name unless renamed below (or given its section's
-# prefix).
-_MOVED_SECTIONS = {
-  'server': 'learning_rate optimizer momentum b1 b2 eps adaptive_form alpha fedasync_form '
-  'staleness staleness_a staleness_b normalization ema_decay',
-  'scheduler': 'cohort_size weighting num_selected deadline min_responses time_limit '
-  'time_limit_percentile limit_includes_overhead concurrency buffer_size max_staleness '
-  'trigger_period trigger_count trigger_timing tier_ratio q_min q_max latest_time_factor '
-  'speed_estimator speed_momentum create_rule switch_round storage',
-  'budget': 'rule beta r w random_assignment schedule first_selection_trains phase',
-  'fare_dust': 'history_length rho temperature ema_decay teacher_learning_rate empty_history '
-  'server_optimizer',
-  'feast': 'tau_max ema_decay kappa window_close',
-  'fedasmu': 'tau lambda_learning_rate sigma_learning_rate iota_learning_rate gamma_learning_rate '
-  'v_learning_rate mu_alpha lambda_0 sigma_0 iota_0 mu_beta gamma_0 v_0 alpha_min min_version '
-  'xi_form sigma_gradient gradient_sign sigma_min static_alpha',
-  'fedasmu_fetch': 'policy hidden_size features hazard_prior pretrain_history pretrain_passes '
-  'learning_rate baseline_decay baseline_init baseline_scope epsilon meta_exploit '
-  'q_learning_rate q_discount q_bootstrap',
-  'moon': 'mu temperature representation',
-  'feddyn': 'alpha',
-  'port': 'similarity_weight staleness_weight staleness_bound similarity_reference '
-  'similarity_min_staleness',
-  'asofed': 'proximal decay decay_gradient dynamic_step_size delay_measure',
-}
-_MOVED_PREFIXES = {'fedasmu_fetch': 'fetch_'}
-_RENAMED = {
-  'server.learning_rate': 'server_learning_rate',
-  'server.optimizer': 'server_optimizer',
-  'server.momentum': 'server_momentum',
-  'server.fedasync_form': 'form',
-  'budget.rule': 'budget_rule',
-  'budget.beta': 'budget_beta',
-  'budget.r': 'budget_r',
-  'budget.w': 'budget_w',
-  'budget.schedule': 'budget_schedule',
-}
-
-# Data settings of earlier versions that moved to the partitioner's section: old path -> new.
-# `upgrade_layout` keeps a `partition.kwargs.<field>` only when the stored partitioner has it.
-_MOVED_DATA = {
-  'data.partition': 'partition.name',
-  **{
-    f'data.{field}': f'partition.kwargs.{field}'
-    for field in (
-      'concentration min_client_size balance shards_per_client classes_per_client alpha_1 '
-      'alpha_2 gamma budget_skew skewed_fraction'
-    ).split()
-  },
-}
-
-
-# Settings of the model, latency and availability sections of earlier versions, now the
-# selected plugin's name or settings: old name -> new name, and old sub-sections (a latency or
-# availability model's settings) -> the section whose fields they now are.
-_MOVED_PLUGIN_SETTINGS = {
-  'model.hidden_sizes': 'model.kwargs.hidden_sizes',
-  'model.norm': 'model.kwargs.norm',
-  'latency.model': 'latency.name',
-  'availability.model': 'availability.name',
-}
-_MOVED_PLUGIN_SECTIONS = {
-  'latency.per_step': 'latency.kwargs',
-  'latency.lognormal': 'latency.kwargs',
-  'latency.fedscale': 'latency.kwargs',
-  'latency.device_ratio': 'latency.kwargs',
-  'latency.trace': 'latency.kwargs',
-  'availability.periodic': 'availability.kwargs',
-  'availability.trace': 'availability.kwargs',
-}
-# What the `kwargs` of each plugin section are the settings of (in moved-setting messages).
-_PLUGIN_KINDS = {
-  'algorithm': 'algorithm',
-  'data': 'dataset source',
-  'partition': 'partitioner',
-  'model': 'model',
-  'latency': 'latency model',
-  'availability': 'availability model',
-}
-
-
-def _moved_plugin_setting(path: str) -> str | None:
-  """`_MOVED_PLUGIN_SETTINGS`' and `_MOVED_PLUGIN_SECTIONS`' new name of `path`, or None."""
-  if path in _MOVED_PLUGIN_SETTINGS:
-    return _MOVED_PLUGIN_SETTINGS[path]
-  for old, new in _MOVED_PLUGIN_SECTIONS.items():
-    if path == old or path.startswith(old + '.'):
-      field = path[len(old) + 1 :].split('.')[0]
-      return f'{new}.{field}' if field else new
-  return None
-
-
-def moved_section_of(key: str) -> str | None:
-  """For `key`, the name of a latency or availability model's section of an earlier layout
-  (e.g. 'per_step', which a config file reads as `c.latency.per_step.mean = ...`), the one-line
-  note of where its settings are now; None for any other key."""
-  notes = [
-    f'{old}.<field> is now {new}.<field> (with {old.split(".")[0]}.name={key!r})'
-    for old, new in _MOVED_PLUGIN_SECTIONS.items()
-    if old.split('.')[1] == key
-  ]
-  return '; '.join(notes) or None
-
-
-def _moved_message(name: str, moved: str) -> str:
-  """The one-line error for `name`, a setting of an earlier version that is now `moved`."""
-  section = moved.split('.')[0]
-  if not moved.startswith(f'{section}.kwargs'):
-    return f'{name} is not a setting; it is now {moved}'
-  return (
-    f'{name} is not a setting; it is now {moved}: the settings of the {_PLUGIN_KINDS[section]} '
-    f'that {section}.name names (--describe lists them)'
-  )
-
-
-def moved_setting(path: str) -> str | None:
-  """The current name of a setting an earlier version had at `path` (e.g. 'scheduler.concurrency'
-  -> 'algorithm.kwargs.concurrency', 'latency.per_step.mean' -> 'latency.kwargs.mean'),
-  'algorithm.kwargs' for such a section itself, or None."""
-  if path in _MOVED_DATA:
-    return _MOVED_DATA[path]
-  plugin = _moved_plugin_setting(path)
-  if plugin is not None:
-    return plugin
-  section, _, field = path.partition('.')
-  if section not in _MOVED_SECTIONS:
-    return None
-  field = field.split('.')[0]
-  if field not in _MOVED_SECTIONS[section].split():
-    return 'algorithm.kwargs'
-  name = _RENAMED.get(f'{section}.{field}', _MOVED_PREFIXES.get(section, '') + field)
-  return f'algorithm.kwargs.{name}'
-
-
-def upgrade_layout(stored: dict[str, Any]) -> dict[str, Any]:
-  """A stored config (a run's config.json, a checkpoint's) in the current layout: the settings
-  of earlier versions moved to their new place, so that runs started before a setting moved
-  still resume and read. A config in the current layout comes back unchanged (a copy)."""
-  config = copy.deepcopy(stored)
-  _upgrade_data_layout(config)
-  for section in PLUGIN_SECTIONS:
-    _upgrade_plugin_section(config, section)
-  return config
-
-
-def _upgrade_data_layout(config: dict[str, Any]) -> None:
-  """`data.partition` and its settings -> `partition.name` and `partition.kwargs` (only the
-  stored partitioner's fields), and the `data.kwargs` / `data.module` of dataset sources."""
-  data = config.get('data')
-  if not isinstance(data, dict) or 'partition' not in data or 'partition' in config:
-    return
-  name = data.pop('partition')
-  fields = PARTITIONERS.get(name).settings.field_names() if name in PARTITIONERS else ()
-  kwargs = {}
-  for old, new in _MOVED_DATA.items():
-    field = old.partition('.')[2]
-    if field in data and new.startswith('partition.kwargs.'):
-      value = data.pop(field)
-      if field in fields:
-        kwargs[field] = value
-  config['partition'] = {'name': name, 'kwargs': kwargs, 'module': None}
-  data.setdefault('kwargs', {})
-  data.setdefault('module', None)
-
-
-def _upgrade_plugin_section(config: dict[str, Any], section: str) -> None:
-  """Moves `config[section]` (model, latency or availability) of the layout before plugins into
-  `name` / `kwargs` / `module` by the rows of `_MOVED_PLUGIN_SETTINGS` and
-  `_MOVED_PLUGIN_SECTIONS`. Settings of other entries than the selected one, and None (which
-  meant 'the default'), are dropped: the old layout held every model's settings."""
-  old = config.get(section)
-  if not isinstance(old, dict) or 'kwargs' in old:
-    return
-  name = old.get('name', old.get('model'))
-  new: dict[str, Any] = {'name': name, 'kwargs': {}, 'module': None}
-  registry = PLUGIN_SECTIONS[section]
-  fields = registry.get(name).settings.field_names() if name in registry else ()
-  for key, value in old.items():
-    moved = _moved_plugin_setting(f'{section}.{key}')
-    if moved == f'{section}.kwargs.{key}' and key in fields and value is not None:
-      new['kwargs'][key] = value
-    elif f'{section}.{key}' in _MOVED_PLUGIN_SECTIONS and key == name and isinstance(value, dict):
-      new['kwargs'].update({k: v for k, v in value.items() if v is not None})
-  config[section] = new
-
-
 def _unknown_setting(
   name: str, key: str, path: str, reference: ml_collections.ConfigDict, value: Any = None
 ) -> str:
@@ -446,7 +223,7 @@ def _unknown_setting(
     if isinstance(value, ml_collections.ConfigDict) and value.keys():
       fields = ', '.join(f'{name}.{k} -> {moved_setting(f"{name}.{k}")}' for k in value.keys())
       moved = f'{moved} ({fields})'
-    return _moved_message(name, moved)
+    return moved_message(name, moved)
   return (
     f'{name} is not a setting{closest(key, reference.keys())}; allowed: '
     f'{sorted(path + k for k in reference.keys())}'
@@ -479,7 +256,7 @@ def check_override_path(path: str, reference: ml_collections.ConfigDict | None =
     if key not in node:
       moved = moved_setting(path)
       if moved is not None and moved != 'algorithm.kwargs':
-        raise ConfigError(_moved_message(path, moved))
+        raise ConfigError(moved_message(path, moved))
       raise ConfigError(_unknown_setting(name, key, f'{prefix}.' if prefix else '', node))
     node = node[key]
 
@@ -514,183 +291,38 @@ def check_known_fields(
       check_known_fields(value, default, name + '.')
 
 
-def _tuple_of(item: Check, allowed: str, *, length: int | None = None, optional: bool = False):
-  """A tuple (or list) whose every item passes `item`."""
-
-  def check(name: str, value: Any) -> None:
-    if value is None and optional:
-      return
-    if not isinstance(value, (tuple, list)) or (length is not None and len(value) != length):
-      raise ConfigError(f'{name}={value!r} is invalid; allowed values: {allowed}')
-    for element in value:
-      item(name, element)
-
-  check.allowed = allowed + (' or None' if optional else '')  # type: ignore[attr-defined]
-  return check
-
-
-def _unroll(name: str, value: Any) -> None:
-  if not (value is True or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)):
-    raise ConfigError(f'{name}={value!r} is invalid; allowed values: an integer >= 1 or True')
-
-
-_unroll.allowed = 'an integer >= 1 or True'  # type: ignore[attr-defined]
-
-
-def _compilation_cache(name: str, value: Any) -> None:
-  if not isinstance(value, str) or not value.strip():
-    raise ConfigError(
-      f"{name}={value!r} is invalid; allowed values: 'process', 'off' or a directory path"
-    )
-
-
-_compilation_cache.allowed = "'process', 'off' or a directory path"  # type: ignore[attr-defined]
-
-_INTEGERS = positive(integer=True)
-_CLASS = positive(integer=True, allow_zero=True)
-_OPTIONAL_INDEX = positive(integer=True, allow_zero=True, optional=True)
-
-# Every setting outside the free sections: its check and a one-line description. `validate`
-# applies these checks and `describe` prints them with base_config()'s defaults: one source,
-# so that the documentation of a setting and its validation cannot drift apart (a test checks
-# that every field of base_config() is here).
-FIELDS: dict[str, tuple[Check, str]] = {
-  'seed': (number(integer=True, minimum=0, below=2**63), 'seed of every random stream'),
-  'algorithm.name': (text(), 'a registered algorithm (fedsim_jax.algorithms.names())'),
-  'algorithm.module': (text(optional=True), 'module imported first; it registers algorithms'),
-  'data.name': (
-    text(),
-    'a registered dataset source (fedsim_jax.data.datasets) or a prepared directory',
-  ),
-  'data.module': (text(optional=True), 'module imported first; it registers dataset sources'),
-  'data.data_dir': (
-    text(optional=True),
-    'root of the prepared datasets (default $FEDSIM_DATA_DIR or ~/fedsim_data)',
-  ),
-  'data.num_clients': (_INTEGERS, 'clients the training split is partitioned over'),
-  'data.partition_seed': (
-    positive(integer=True, allow_zero=True, optional=True),
-    'seed of the partition (default: seed)',
-  ),
-  'data.straggler_classes': (
-    _tuple_of(_CLASS, 'a tuple of class ids', optional=True),
-    'straggler-domain split: classes that only stragglers hold (Hard et al. 2024)',
-  ),
-  'data.num_stragglers': (
-    positive(integer=True, optional=True),
-    'straggler-domain split: clients made stragglers (None: every holder)',
-  ),
-  'data.lazy': (boolean, 'keep examples on the host; gather active clients per batch'),
-  'partition.name': (text(), 'a registered partitioner: how examples are spread over clients'),
-  'partition.module': (text(optional=True), 'module imported first; it registers partitioners'),
-  'model.name': (text(), 'a registered model (fedsim_jax.models.MODELS; --describe lists them)'),
-  'model.module': (text(optional=True), 'module imported first; it registers models'),
-  'client.optimizer': (one_of(CLIENT_OPTIMIZERS), 'local optimizer'),
-  'client.learning_rate': (positive(), 'local learning rate'),
-  'client.momentum': (decay(), "'momentum' optimizer only"),
-  'client.weight_decay': (positive(allow_zero=True), 'local weight decay'),
-  'client.batch_size': (_INTEGERS, 'local batch size'),
-  'client.local_steps': (
-    positive(integer=True, optional=True),
-    'local steps per task (or None and client.local_epochs)',
-  ),
-  'client.local_epochs': (positive(optional=True), 'local epochs per task (or None)'),
-  'client.sampling': (one_of(SAMPLING_MODES), 'how local batches are drawn'),
-  'latency.name': (text(), 'a registered latency model (task durations; --describe lists them)'),
-  'latency.module': (text(optional=True), 'module imported first; it registers latency models'),
-  'availability.name': (
-    text(),
-    'a registered availability model (when clients are online; --describe lists them)',
-  ),
-  'availability.module': (
-    text(optional=True),
-    'module imported first; it registers availability models',
-  ),
-  'executor.backend': (
-    one_of(BACKEND_SETTINGS),
-    "'vmap', 'loop', or 'auto' (the measured rule, executor/choice.py)",
-  ),
-  'executor.unroll': (_unroll, 'lax.scan unroll of local steps'),
-  'executor.bucket_bits': (_INTEGERS, 'bucketing of batch sizes (fewer compiled shapes)'),
-  'executor.step_loop': (
-    one_of(STEP_LOOP_SETTINGS),
-    "'scan', 'host' (one jitted step per local step) or 'auto'",
-  ),
-  'executor.deferred': (boolean, 'compute tasks lazily in batches (same results)'),
-  'executor.devices': (_INTEGERS, 'local devices the task axis is sharded over (vmap)'),
-  'executor.threads': (
-    positive(integer=True, allow_zero=True),
-    'loop backend: tasks run at once; 0 = one per CPU core (1 on accelerators)',
-  ),
-  'executor.max_batch_tasks': (
-    positive(integer=True, allow_zero=True),
-    'most tasks computed at once, hence client updates held; larger rounds are summed in '
-    'chunks (linear aggregators); 0 = as many as fit in 1 GiB (16 to 4096)',
-  ),
-  'run.num_rounds': (positive(integer=True, optional=True), 'server versions to run'),
-  'run.max_virtual_time': (positive(optional=True), 'virtual seconds to run'),
-  'run.max_client_updates': (
-    positive(integer=True, optional=True),
-    'client updates (arrived tasks) to run',
-  ),
-  'run.eval_every': (_INTEGERS, 'server versions between evaluations'),
-  'run.eval_batch_size': (_INTEGERS, 'evaluation batch size'),
-  'run.target_accuracy': (
-    number(above=0, maximum=1, optional=True),
-    'summary.json reports when test accuracy first reached it',
-  ),
-  'run.eval_balanced_accuracy': (boolean, 'also report balanced accuracy'),
-  'run.eval_top_k': (_tuple_of(_INTEGERS, 'a tuple of integers >= 1'), 'also report top-k'),
-  'run.compilation_cache': (
-    _compilation_cache,
-    "'process' shares compiled programs between runs, 'off', or a directory",
-  ),
-  'run.checkpoint_every': (
-    positive(integer=True, optional=True),
-    'checkpoint every this many server versions (docs/checkpoints.md)',
-  ),
-  'run.checkpoint_every_minutes': (
-    positive(optional=True),
-    'checkpoint when this much host time has passed',
-  ),
-  'run.keep_checkpoints': (_INTEGERS, 'newest checkpoints kept'),
-  'run.check_memory': (
-    boolean,
-    'refuse a run whose estimated memory exceeds what is available (fedsim_jax/memory_estimate.py)',
-  ),
-  'run.on_divergence': (
-    one_of(('stop', 'continue')),
-    "NaN/inf loss or parameters: 'stop' (exit 3) or 'continue'",
-  ),
-  'run.distributed': (
-    boolean,
-    'run over several processes with jax.distributed; process 0 writes (docs/distributed.md)',
-  ),
-  'run.coordinator_address': (
-    text(optional=True),
-    'host:port of process 0 (None: FEDSIM_COORDINATOR_ADDRESS or the cluster launcher)',
-  ),
-  'run.num_processes': (
-    positive(integer=True, optional=True),
-    'processes of a distributed run (None: FEDSIM_NUM_PROCESSES or the launcher)',
-  ),
-  'run.process_id': (
-    _OPTIONAL_INDEX,
-    "this process's index (None: FEDSIM_PROCESS_ID or the launcher)",
-  ),
-  'run.write_tasks': (
-    boolean,
-    'write the task trace, tasks.jsonl: one record per client task (docs/observability.md)',
-  ),
-  'run.tensorboard': (
-    boolean,
-    'write TensorBoard scalars of every metric to <workdir>/tensorboard (when tensorboardX '
-    'is installed)',
-  ),
+# What each plugin section selects, as its `name` setting describes it.
+_SELECTS = {
+  'algorithm': 'a registered algorithm (fedsim_jax.algorithms.names())',
+  'data': 'a registered dataset source (fedsim_jax.data.datasets) or a prepared directory',
+  'partition': 'a registered partitioner: how examples are spread over clients',
+  'model': 'a registered model (fedsim_jax.models.MODELS)',
+  'latency': 'a registered latency model (task durations)',
+  'availability': 'a registered availability model (when clients are online)',
 }
+
+
+def _declared_fields() -> dict[str, tuple[Check, str]]:
+  fields: dict[str, tuple[Check, str]] = {'seed': (SEED_CHECK, 'seed of every random stream')}
+  for section, selects in _SELECTS.items():
+    fields[f'{section}.name'] = (text(), f'{selects}; --describe lists them')
+    fields[f'{section}.module'] = (
+      text(optional=True),
+      f'module imported first; it registers the {section} plugin it names',
+    )
+  for section, settings in SECTIONS.items():
+    for field in dataclasses.fields(settings):
+      fields[f'{section}.{field.name}'] = (field.metadata['check'], field.metadata['doc'])
+  return fields
+
+
+# Every setting outside the free sections with its check and a one-line description, from the
+# settings dataclasses that declare them (`SECTIONS`) and the plugin sections' `name`/`module`:
+# `validate` applies the same declarations, `describe` prints these.
+FIELDS: dict[str, tuple[Check, str]] = _declared_fields()
 # Sections that select a registered plugin (`name`, `kwargs`, `module`) other than the
 # algorithm, with their registries: `describe` lists each entry's settings.
-PLUGIN_SECTIONS = {
+PLUGIN_SECTIONS: dict[str, Registry[Any]] = {
   'model': MODELS,
   'latency': LATENCY_MODELS,
   'availability': AVAILABILITY_MODELS,
@@ -714,57 +346,29 @@ def resolve_plugin(config: ml_collections.ConfigDict, section: str) -> Selection
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Checks every setting outside `algorithm.kwargs` that can be checked without data (the
-  algorithm's own settings are checked by `fedsim_jax.algorithms.resolve_settings`): each
-  field by its `FIELDS` check, the model's, latency and availability models' settings by their
-  settings dataclasses, then the rules between fields; raises `ConfigError`."""
+  algorithm's own settings are checked by `fedsim_jax.algorithms.resolve_settings`): unknown
+  and moved fields, the seed and the plugin sections' names, each section by its settings
+  dataclass (fields and the rules between them), the model's, latency and availability models'
+  settings by theirs; raises `ConfigError`."""
   check_known_fields(config, base_config())
-  for path, (check, _) in FIELDS.items():
-    check(path, _get(config, path))
+  SEED_CHECK('seed', config.seed)
+  for section in _SELECTS:
+    FIELDS[f'{section}.name'][0](f'{section}.name', config[section].name)
+    FIELDS[f'{section}.module'][0](f'{section}.module', config[section].module)
+  section_settings(config)
   for section in PLUGIN_SECTIONS:
     resolve_plugin(config, section)
-  data, client, executor, run = config.data, config.client, config.executor, config.run
-  if data.num_stragglers is not None and data.straggler_classes is None:
-    raise ConfigError('data.num_stragglers needs data.straggler_classes (a tuple of classes)')
-  if client.local_steps is not None and client.local_epochs is not None:
-    raise ConfigError(
-      'client.local_steps / client.local_epochs: set at most one of them (the other to None)'
+
+
+def section_settings(config: ml_collections.ConfigDict) -> dict[str, Settings]:
+  """The `data`, `client`, `executor` and `run` sections as their validated settings
+  dataclasses (`SECTIONS`), by section; raises `ConfigError`."""
+  return {
+    section: settings.from_kwargs(
+      {name: config[section][name] for name in settings.field_names()}, f'{section}.'
     )
-  if executor.step_loop == 'host' and executor.backend == 'vmap':
-    raise ConfigError(
-      "executor.step_loop='host' is invalid with executor.backend="
-      f"{executor.backend!r}; allowed: step_loop 'host' with backend 'loop'"
-    )
-  if executor.threads > 1 and executor.backend == 'vmap':
-    raise ConfigError(
-      f'executor.threads={executor.threads} is invalid with executor.backend='
-      "'vmap'; allowed: threads > 1 with backend 'loop' or 'auto'"
-    )
-  if executor.devices > 1 and executor.backend == 'loop':
-    raise ConfigError(
-      f'executor.devices={executor.devices} is invalid with executor.backend='
-      f"{executor.backend!r}; allowed: devices > 1 with backend 'vmap'"
-    )
-  address = run.coordinator_address
-  if address is not None:
-    host, _, port = address.rpartition(':')
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-      raise ConfigError(
-        f'run.coordinator_address={address!r} is invalid; allowed values: host:port with a '
-        'port 1..65535, or None'
-      )
-  if (
-    run.process_id is not None
-    and run.num_processes is not None
-    and run.process_id >= run.num_processes
-  ):
-    raise ConfigError(
-      f'run.process_id={run.process_id} is invalid with run.num_processes='
-      f'{run.num_processes}; allowed: 0..{run.num_processes - 1}'
-    )
-  if run.num_rounds is None and run.max_virtual_time is None and run.max_client_updates is None:
-    raise ConfigError(
-      'run.num_rounds / run.max_virtual_time / run.max_client_updates: set at least one limit'
-    )
+    for section, settings in SECTIONS.items()
+  }
 
 
 def describe(config: ml_collections.ConfigDict | None = None) -> str:

@@ -103,8 +103,10 @@ def main(argv: list[str]) -> None:
   from fedsim_jax.experiment import run_experiment, run_experiments_lockstep
 
   values = flags.FLAGS
-  config = values['config'].value
-  name = os.path.splitext(os.path.basename(values['config'].config_filename))[0]
+  config_flag: Any = values['config']  # config_flags' flag: its value and its file's name
+  config = config_flag.value
+  assert config is not None  # a required flag
+  name = os.path.splitext(os.path.basename(config_flag.config_filename))[0]
   cli.quiet_logging(verbose_by_default=not values.quiet)  # progress: one line per evaluation
   if values.describe:
     from fedsim_jax.config import describe
@@ -178,10 +180,6 @@ def _report(runs: list[tuple[str, dict[str, Any]]], *, name_runs: bool = False) 
     if any(summary['status'] == status for _, summary in runs):
       return code
   return 0
-
-
-def _accuracy(value: float | None) -> str:
-  return 'n/a' if value is None else f'{value:.4f}'
 
 
 def _accuracy(value: float | None) -> str:

@@ -120,6 +120,23 @@ def text(*, optional: bool = False) -> Check:
   return check
 
 
+def tuple_of(
+  item: Check, allowed: str, *, length: int | None = None, optional: bool = False
+) -> Check:
+  """A tuple (or list) of `length` items (any number if None), each passing `item`."""
+
+  @_describes(allowed + (' or None' if optional else ''))
+  def check(name: str, value: Any) -> None:
+    if value is None and optional:
+      return
+    if not isinstance(value, (tuple, list)) or (length is not None and len(value) != length):
+      raise ConfigError(f'{name}={value!r} is invalid; allowed values: {allowed}')
+    for element in value:
+      item(name, element)
+
+  return check
+
+
 def setting(default: Any, check: Check, doc: str = '') -> Any:
   """A settings field: its default, its check, and a one-line description."""
   return dataclasses.field(default=default, metadata={'check': check, 'doc': doc})

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from fedsim_jax import algorithms, experiment
+from fedsim_jax import build as build_lib
 from fedsim_jax.config import ConfigError, base_config, validate
 from fedsim_jax.data.errors import DatasetNotFoundError
 from fedsim_jax.data.synthetic import toy_federation as make_toy_federation
@@ -274,8 +275,8 @@ def test_missing_data_is_refused_before_the_model_or_simulation_is_built(tmp_pat
   def build(*args, **kwargs):
     raise AssertionError('built a run whose data is missing')
 
-  monkeypatch.setattr(experiment, 'build_model', build)
-  monkeypatch.setattr(experiment, 'build_simulation', build)
+  monkeypatch.setattr(build_lib, 'build_model', build)
+  monkeypatch.setattr(build_lib, 'build_simulation', build)
   config = make_tiny_config('fedavg', tmp_path / 'nowhere')
   with pytest.raises(DatasetNotFoundError, match='fedsim_jax.data.prepare --dataset=digits'):
     run_experiment(config, tmp_path / 'run')

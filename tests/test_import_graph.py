@@ -30,9 +30,11 @@ TIERS = (
   ('runtime',),
   ('strategy',),
   ('algorithms',),
+  ('moved_settings', 'run_settings'),  # the config's settings classes and its moved names
   ('config', 'compilation_cache', 'memory_estimate', 'saved_run'),
   ('lifecycle',),  # a built run's life in its workdir; `experiment` builds runs and starts them
   # The shipped configs build on `config` alone; the library never imports one by name.
+  ('build',),  # config -> the parts of a run, writing nothing
   ('experiment', 'configs'),
   ('analysis',),  # reads run directories: metrics.writers, never experiment
   ('cli',),

@@ -188,7 +188,7 @@ def test_every_moved_setting_is_a_setting_of_a_registered_algorithm():
     for name in algorithms.names()
     for f in dataclasses.fields(algorithms.get_spec(name).settings)
   }
-  for section, old in config_lib._MOVED_SECTIONS.items():
+  for section, old in config_lib.MOVED_SECTIONS.items():
     for field in old.split():
       new = moved_setting(f'{section}.{field}')
       assert new.removeprefix('algorithm.kwargs.') in fields, (section, field, new)
