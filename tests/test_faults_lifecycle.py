@@ -131,14 +131,14 @@ def test_a_run_that_finishes_while_another_loads_its_data_is_refused_not_deleted
   loading, go = tmp_path / 'loading', tmp_path / 'go'
   hold_the_data_load = f"""
     import os, time
-    import fedsim_jax.experiment as experiment
-    _build = experiment.build_federated_dataset
+    import fedsim_jax.build as build
+    _build = build.build_federated_dataset
     def build_federated_dataset(config):
       open({str(loading)!r}, 'w').close()
       while not os.path.exists({str(go)!r}):
         time.sleep(0.01)
       return _build(config)
-    experiment.build_federated_dataset = build_federated_dataset
+    build.build_federated_dataset = build_federated_dataset
   """
   config_path = _config_file(tmp_path, digits_data_dir, **{'run.num_rounds': 4})
   b = _binary(
@@ -494,10 +494,10 @@ _UNREADABLE_DATASET = """
 """
 _CTRL_C_IN_THE_DATA_LOAD = """
   import os, signal
-  import fedsim_jax.experiment as experiment
+  import fedsim_jax.build as build
   def build_federated_dataset(config):
     os.kill(os.getpid(), signal.SIGINT)
-  experiment.build_federated_dataset = build_federated_dataset
+  build.build_federated_dataset = build_federated_dataset
 """
 
 
