@@ -1,8 +1,10 @@
-"""The README's "New partitioner" and "New dataset" examples, as printed, run: each module is
-saved where its text says, and its command's overrides select it (on a reduced run)."""
+"""The README's plugin examples ("New partitioner", "New dataset", "New model", "New latency
+model"), as printed, run: each module is saved where its text says, and its command's overrides
+select it (on a reduced run)."""
 
 import ast
 import importlib
+import json
 import os
 import re
 import shlex
@@ -96,7 +98,37 @@ def test_the_readme_dataset_example_loads_and_runs(tmp_path, monkeypatch):
   assert summary['status'] == 'completed' and summary['final_version'] == 4
 
 
-@pytest.mark.parametrize('heading', ['New partitioner', 'New dataset'])
+@pytest.mark.parametrize(
+  'heading, section', [('New model', 'model'), ('New latency model', 'latency')]
+)
+def test_the_readme_model_and_latency_model_examples_run_as_their_commands_select_them(
+  digits_data_dir, tmp_path, monkeypatch, heading, section
+):
+  config, overrides = _config(heading, tmp_path, monkeypatch)
+  kwargs = {
+    path.rsplit('.', 1)[1]: ast.literal_eval(text)
+    for path, text in overrides.items()
+    if path.startswith(f'{section}.kwargs.')
+  }
+  assert kwargs and overrides[f'{section}.module'] == config[section].module
+  config.data.name, config.data.data_dir = 'digits', str(digits_data_dir)
+  config.data.num_clients = 10
+  config.algorithm.kwargs.cohort_size = 5
+  config.client.local_steps, config.run.num_rounds, config.run.eval_every = 10, 6, 6
+  summary = run_experiment(config, tmp_path / 'run')
+  assert summary['status'] == 'completed'
+  with open(tmp_path / 'run' / 'config.json') as f:
+    resolved = json.load(f)[section]
+  assert resolved['name'] == overrides[f'{section}.name']
+  assert {k: resolved['kwargs'][k] for k in kwargs} == kwargs
+  with open(tmp_path / 'run' / 'metrics.jsonl') as f:
+    first, last = (json.loads(line)['test_accuracy'] for line in f)
+  assert last > first + 0.2  # it trains
+
+
+@pytest.mark.parametrize(
+  'heading', ['New partitioner', 'New dataset', 'New model', 'New latency model']
+)
 def test_the_readme_examples_are_complete_modules(heading):
   _, code, _, _ = _example(heading)
   compile(code, heading, 'exec')
