@@ -26,7 +26,6 @@ from fedsim_jax.data.errors import CorruptDatasetError, DatasetNotFoundError
 from fedsim_jax.data.federated import FederatedDataset, steps_for_epochs
 from fedsim_jax.data.lazy import LazyFederation
 from fedsim_jax.data.partitioners import (
-  PARTITIONERS,
   PartitionContext,
   run_partitioner,
   straggler_domain_split,
@@ -137,9 +136,8 @@ def validate(config: ml_collections.ConfigDict) -> Settings:
   """Checks every setting of `config` that can be checked without data, the algorithm's, the
   dataset source's, the partitioner's, the model's, the latency and availability models'
   included; returns the algorithm's settings. Raises `ConfigError`."""
-  config_lib.validate(config)
+  config_lib.validate(config)  # the plugin sections included (`config.PLUGIN_SECTIONS`)
   dataset_selection(config)
-  partition_selection(config)
   return algorithm_settings(config)
 
 
@@ -153,8 +151,7 @@ def dataset_selection(config: ml_collections.ConfigDict) -> Selection:
 def partition_selection(config: ml_collections.ConfigDict) -> Selection:
   """`config.partition`'s partitioner with its validated settings (importing
   `partition.module` first)."""
-  PARTITIONERS.import_module(config.partition.module)
-  return PARTITIONERS.resolve(config.partition.name, config.partition.kwargs.to_dict())
+  return config_lib.resolve_plugin(config, 'partition')
 
 
 def client_budgets(

@@ -323,6 +323,7 @@ FIELDS: dict[str, tuple[Check, str]] = _declared_fields()
 # Sections that select a registered plugin (`name`, `kwargs`, `module`) other than the
 # algorithm, with their registries: `describe` lists each entry's settings.
 PLUGIN_SECTIONS: dict[str, Registry[Any]] = {
+  'partition': PARTITIONERS,
   'model': MODELS,
   'latency': LATENCY_MODELS,
   'availability': AVAILABILITY_MODELS,
@@ -337,7 +338,7 @@ def _get(config: ml_collections.ConfigDict, path: str) -> Any:
 
 
 def resolve_plugin(config: ml_collections.ConfigDict, section: str) -> Selection:
-  """`config[section]` (model, latency or availability) resolved: its registered name and
+  """`config[section]` (partition, model, latency or availability) resolved: its registered name and
   validated settings, importing `<section>.module` first; raises `ConfigError`."""
   registry = PLUGIN_SECTIONS[section]
   registry.import_module(config[section].module)
@@ -390,5 +391,4 @@ def describe(config: ml_collections.ConfigDict | None = None) -> str:
     lines.append(registry.describe())
   lines.append('run.eval_class_groups: named class subsets reported as test_accuracy/<name>')
   lines.append(DATASET_SOURCES.describe())
-  lines.append(PARTITIONERS.describe())
   return '\n'.join(lines)

@@ -40,7 +40,11 @@ def _mean_label_entropy(parts: list[np.ndarray]) -> float:
 
 
 def test_registry() -> None:
-  assert set(partition.PARTITIONERS.names()) == {*CASES, 'natural'}
+  # The library's own entries (tests and README examples may register more in this process).
+  library = {
+    e.name for e in partition.PARTITIONERS if e.factory.__module__.startswith('fedsim_jax.')
+  }
+  assert library == {*CASES, 'natural'}
 
 
 @pytest.mark.parametrize('method', CASES)
