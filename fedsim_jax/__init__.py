@@ -16,11 +16,13 @@ package itself loads no JAX):
   data and models   fs.load_dataset, fs.FederatedDataset, the partitioners of
                     `fedsim_jax.data.partitioners` (fs.iid, fs.dirichlet, fs.shards, ...),
                     fs.get_model, fs.Model
-  experiments       fs.base_config, fs.run_experiment, fs.run_experiments_lockstep, fs.load_run,
+  experiments       fs.base_config, fs.RunSpec (a config resolved: what runs are built from),
+                    fs.run_experiment, fs.run_experiments_lockstep, fs.load_run,
                     fs.algorithms (the registry module), fs.Settings, fs.setting, fs.ConfigError
 
 Layers, bottom to top; a layer imports only the rows below it (tests/test_import_graph.py):
-  settings, tree               (ConfigError and typed settings; pytree helpers)
+  settings, str_enum, tree     (ConfigError and typed settings, option enums; pytree helpers)
+  registry                     (named plugins with typed settings)
   checkpointing, distributed, interrupts, provenance, workdir   (a run's lifecycle:
                                checkpoints, processes, signals, the code it ran on, its folder)
   data, models                 (side by side: neither imports the other)
@@ -31,8 +33,11 @@ Layers, bottom to top; a layer imports only the rows below it (tests/test_import
   strategy                     (the kit algorithms share: schedulers, server updates, reducers)
   algorithms                   (one module or package per paper: settings, scheduler,
                                aggregator, client objective, registered factory)
-  config, compilation_cache, memory_estimate, saved_run
-  lifecycle                    (a built run in its workdir: outputs, checkpoints, statuses)
+  moved_settings, run_settings (the config's settings classes and its moved names)
+  config, compilation_cache, saved_run
+  run_spec                     (a config resolved once, at the edge: what all below receive)
+  memory_estimate, lifecycle   (a built run in its workdir: outputs, checkpoints, statuses)
+  build                        (spec -> the parts of a run, writing nothing)
   experiment, configs          (configs: the shipped experiment configs, `get_config()` each)
   analysis
   cli
@@ -156,6 +161,7 @@ _EXPORTS: dict[str, str] = {
   **dict.fromkeys(('get_model', 'Model'), 'models'),
   **dict.fromkeys(('Settings', 'setting', 'ConfigError'), 'settings'),
   'base_config': 'config',
+  'RunSpec': 'run_spec',
   **dict.fromkeys(('run_experiment', 'run_experiments_lockstep'), 'experiment'),
   'load_run': 'saved_run',
 }

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import jax
 import ml_collections
@@ -42,6 +42,7 @@ from fedsim_jax.lifecycle.parts import evaluator
 from fedsim_jax.models import Model, ModelContext
 from fedsim_jax.models import build_model as build_registered_model
 from fedsim_jax.registry import Selection
+from fedsim_jax.run_spec import RunSpec, as_spec
 from fedsim_jax.runtime import Simulation, StopCondition
 from fedsim_jax.runtime.latency import (
   AvailabilityContext,
@@ -51,6 +52,9 @@ from fedsim_jax.runtime.latency import build_availability as build_registered_av
 from fedsim_jax.runtime.latency import build_latency as build_registered_latency
 from fedsim_jax.saved_run import model_description
 from fedsim_jax.settings import Settings
+
+# What the public build functions take: a resolved `RunSpec`, or a config they resolve first.
+Spec: TypeAlias = RunSpec | ml_collections.ConfigDict
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,97 +83,72 @@ class RandomStreams:
     )
 
 
-def model_selection(config: ml_collections.ConfigDict) -> Selection:
+def model_selection(config: Spec) -> Selection:
   """`config.model` resolved: the registered model and its validated settings."""
-  return config_lib.resolve_plugin(config, 'model')
+  return as_spec(config).model
 
 
-def latency_selection(config: ml_collections.ConfigDict) -> Selection:
+def latency_selection(config: Spec) -> Selection:
   """`config.latency` resolved: the registered latency model and its validated settings."""
-  return config_lib.resolve_plugin(config, 'latency')
+  return as_spec(config).latency
 
 
-def availability_selection(config: ml_collections.ConfigDict) -> Selection:
+def availability_selection(config: Spec) -> Selection:
   """`config.availability` resolved: the availability model and its validated settings."""
-  return config_lib.resolve_plugin(config, 'availability')
+  return as_spec(config).availability
 
 
-def plugin_selections(config: ml_collections.ConfigDict) -> dict[str, Selection]:
+def plugin_selections(config: Spec) -> dict[str, Selection]:
   """The resolved model, latency and availability sections, by section name."""
-  return {
-    'model': model_selection(config),
-    'latency': latency_selection(config),
-    'availability': availability_selection(config),
-  }
+  spec = as_spec(config)
+  return {'model': spec.model, 'latency': spec.latency, 'availability': spec.availability}
 
 
-def run_facts(
-  config: ml_collections.ConfigDict, model: Selection | None = None
-) -> algorithms.RunFacts:
-  """What the algorithm may check or read of the config's other sections (`model`: the
-  resolved model section, resolved from `config` when not given)."""
-  model = model_selection(config) if model is None else model
-  client = config.client
-  return algorithms.RunFacts(
-    num_clients=config.data.num_clients,
-    num_rounds=config.run.num_rounds,
-    seed=config.seed,
-    client_optimizer=client.optimizer,
-    client_learning_rate=client.learning_rate,
-    batch_size=client.batch_size,
-    local_steps=client.local_steps,
-    local_epochs=client.local_epochs,
-    sampling=client.sampling,
-    model_norm=getattr(model.settings, 'norm', None),
-  )
+def run_facts(config: Spec) -> algorithms.RunFacts:
+  """What the algorithm may check or read of the config's other sections."""
+  return as_spec(config).facts
 
 
-def algorithm_settings(config: ml_collections.ConfigDict) -> Settings:
+def algorithm_settings(config: Spec) -> Settings:
   """The validated settings of `config.algorithm` (importing `algorithm.module` first)."""
-  algorithms.import_module(config.algorithm.module)
-  return algorithms.resolve_settings(
-    config.algorithm.name, config.algorithm.kwargs.to_dict(), run_facts(config)
-  )
+  return as_spec(config).algorithm.settings
 
 
-def validate(config: ml_collections.ConfigDict) -> Settings:
+def validate(config: Spec) -> Settings:
   """Checks every setting of `config` that can be checked without data, the algorithm's, the
   dataset source's, the partitioner's, the model's, the latency and availability models'
-  included; returns the algorithm's settings. Raises `ConfigError`."""
-  config_lib.validate(config)  # the plugin sections included (`config.PLUGIN_SECTIONS`)
-  dataset_selection(config)
+  included (`RunSpec.from_config`); returns the algorithm's settings. Raises `ConfigError`."""
   return algorithm_settings(config)
 
 
-def dataset_selection(config: ml_collections.ConfigDict) -> Selection:
+def dataset_selection(config: Spec) -> Selection:
   """`config.data`'s dataset source with its validated settings (importing `data.module`
   first)."""
-  datasets.DATASET_SOURCES.import_module(config.data.module)
-  return datasets.resolve(config.data.name, config.data.kwargs.to_dict())
+  return as_spec(config).dataset
 
 
-def partition_selection(config: ml_collections.ConfigDict) -> Selection:
+def partition_selection(config: Spec) -> Selection:
   """`config.partition`'s partitioner with its validated settings (importing
   `partition.module` first)."""
-  return config_lib.resolve_plugin(config, 'partition')
+  return as_spec(config).partition
 
 
-def client_budgets(
-  config: ml_collections.ConfigDict, partitioner: Selection
-) -> Callable[[], np.ndarray]:
+def client_budgets(config: Spec, partitioner: Selection | None = None) -> Callable[[], np.ndarray]:
   """The compute budgets p_i the configured algorithm draws for `data.num_clients` clients, as
   a call a partitioner makes when it needs them (budget_skewed skews data by them); the call
   raises `ConfigError` when the algorithm has no budgets."""
+  spec = as_spec(config)
+  partitioner = spec.partition if partitioner is None else partitioner
 
   def draw() -> np.ndarray:
-    settings = algorithm_settings(config)
+    settings = spec.algorithm.settings
     if not hasattr(settings, 'client_budgets'):
       raise config_lib.ConfigError(
         f'partition.name={partitioner.name!r} is invalid with algorithm.name='
-        f'{config.algorithm.name!r} (it has no compute budgets); allowed: an algorithm with '
+        f'{spec.algorithm.name!r} (it has no compute budgets); allowed: an algorithm with '
         'budgets (ccfedavg, ...)'
       )
-    return settings.client_budgets(config.data.num_clients, config.seed)
+    return settings.client_budgets(spec.data.num_clients, spec.seed)
 
   return draw
 
@@ -186,7 +165,7 @@ def _built(section: str, selection: Selection, build: Callable[[], Any]) -> Any:
 
 
 def build_latency(
-  config: ml_collections.ConfigDict,
+  config: Spec,
   dataset: FederatedDataset,
   model_bytes: int,
   rng: np.random.Generator,
@@ -194,12 +173,13 @@ def build_latency(
 ):
   """The latency model `selection` (default: `config.latency` resolved) selects, built for
   `dataset` with generator `rng`; invalid settings raise `ConfigError`."""
-  selection = latency_selection(config) if selection is None else selection
+  spec = as_spec(config)
+  selection = spec.latency if selection is None else selection
   context = LatencyContext(
     num_clients=dataset.num_clients,
     rng=rng,
     client_sizes=dataset.client_sizes,
-    batch_size=config.client.batch_size,
+    batch_size=spec.client.batch_size,
     model_bytes=model_bytes,
     straggler_mask=dataset.straggler_mask,
   )
@@ -207,7 +187,7 @@ def build_latency(
 
 
 def epoch_compute_time_percentile(
-  config: ml_collections.ConfigDict,
+  config: Spec,
   dataset: FederatedDataset,
   model_bytes: int,
   percentile: float,
@@ -217,48 +197,45 @@ def epoch_compute_time_percentile(
   """The population-wide percentile of one local epoch's on-device compute time (overhead +
   steps x step time; communication excluded), estimated from a probe copy of the latency model
   so that the run's own latency draws are untouched (the straggler paper's time limit)."""
-  probe = build_latency(config, dataset, model_bytes, rng)
+  spec = as_spec(config)
+  probe = build_latency(spec, dataset, model_bytes, rng)
   times: list[float] = []
   for client in range(dataset.num_clients):
     steps = steps_for_epochs(
-      1.0, int(dataset.client_sizes[client]), config.client.batch_size, config.client.sampling
+      1.0, int(dataset.client_sizes[client]), spec.client.batch_size, spec.client.sampling
     )
     times.extend(probe.sample(client).compute_time(steps) for _ in range(draws_per_client))
   return float(np.percentile(times, percentile))
 
 
-def resolve_settings(
-  config: ml_collections.ConfigDict, dataset: FederatedDataset, model: Model
-) -> ml_collections.ConfigDict:
-  """Replaces settings given relative to the federation by their values (today:
+def resolve_settings(config: Spec, dataset: FederatedDataset, model: Model) -> RunSpec:
+  """The spec with settings given relative to the federation replaced by their values (today:
   `algorithm.kwargs.time_limit_percentile` -> `algorithm.kwargs.time_limit`)."""
-  percentile = getattr(algorithm_settings(config), 'time_limit_percentile', None)
+  spec = as_spec(config)
+  percentile = getattr(spec.algorithm.settings, 'time_limit_percentile', None)
   if percentile is None:
-    return config
-  streams = RandomStreams.from_seed(config.seed)
+    return spec
+  streams = RandomStreams.from_seed(spec.seed)
   model_bytes = 4 * model.num_params(jax.eval_shape(model.init, streams.init_key))
-  limit = epoch_compute_time_percentile(config, dataset, model_bytes, percentile, streams.probe_rng)
-  config = config.copy_and_resolve_references()
-  with config.algorithm.kwargs.unlocked():
-    config.algorithm.kwargs.time_limit = limit
-    config.algorithm.kwargs.time_limit_percentile = None
+  limit = epoch_compute_time_percentile(spec, dataset, model_bytes, percentile, streams.probe_rng)
   logging.info(
     'algorithm.kwargs.time_limit = %.2fs (percentile %g of one-epoch compute time)',
     limit,
     percentile,
   )
-  return config
+  settings = spec.algorithm.settings.replace(time_limit=limit, time_limit_percentile=None)
+  return spec.with_algorithm_settings(settings)
 
 
 def build_availability(
-  config: ml_collections.ConfigDict,
+  config: Spec,
   dataset: FederatedDataset,
   rng: np.random.Generator,
   selection: Selection | None = None,
 ):
   """The availability model `selection` (default: `config.availability` resolved) selects,
   built for `dataset` with generator `rng`; invalid settings raise `ConfigError`."""
-  selection = availability_selection(config) if selection is None else selection
+  selection = as_spec(config).availability if selection is None else selection
   context = AvailabilityContext(num_clients=dataset.num_clients, rng=rng)
   return _built(
     'availability', selection, lambda: build_registered_availability(selection, context)
@@ -288,25 +265,26 @@ def _load_central_dataset(source: Selection, data_dir: str | None) -> Any:
 
 
 def build_federated_dataset(
-  config: ml_collections.ConfigDict,
+  config: Spec,
   source: Selection | None = None,
   partitioner: Selection | None = None,
 ) -> FederatedDataset:
   """Loads the dataset `source` selects and partitions its training split over clients by
   `partitioner`, then applies the straggler-domain split when `data.straggler_classes` is set
   (`source` and `partitioner` default to those `config.data` and `config.partition` select)."""
-  data = config.data
-  source = dataset_selection(config) if source is None else source
-  partitioner = partition_selection(config) if partitioner is None else partitioner
+  spec = as_spec(config)
+  data = spec.data
+  source = spec.dataset if source is None else source
+  partitioner = spec.partition if partitioner is None else partitioner
   central = _load_central_dataset(source, data.data_dir)
   context = PartitionContext(
     labels=central.train_y,
     num_clients=data.num_clients,
-    seed=config.seed if data.partition_seed is None else data.partition_seed,
+    seed=spec.partition_seed,
     dataset_name=central.name,
     client_ids=central.train_client_ids,
     # budget_skewed's shards follow the p_i the algorithm draws (from the same seed stream).
-    client_budgets=client_budgets(config, partitioner),
+    client_budgets=client_budgets(spec, partitioner),
   )
   try:
     parts = run_partitioner(partitioner, context)
@@ -339,19 +317,19 @@ def model_kwargs(selection: Selection) -> dict[str, Any]:
 
 
 def build_model(
-  config: ml_collections.ConfigDict,
+  config: Spec,
   dataset: FederatedDataset,
   selection: Selection | None = None,
 ) -> Model:
   """The model `selection` (default: `config.model` resolved) selects, for `dataset`'s inputs
   and classes."""
-  selection = model_selection(config) if selection is None else selection
+  selection = as_spec(config).model if selection is None else selection
   context = ModelContext(selection.name, tuple(dataset.input_shape), dataset.num_classes)
   return build_registered_model(selection, context)
 
 
 def build_simulation(
-  config: ml_collections.ConfigDict,
+  config: Spec,
   dataset: FederatedDataset,
   model: Model,
   on_version: Callable[[Simulation], None] | None = None,
@@ -360,25 +338,23 @@ def build_simulation(
   host_threads: int = 1,
 ) -> Simulation:
   """Wires model, algorithm, executor and latency model into a ready-to-run `Simulation`;
-  `settings`: the algorithm's, when already resolved from `config`; `before_allocation`:
-  called with the built algorithm before the model's parameters or the data's device copy
-  are allocated (the memory check); `host_threads`: the simulations run at once in this
-  process (`Executor`)."""
-  streams = RandomStreams.from_seed(config.seed)
+  `settings`: the algorithm's, when other than the spec's; `before_allocation`: called with the
+  built algorithm before the model's parameters or the data's device copy are allocated (the
+  memory check); `host_threads`: the simulations run at once in this process (`Executor`)."""
+  spec = as_spec(config)
+  streams = RandomStreams.from_seed(spec.seed)
   model_bytes = 4 * model.num_params(jax.eval_shape(model.init, streams.init_key))
-  latency = build_latency(config, dataset, model_bytes, streams.latency_rng)
-  availability = build_availability(config, dataset, streams.availability_rng)
-  context = algorithms.BuildContext(
-    config.algorithm.name, run_facts(config), dataset.client_sizes, latency
-  )
+  latency = build_latency(spec, dataset, model_bytes, streams.latency_rng)
+  availability = build_availability(spec, dataset, streams.availability_rng)
+  context = algorithms.BuildContext(spec.algorithm.name, spec.facts, dataset.client_sizes, latency)
   try:
-    algorithm = algorithms.build(settings or algorithm_settings(config), context)
+    algorithm = algorithms.build(settings or spec.algorithm.settings, context)
   except ValueError as error:
     raise config_lib.ConfigError(str(error)) from None
   if before_allocation is not None:
     before_allocation(algorithm)
   init_params = model.init(streams.init_key)
-  client = config.client
+  client, executor_settings = spec.client, spec.executor
   optimizer = client_optimizer(
     client.optimizer,
     client.learning_rate,
@@ -387,9 +363,9 @@ def build_simulation(
   )
   client_update = algorithm.make_client_update(model, optimizer, client.batch_size)
   backend, step_loop = resolve_execution(
-    config.executor.backend,
-    config.executor.step_loop,
-    devices=config.executor.devices,
+    executor_settings.backend,
+    executor_settings.step_loop,
+    devices=executor_settings.devices,
     convolutional=lambda: model_has_convolution(model, init_params),
   )
   try:
@@ -399,11 +375,11 @@ def build_simulation(
       streams.train_key,
       backend=backend,
       sampling=client.sampling,
-      unroll=config.executor.unroll,
-      bucket_bits=config.executor.bucket_bits,
+      unroll=executor_settings.unroll,
+      bucket_bits=executor_settings.bucket_bits,
       step_loop=step_loop,
-      devices=config.executor.devices,
-      threads=resolve_threads(config.executor.threads, backend),
+      devices=executor_settings.devices,
+      threads=resolve_threads(executor_settings.threads, backend),
       host_threads=host_threads,
     )
   except ValueError as error:  # e.g. more devices than this host has
@@ -417,96 +393,77 @@ def build_simulation(
     init_params=init_params,
     client_sizes=dataset.client_sizes,
     rng=streams.scheduler_rng,
-    deferred=config.executor.deferred,
+    deferred=executor_settings.deferred,
     on_version=on_version,
-    bucket_bits=config.executor.bucket_bits,
-    max_batch_tasks=config.executor.max_batch_tasks,
+    bucket_bits=executor_settings.bucket_bits,
+    max_batch_tasks=executor_settings.max_batch_tasks,
   )
 
 
-def stop_condition(config: ml_collections.ConfigDict) -> StopCondition:
+def stop_condition(config: Spec) -> StopCondition:
+  run = as_spec(config).run
   return StopCondition(
-    max_versions=config.run.num_rounds,
-    max_virtual_time=config.run.max_virtual_time,
-    max_client_updates=config.run.max_client_updates,
+    max_versions=run.num_rounds,
+    max_virtual_time=run.max_virtual_time,
+    max_client_updates=run.max_client_updates,
   )
 
 
 @dataclasses.dataclass(frozen=True)
 class BuiltRun:
-  """A run built from its config (`build_run`): nothing written yet."""
+  """A run built from its spec (`build_run`): nothing written yet."""
 
-  config: ml_collections.ConfigDict  # resolved (`resolve_settings`)
+  spec: RunSpec  # resolved (`resolve_settings`)
   model: Model
   parts: RunParts  # what the run's lifecycle (`RunLifecycle`) receives
 
 
 def build_run(
-  config: ml_collections.ConfigDict,
-  settings: Settings,
+  config: Spec,
   dataset: FederatedDataset | None = None,
   *,
   host_threads: int = 1,
 ) -> BuiltRun:
   """Builds the run `config` describes: its dataset (unless given), model, algorithm,
   simulation and evaluator. Writes nothing; refuses (`ConfigError`) a run that will not fit in
-  memory (`run.check_memory`) before the model's parameters are allocated. `settings`: the
-  algorithm's, as `validate(config)` returned them; `host_threads`: the simulations run at once
-  in this process (`Executor`)."""
+  memory (`run.check_memory`) before the model's parameters are allocated. `host_threads`: the
+  simulations run at once in this process (`Executor`)."""
+  spec = as_spec(config)
   if dataset is None:
-    dataset = build_federated_dataset(config)
+    dataset = build_federated_dataset(spec)
   # A settings class need not derive from the shared groups (`Settings` suffices), so the
   # federation hook is optional, like `check_run`.
-  check_federation = getattr(settings, 'check_federation', None)
+  check_federation = getattr(spec.algorithm.settings, 'check_federation', None)
   if check_federation is not None:
     check_federation(dataset.num_clients, algorithms.base.KWARGS_PREFIX)
-  selections = {
-    'data': dataset_selection(config),
-    'partition': partition_selection(config),
-    **plugin_selections(config),
-  }
-  model = build_model(config, dataset, selections['model'])
-  description = model_description(model, model_kwargs(selections['model']))
-  config = resolve_settings(config, dataset, model)
-  settings = algorithm_settings(config)
-  # The resolved config: every setting of the algorithm and of each plugin with its value,
-  # defaults included, so that config.json alone describes (and reruns) the run.
-  resolved = config.to_dict()
-  resolved['algorithm']['kwargs'] = settings.as_dict()
-  for section, selection in selections.items():
-    resolved[section]['kwargs'] = selection.settings.as_dict()
+  model = build_model(spec, dataset)
+  description = model_description(model, model_kwargs(spec.model))
+  spec = resolve_settings(spec, dataset, model)
+  settings = spec.algorithm.settings
 
   def check_memory(algorithm: algorithms.Algorithm) -> None:
-    if config.run.check_memory:
+    if spec.run.check_memory:
       memory_estimate.check_run(
-        config,
-        dataset,
-        model,
-        algorithm,
-        settings,
-        memory_estimate.model_size_setting(selections['model']),
+        spec, dataset, model, algorithm, memory_estimate.model_size_setting(spec.model)
       )
 
   simulation = build_simulation(
-    config,
-    dataset,
-    model,
-    settings=settings,
-    before_allocation=check_memory,
-    host_threads=host_threads,
+    spec, dataset, model, before_allocation=check_memory, host_threads=host_threads
   )
   parts = RunParts(
     dataset=dataset,
     model_description=description,
     algorithm_settings=settings,
     simulation=simulation,
-    evaluate=evaluator(config, model, dataset),
-    stop=stop_condition(config),
-    resolved_config=resolved,
-    selections=selections,
-    options=RunOptions.from_config(config, settings),
+    evaluate=evaluator(spec, model, dataset),
+    stop=stop_condition(spec),
+    # Every setting of the algorithm and of each plugin with its value, defaults included, so
+    # that config.json alone describes (and reruns) the run.
+    resolved_config=spec.to_dict(),
+    selections=spec.selections(),
+    options=RunOptions.from_spec(spec),
     executor_like=executor_like(
-      simulation.executor, sampling=config.client.sampling, unroll=config.executor.unroll
+      simulation.executor, sampling=spec.client.sampling, unroll=spec.executor.unroll
     ),
   )
-  return BuiltRun(config=config, model=model, parts=parts)
+  return BuiltRun(spec=spec, model=model, parts=parts)

@@ -36,7 +36,16 @@ import threading
 import jax
 from jax.experimental.compilation_cache import compilation_cache as jax_cache
 
+from fedsim_jax.str_enum import StrEnum
 from fedsim_jax.workdir import writable_directory_problem
+
+
+class CacheSetting(StrEnum):
+  """The named values of `run.compilation_cache` (any other value is a directory path)."""
+
+  PROCESS = 'process'  # a temporary directory shared by the runs of this process
+  OFF = 'off'  # no persistent cache
+
 
 MODES = ('process', 'off')
 
@@ -95,11 +104,11 @@ def enable(setting: str) -> str | None:
     current = jax.config.jax_compilation_cache_dir  # type: ignore[attr-defined]  # see _configure
     if current and current != _managed:
       return current  # configured through JAX by the user: theirs to manage
-    if setting == 'off':
+    if setting == CacheSetting.OFF:
       if _managed is not None:
         _configure(None)
       return None
-    if setting == 'process':
+    if setting == CacheSetting.PROCESS:
       if _process_dir is None:
         _process_dir = tempfile.mkdtemp(prefix='fedsim-xla-')
         atexit.register(_remove, _process_dir)

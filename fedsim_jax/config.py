@@ -345,17 +345,23 @@ def resolve_plugin(config: ml_collections.ConfigDict, section: str) -> Selection
   return registry.resolve(config[section].name, config[section].kwargs.to_dict())
 
 
-def validate(config: ml_collections.ConfigDict) -> None:
-  """Checks every setting outside `algorithm.kwargs` that can be checked without data (the
-  algorithm's own settings are checked by `fedsim_jax.algorithms.resolve_settings`): unknown
-  and moved fields, the seed and the plugin sections' names, each section by its settings
-  dataclass (fields and the rules between them), the model's, latency and availability models'
-  settings by theirs; raises `ConfigError`."""
+def check_fields(config: ml_collections.ConfigDict) -> None:
+  """Checks that `config` has only known fields (naming a moved one's new name), a valid seed
+  and plugin sections' names and modules; raises `ConfigError`."""
   check_known_fields(config, base_config())
   SEED_CHECK('seed', config.seed)
   for section in _SELECTS:
     FIELDS[f'{section}.name'][0](f'{section}.name', config[section].name)
     FIELDS[f'{section}.module'][0](f'{section}.module', config[section].module)
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+  """Checks every setting outside `algorithm.kwargs` and `data.kwargs` that can be checked
+  without data (`fedsim_jax.run_spec.RunSpec.from_config` checks every one): unknown and moved
+  fields, the seed and the plugin sections' names, each section by its settings dataclass
+  (fields and the rules between them), the partitioner's, model's, latency and availability
+  models' settings by theirs; raises `ConfigError`."""
+  check_fields(config)
   section_settings(config)
   for section in PLUGIN_SECTIONS:
     resolve_plugin(config, section)

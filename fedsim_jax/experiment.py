@@ -59,28 +59,29 @@ from fedsim_jax.lifecycle import (  # noqa: F401 - the lifecycle's public names,
 )
 from fedsim_jax.lifecycle.lockstep import check_sweep, run_together
 from fedsim_jax.lifecycle.summary import host_facts
+from fedsim_jax.run_spec import RunSpec, as_spec
 
 
 def _log_run(built: BuiltRun) -> None:
   """Logs what was built, and every algorithm setting."""
-  config, dataset, model = built.config, built.parts.dataset, built.model
+  spec, dataset, model = built.spec, built.parts.dataset, built.model
   executor, settings = built.parts.simulation.executor, built.parts.algorithm_settings
   logging.info(
     '%s on %s: %d clients, model %s (%d parameters), latency %s, backend %s '
     '(steps: %s, threads: %d)',
-    config.algorithm.name,
+    spec.algorithm.name,
     dataset.name,
     dataset.num_clients,
     model.name,
     model.num_params(built.parts.simulation.params),
-    config.latency.name,
+    spec.latency.name,
     executor.backend,
     executor.step_loop,
     executor.threads,
   )
   logging.info(
     'algorithm %s settings (defaults included): %s',
-    config.algorithm.name,
+    spec.algorithm.name,
     ', '.join(f'{k}={v}' for k, v in settings.as_dict().items()),
   )
 
@@ -101,7 +102,7 @@ class PreparedRun(RunLifecycle):
 
   def __init__(
     self,
-    config: ml_collections.ConfigDict,
+    config: RunSpec | ml_collections.ConfigDict,
     workdir: str | os.PathLike,
     dataset: FederatedDataset | None = None,
     *,
@@ -109,9 +110,9 @@ class PreparedRun(RunLifecycle):
     overwrite: bool = False,
     host_threads: int = 1,
   ) -> None:
-    settings = validate(config)
-    run = config.run
-    cpu_pool.reserve(config.executor.devices, host_threads)  # before JAX starts, if it has not
+    spec = as_spec(config)  # validated: nothing is written for an invalid config
+    run = spec.run
+    cpu_pool.reserve(spec.executor.devices, host_threads)  # before JAX starts, if it has not
     if run.distributed:  # before anything touches a device
       distributed.initialize(run.coordinator_address, run.num_processes, run.process_id)
     workspace = Workspace.claim(
@@ -123,8 +124,8 @@ class PreparedRun(RunLifecycle):
       except ValueError as e:
         raise config_lib.ConfigError(str(e)) from None
       host_start = time.perf_counter()
-      built = build_run(config, settings, dataset, host_threads=host_threads)
-      self.config = built.config
+      built = build_run(spec, dataset=dataset, host_threads=host_threads)
+      self.spec = built.spec
       host_extra = host_facts(built.parts.simulation, cache_dir)
       super().__init__(
         workspace, built.parts, resume=resume, host_start=host_start, host_extra=host_extra
@@ -137,7 +138,7 @@ class PreparedRun(RunLifecycle):
 
 
 def run_experiment(
-  config: ml_collections.ConfigDict,
+  config: RunSpec | ml_collections.ConfigDict,
   workdir: str | os.PathLike,
   dataset: FederatedDataset | None = None,
   *,
@@ -147,7 +148,7 @@ def run_experiment(
   """Runs the experiment described by `config`, writing its outputs into `workdir`.
 
   Args:
-    config: see `fedsim_jax.config.base_config`; validated first.
+    config: see `fedsim_jax.config.base_config`; validated first (or a `RunSpec`, resolved).
     workdir: run directory (created if needed).
     dataset: an already built federation (skips loading and partitioning), e.g. in tests.
     resume: continue the run in `workdir` from its newest checkpoint (from the start if it
@@ -167,7 +168,7 @@ def run_experiment(
 
 
 def run_experiments_lockstep(
-  configs: Sequence[ml_collections.ConfigDict],
+  configs: Sequence[RunSpec | ml_collections.ConfigDict],
   workdirs: Sequence[str | os.PathLike],
   datasets: Sequence[FederatedDataset | None] | None = None,
   *,
@@ -194,12 +195,13 @@ def run_experiments_lockstep(
       `run.eval_every`, ask for a lazy federation (not supported in lockstep), or any run's
       settings or workdir are invalid (before any workdir is written).
   """
-  check_sweep(configs, workdirs, resume=resume, overwrite=overwrite)
+  specs = [as_spec(config) for config in configs]
+  check_sweep(specs, workdirs, resume=resume, overwrite=overwrite)
   # Without `datasets`, every run loads the same dataset: `load_dataset` decodes it once and
   # hands every seed the same arrays, which a shared batch's union then holds once.
   datasets = list(datasets) if datasets is not None else [None] * len(configs)
   runs = [
-    PreparedRun(c, w, d, resume=resume, overwrite=overwrite, host_threads=len(configs))
-    for c, w, d in zip(configs, workdirs, datasets)
+    PreparedRun(s, w, d, resume=resume, overwrite=overwrite, host_threads=len(specs))
+    for s, w, d in zip(specs, workdirs, datasets)
   ]
   return run_together(runs)

@@ -26,17 +26,22 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 
 from fedsim_jax.data.lazy import LazyFederation
-from fedsim_jax.executor.choice import resolve_execution, resolve_max_batch_tasks, resolve_threads
+from fedsim_jax.executor.choice import (
+  Backend,
+  resolve_execution,
+  resolve_max_batch_tasks,
+  resolve_threads,
+)
 from fedsim_jax.registry import Selection
-from fedsim_jax.settings import ConfigError, Settings
+from fedsim_jax.settings import ConfigError
 
 if TYPE_CHECKING:
   from fedsim_jax.algorithms import Algorithm
   from fedsim_jax.data.federated import FederatedDataset
   from fedsim_jax.models import Model
+  from fedsim_jax.run_spec import RunSpec
 
 _GIB = 1024**3
 # cgroup v1 reports "no limit" as the largest page-aligned 64-bit value; anything this large is
@@ -322,22 +327,21 @@ def describe_needs(needs: list[Need]) -> str:
 
 
 def check_run(
-  config: ml_collections.ConfigDict,
+  spec: RunSpec,
   dataset: FederatedDataset,
   model: Model,
   algorithm: Algorithm,
-  settings: Settings,
   model_setting: str,
 ) -> None:
-  """Refuses (`ConfigError`) the run `config` describes, of `model` on `dataset` with the built
-  `algorithm` (its `settings`), if its estimated memory exceeds what is available, from abstract
-  shapes only; `model_setting` names the setting that sizes the model."""
+  """Refuses (`ConfigError`) the run `spec` describes, of `model` on `dataset` with the built
+  `algorithm`, if its estimated memory exceeds what is available, from abstract shapes only;
+  `model_setting` names the setting that sizes the model."""
   params = abstract_params(model)
   model_bytes = tree_bytes(params)
-  executor = config.executor
+  executor, settings = spec.executor, spec.algorithm.settings
   max_batch_tasks = executor.max_batch_tasks
   backend, _ = resolve_execution(executor.backend, executor.step_loop, devices=executor.devices)
-  lazy = isinstance(dataset, LazyFederation) or config.data.lazy
+  lazy = isinstance(dataset, LazyFederation) or spec.data.lazy
   needs = estimate(
     settings,
     num_clients=dataset.num_clients,
@@ -348,9 +352,11 @@ def check_run(
       if max_batch_tasks is None
       else resolve_max_batch_tasks(max_batch_tasks, model_bytes),
       # The vmap backend trains a whole batch at once; the loop backend `threads` tasks.
-      training_at_once=None if backend == 'vmap' else resolve_threads(executor.threads, backend),
+      training_at_once=None
+      if backend == Backend.VMAP
+      else resolve_threads(executor.threads, backend),
       sums_in_chunks=algorithm.aggregator.linear is not None,
-      batch_size=config.client.batch_size,
+      batch_size=spec.client.batch_size,
       example_bytes=training_bytes_per_example(model, params),
     ),
     model_setting=model_setting,

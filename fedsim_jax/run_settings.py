@@ -13,7 +13,7 @@ from typing import Any
 
 from fedsim_jax.client.local_update import CLIENT_OPTIMIZERS
 from fedsim_jax.data.federated import SAMPLING_MODES
-from fedsim_jax.executor.choice import BACKEND_SETTINGS, STEP_LOOP_SETTINGS
+from fedsim_jax.executor.choice import BACKEND_SETTINGS, STEP_LOOP_SETTINGS, Backend, StepLoop
 from fedsim_jax.settings import (
   Check,
   ConfigError,
@@ -157,17 +157,17 @@ class ExecutorSettings(Settings):
   )
 
   def check(self, prefix: str) -> None:
-    if self.step_loop == 'host' and self.backend == 'vmap':
+    if self.step_loop == StepLoop.HOST and self.backend == Backend.VMAP:
       raise ConfigError(
         f"{prefix}step_loop='host' is invalid with {prefix}backend={self.backend!r}; allowed: "
         "step_loop 'host' with backend 'loop'"
       )
-    if self.threads > 1 and self.backend == 'vmap':
+    if self.threads > 1 and self.backend == Backend.VMAP:
       raise ConfigError(
         f'{prefix}threads={self.threads} is invalid with {prefix}backend='
         "'vmap'; allowed: threads > 1 with backend 'loop' or 'auto'"
       )
-    if self.devices > 1 and self.backend == 'loop':
+    if self.devices > 1 and self.backend == Backend.LOOP:
       raise ConfigError(
         f'{prefix}devices={self.devices} is invalid with {prefix}backend='
         f"{self.backend!r}; allowed: devices > 1 with backend 'vmap'"

@@ -31,8 +31,12 @@ TIERS = (
   ('strategy',),
   ('algorithms',),
   ('moved_settings', 'run_settings'),  # the config's settings classes and its moved names
-  ('config', 'compilation_cache', 'memory_estimate', 'saved_run'),
-  ('lifecycle',),  # a built run's life in its workdir; `experiment` builds runs and starts them
+  ('config', 'compilation_cache', 'saved_run'),
+  ('run_spec',),  # the config resolved once, at the edge: what everything below receives
+  (
+    'memory_estimate',
+    'lifecycle',
+  ),  # a built run's life in its workdir; `experiment` builds runs and starts them
   # The shipped configs build on `config` alone; the library never imports one by name.
   ('build',),  # config -> the parts of a run, writing nothing
   ('experiment', 'configs'),

@@ -72,6 +72,7 @@ from fedsim_jax.algorithms.groups import (
 from fedsim_jax.client.local_update import ClientUpdate, local_update
 from fedsim_jax.client.objective import Term, TermInputs, cross_entropy, squared_distance
 from fedsim_jax.models import Model, Params
+from fedsim_jax.models.zoo import Norm
 from fedsim_jax.runtime.scheduler_context import SchedulerContext
 from fedsim_jax.runtime.updates import Aggregator, UpdateBatch, weighted_mean_delta
 from fedsim_jax.settings import ConfigError, one_of, positive, setting
@@ -261,7 +262,7 @@ class FedDynSettings(DeadlineSettings, LocalWorkSettings, ServerEmaSettings):
 
   def check_run(self, name: str, run: RunFacts, prefix: str) -> None:
     super().check_run(name, run, prefix)
-    if run.model_norm == 'batch':
+    if run.model_norm == Norm.BATCH:
       raise ConfigError(
         "model.kwargs.norm='batch' is invalid with algorithm.name='feddyn' (its regulariser covers "
         "trainable weights only); allowed values: 'group', 'none'"

@@ -18,7 +18,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-SAMPLING_MODES = ('shuffle', 'epochs', 'with_replacement')
+from fedsim_jax.str_enum import StrEnum
+
+
+class Sampling(StrEnum):
+  """How a client's local batches are drawn (`client.sampling`)."""
+
+  SHUFFLE = 'shuffle'  # a reshuffled pass per epoch, full batches of min(B, n) across epochs
+  EPOCHS = 'epochs'  # each epoch its own ceil(n / B) batches, the last one partial
+  WITH_REPLACEMENT = 'with_replacement'  # every batch drawn uniformly with replacement
+
+
+SAMPLING_MODES = tuple(mode.value for mode in Sampling)
 
 
 def steps_per_epoch(num_examples: int, batch_size: int, sampling: str = 'shuffle') -> float:
@@ -33,7 +44,7 @@ def steps_per_epoch(num_examples: int, batch_size: int, sampling: str = 'shuffle
   if sampling not in SAMPLING_MODES:
     raise ValueError(f'client.sampling={sampling!r}; allowed: {SAMPLING_MODES}')
   size = max(int(num_examples), 1)
-  if sampling == 'epochs':
+  if sampling == Sampling.EPOCHS:
     return float(-(-size // batch_size))
   return size / min(batch_size, size)
 
@@ -191,7 +202,7 @@ def client_batch(
 
 
 # Modes that read each epoch in a sorted random order (the cursor caches the orders).
-_ORDERED_MODES = ('shuffle', 'epochs')
+_ORDERED_MODES = (Sampling.SHUFFLE, Sampling.EPOCHS)
 
 
 def _sort_size(data: ClientDataArrays, client_id: jax.Array) -> jax.Array:
@@ -204,7 +215,7 @@ def _first_epoch(
 ) -> jax.Array:
   """The epoch of the first example of step `step`'s batch."""
   size = _sort_size(data, client_id)
-  if sampling == 'epochs':
+  if sampling == Sampling.EPOCHS:
     return step // _batches_per_epoch(size, batch_size)
   return (step * jnp.minimum(batch_size, size)) // size
 
@@ -279,7 +290,7 @@ class BatchCursor:
     slots = jnp.arange(batch_size)
     cursor = self
     used = slots < effective
-    if self.sampling == 'shuffle':
+    if self.sampling == Sampling.SHUFFLE:
       position = step * effective + slots
       # Every slot is read (padding slots too, at weight 0), so the last one decides whether
       # the next epoch's order is needed.
@@ -287,7 +298,7 @@ class BatchCursor:
       current, following, _ = cursor._shuffle_orders()
       within = position % size
       slot = jnp.where(position // size == cursor.epoch, current[within], following[within])
-    elif self.sampling == 'epochs':
+    elif self.sampling == Sampling.EPOCHS:
       per_epoch = _batches_per_epoch(size, batch_size)
       epoch = step // per_epoch
       within = (step % per_epoch) * batch_size + slots

@@ -11,47 +11,38 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import ml_collections
-
 from fedsim_jax import interrupts
 from fedsim_jax import workdir as workdir_lib
 from fedsim_jax.executor import Executor
+from fedsim_jax.executor.choice import Backend
 from fedsim_jax.lifecycle.run_lifecycle import RunLifecycle
+from fedsim_jax.run_spec import RunSpec
 from fedsim_jax.runtime.lockstep import lockstep_executors, run_concurrently, run_lockstep
 from fedsim_jax.settings import ConfigError
 
 
 def check_sweep(
-  configs: Sequence[ml_collections.ConfigDict],
+  specs: Sequence[RunSpec],
   workdirs: Sequence[str | os.PathLike],
   *,
   resume: bool,
   overwrite: bool,
 ) -> None:
-  """Refuses (`ConfigError`) a sweep that cannot run in lockstep: configs that differ in more
+  """Refuses (`ConfigError`) a sweep that cannot run in lockstep: specs that differ in more
   than `seed`, `data.partition_seed` and `run.eval_every`, a lazy federation, or any workdir a
   run may not write (`fedsim_jax.workdir.check`), before the first run writes its own."""
-  if len(configs) != len(workdirs):
+  if len(specs) != len(workdirs):
     raise ValueError('run_experiments_lockstep needs one workdir per config')
-  reference = _without_seeds(configs[0])
-  for config in configs[1:]:
-    if _without_seeds(config) != reference:
-      raise ConfigError(
-        'lockstep sweeps need configs that differ only in seed, '
-        'data.partition_seed and run.eval_every'
-      )
-  if configs[0].data.lazy:
+  reference = specs[0].without_seeds()
+  if any(spec.without_seeds() != reference for spec in specs[1:]):
+    raise ConfigError(
+      'lockstep sweeps need configs that differ only in seed, '
+      'data.partition_seed and run.eval_every'
+    )
+  if specs[0].data.lazy:
     raise ConfigError('data.lazy=True is invalid in a lockstep sweep; allowed: False')
   for workdir in workdirs:
     workdir_lib.check(workdir, resume=resume, overwrite=overwrite)
-
-
-def _without_seeds(config: ml_collections.ConfigDict) -> dict[str, Any]:
-  settings = config.to_dict()
-  settings.pop('seed')
-  settings['data'].pop('partition_seed')
-  settings['run'].pop('eval_every', None)
-  return settings
 
 
 def run_together(runs: Sequence[RunLifecycle]) -> list[dict[str, Any]]:
@@ -77,7 +68,7 @@ def run_together(runs: Sequence[RunLifecycle]) -> list[dict[str, Any]]:
   # stops as `RunLifecycle.run` does (a checkpoint, then an `interrupted` summary).
   with interrupts.stop_requests(pause_every_simulation) as interrupt:
     drivers = [functools.partial(run.run_until_stopped, interrupt) for run in runs]
-    if first.backend == 'loop':
+    if first.backend == Backend.LOOP:
       # One program call per task: nothing to gain from a shared batch, so each simulation
       # keeps its executor and they run at once (see `run_concurrently`).
       endings = run_concurrently(drivers, runs[0].simulation)

@@ -7,13 +7,12 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import ml_collections
-
 from fedsim_jax.data.federated import FederatedDataset
 from fedsim_jax.executor import Executor
 from fedsim_jax.metrics import make_evaluator
 from fedsim_jax.models import Model
 from fedsim_jax.registry import Selection
+from fedsim_jax.run_spec import RunSpec
 from fedsim_jax.runtime import Simulation, StopCondition
 from fedsim_jax.settings import ConfigError, Settings
 from fedsim_jax.str_enum import StrEnum
@@ -47,9 +46,9 @@ class RunOptions:
   learning_rates: tuple[str, ...]  # ...the settings to lower, as 'name=value'
 
   @classmethod
-  def from_config(cls, config: ml_collections.ConfigDict, settings: Settings) -> RunOptions:
-    """The options of the run `config` (resolved) describes; `settings`: its algorithm's."""
-    run = config.run
+  def from_spec(cls, spec: RunSpec) -> RunOptions:
+    """The options of the run `spec` (resolved) describes."""
+    run = spec.run
     return cls(
       eval_every=run.eval_every,
       checkpoint_every=run.checkpoint_every,
@@ -60,13 +59,13 @@ class RunOptions:
       on_divergence=OnDivergence(run.on_divergence),
       distributed=run.distributed,
       target_accuracy=run.target_accuracy,
-      batch_size=config.client.batch_size,
-      algorithm=config.algorithm.name,
+      batch_size=spec.client.batch_size,
+      algorithm=spec.algorithm.name,
       learning_rates=(
-        f'client.learning_rate={config.client.learning_rate}',
+        f'client.learning_rate={spec.client.learning_rate}',
         *(
           f'algorithm.kwargs.{name}={value}'
-          for name, value in settings.as_dict().items()
+          for name, value in spec.algorithm.settings.as_dict().items()
           if 'learning_rate' in name
         ),
       ),
@@ -90,22 +89,20 @@ class RunParts:
   executor_like: Callable[[Any, Any], Executor]
 
 
-def evaluator(
-  config: ml_collections.ConfigDict, model: Model, dataset: FederatedDataset
-) -> Evaluator:
-  """The evaluator of `model` on `dataset`'s test split that `config.run.eval_*` asks for;
+def evaluator(spec: RunSpec, model: Model, dataset: FederatedDataset) -> Evaluator:
+  """The evaluator of `model` on `dataset`'s test split that `run.eval_*` asks for;
   `ConfigError` for settings that do not fit the dataset (class metrics are checked against its
   classes)."""
+  run = spec.run
   try:
     return make_evaluator(
       model,
       dataset.test_x,
       dataset.test_y,
-      config.run.eval_batch_size,
-      class_groups={name: tuple(classes) for name, classes in config.run.eval_class_groups.items()}
-      or None,
-      balanced_accuracy=config.run.eval_balanced_accuracy,
-      top_k=tuple(config.run.eval_top_k),
+      run.eval_batch_size,
+      class_groups=dict(spec.eval_class_groups) or None,
+      balanced_accuracy=run.eval_balanced_accuracy,
+      top_k=tuple(run.eval_top_k),
     )
   except ValueError as error:  # its messages name the evaluator's argument
     message = str(error)

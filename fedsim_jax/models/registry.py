@@ -37,7 +37,9 @@ from fedsim_jax.models.zoo import (
   FedAvgCNN,
   LeNet5,
   MnistCNN,
+  Norm,
   ResNet,
+  Shortcut,
   TextCNN,
   WordLSTM,
 )
@@ -80,7 +82,7 @@ class ModelContext:
 
   def normalised(self, module: nn.Module, norm: str) -> Model:
     """`bundle(module)`, carrying BatchNorm's running statistics when `norm` is 'batch'."""
-    return self.bundle(module, state_collections=('batch_stats',) if norm == 'batch' else ())
+    return self.bundle(module, state_collections=('batch_stats',) if norm == Norm.BATCH else ())
 
   def tokens(self, module: nn.Module, pad_id: int | None = None) -> Model:
     """`bundle(module)` for integer token ids (unscaled int32 inputs); `pad_id` is the label
@@ -153,7 +155,7 @@ class ResNet18Settings(ResNetSettings):
 
 @dataclasses.dataclass(frozen=True)
 class VGGSettings(Settings):
-  norm: str = setting('none', one_of(('none', *NORMS)), 'normalisation after each conv')
+  norm: str = setting('none', one_of(Norm), 'normalisation after each conv')
   groups: int = setting(2, _GROUPS, 'GroupNorm groups')
 
 
@@ -220,7 +222,7 @@ def resnet18(settings: ResNet18Settings, context: ModelContext) -> Model:
     widths=(width, 2 * width, 4 * width, 8 * width),
     norm=settings.norm,
     groups=settings.groups,
-    shortcut='projection',
+    shortcut=Shortcut.PROJECTION,
   )
   return context.normalised(module, settings.norm)
 
@@ -235,7 +237,7 @@ def resnet20(settings: ResNetSettings, context: ModelContext) -> Model:
     widths=(16, 32, 64),
     norm=settings.norm,
     groups=settings.groups,
-    shortcut='pad',
+    shortcut=Shortcut.PAD,
   )
   return context.normalised(module, settings.norm)
 

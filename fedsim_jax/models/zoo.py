@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from fedsim_jax.models.pooling import max_pool_2x2
+from fedsim_jax.str_enum import StrEnum
 
 
 class MLP(nn.Module):
@@ -139,7 +140,22 @@ class EmnistCNN(nn.Module):
     return nn.Dense(self.num_classes)(x)
 
 
-NORMS = ('batch', 'group')
+class Norm(StrEnum):
+  """Normalisation after a convolution (`model.kwargs.norm`)."""
+
+  NONE = 'none'
+  BATCH = 'batch'  # BatchNorm: running statistics in the model's state
+  GROUP = 'group'  # GroupNorm
+
+
+class Shortcut(StrEnum):
+  """A residual block's shortcut when the shape changes."""
+
+  PROJECTION = 'projection'  # 1x1 conv + norm (option B)
+  PAD = 'pad'  # stride-2 subsampling with zero-padded channels (option A, CIFAR ResNets)
+
+
+NORMS = (Norm.BATCH.value, Norm.GROUP.value)
 
 
 def _normalize(
@@ -147,10 +163,10 @@ def _normalize(
 ) -> jax.Array:
   """BatchNorm (PyTorch's momentum 0.1, eps 1e-5; statistics over `mask`ed examples in train
   mode) or GroupNorm with `groups` groups; 'none' is the identity."""
-  if norm == 'batch':
+  if norm == Norm.BATCH:
     mask = None if mask is None else mask.reshape((-1,) + (1,) * (x.ndim - 1))
     return nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5)(x, mask=mask)
-  if norm == 'group':
+  if norm == Norm.GROUP:
     return nn.GroupNorm(num_groups=groups, epsilon=1e-5)(x)
   return x
 
@@ -176,7 +192,7 @@ class _BasicBlock(nn.Module):
     y = conv(self.features, 3, 1)(y)
     y = _normalize(y, self.norm, self.groups, train, mask)
     if self.strides != 1 or x.shape[-1] != self.features:
-      if self.shortcut == 'projection':
+      if self.shortcut == Shortcut.PROJECTION:
         x = _normalize(conv(self.features, 1, self.strides)(x), self.norm, self.groups, train, mask)
       else:
         x = x[:, :: self.strides, :: self.strides, :]

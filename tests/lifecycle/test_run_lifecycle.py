@@ -21,7 +21,7 @@ def _files(path):
 def test_building_a_run_writes_nothing(digits_data_dir, tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
   config = make_tiny_config('fedavg', digits_data_dir, **{'run.on_divergence': 'continue'})
-  built = experiment.build_run(config, experiment.validate(config))
+  built = experiment.build_run(config)
   assert _files(tmp_path) == []
   parts = built.parts
   assert parts.simulation.version == 0 and parts.simulation.on_version is None
@@ -32,7 +32,7 @@ def test_building_a_run_writes_nothing(digits_data_dir, tmp_path, monkeypatch):
 def test_a_lifecycle_runs_a_built_run_as_run_experiment_does(digits_data_dir, tmp_path):
   config = make_tiny_config('fedbuff', digits_data_dir)
   reference = experiment.run_experiment(config, tmp_path / 'reference')
-  built = experiment.build_run(config, experiment.validate(config))
+  built = experiment.build_run(config)
   workspace = Workspace.claim(
     tmp_path / 'lifecycle', resume=False, overwrite=False, distributed_run=False
   )

@@ -38,6 +38,7 @@ from fedsim_jax.algorithms.groups import (
   SlotSettings,
   StalenessSettings,
 )
+from fedsim_jax.client import ClientOptimizer
 from fedsim_jax.settings import (
   Check,
   ConfigError,
@@ -209,7 +210,7 @@ class FedasmuSettings(
     if self.fetch_policy_of(name) == FetchChoice.NONE:
       return
     # With a fetch: Formula 4's plain SGD, split at a local epoch.
-    if run.client_optimizer != 'sgd':
+    if run.client_optimizer != ClientOptimizer.SGD:
       raise ConfigError(
         f'client.optimizer={run.client_optimizer!r} is invalid with algorithm.name={name!r} '
         '(local training is split at the fetch and an optimizer state would restart); allowed '

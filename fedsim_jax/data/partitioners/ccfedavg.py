@@ -19,6 +19,7 @@ from fedsim_jax.data.partitioners.base import (
 )
 from fedsim_jax.data.partitioners.shards import shards
 from fedsim_jax.settings import Settings, number, one_of, positive, setting
+from fedsim_jax.str_enum import StrEnum
 
 
 def gamma_mix(labels: np.ndarray, num_clients: int, gamma: float, seed: int) -> list[np.ndarray]:
@@ -83,7 +84,15 @@ def gamma_mix(labels: np.ndarray, num_clients: int, gamma: float, seed: int) -> 
   return sorted_parts([np.concatenate(pair) for pair in zip(noniid_blocks, iid_blocks)])
 
 
-BUDGET_SKEWS = ('none', 'high', 'moderate')
+class BudgetSkew(StrEnum):
+  """How shards follow the clients' budgets (`partition.kwargs.skew`, docstring below)."""
+
+  NONE = 'none'
+  HIGH = 'high'
+  MODERATE = 'moderate'
+
+
+BUDGET_SKEWS = tuple(skew.value for skew in BudgetSkew)
 """`budget_skewed` settings: Table II (none), Table IV (high) and Table V (moderate)."""
 
 
@@ -193,10 +202,10 @@ def budget_skewed(
       f'{num_shards} shards for {labels.size} examples; allowed: '
       f'num_clients * shards_per_client <= {labels.size}'
     )
-  if skew == 'none':
+  if skew == BudgetSkew.NONE:
     return shards(labels, num_clients, shards_per_client, seed)
   num_skewed = num_clients
-  if skew == 'moderate':
+  if skew == BudgetSkew.MODERATE:
     check_positive_float('skewed_fraction', skewed_fraction)
     num_skewed = int(math.floor(float(skewed_fraction) * num_clients))
     num_adequate = int(np.sum(p == p.max()))
@@ -213,7 +222,7 @@ def budget_skewed(
   class_rank = rng.permutation(classes.size)[np.searchsorted(classes, labels)]
   shard_list = np.array_split(np.argsort(class_rank, kind='stable'), num_shards)
   folded = _folded_shard_order(num_shards)
-  if skew == 'high':
+  if skew == BudgetSkew.HIGH:
     skewed_clients = np.lexsort((rng.permutation(num_clients), -p.astype(np.float64)))
   else:
     skewed_clients = rng.permutation(np.flatnonzero(p == p.max()))[:num_skewed]

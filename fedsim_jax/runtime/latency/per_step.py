@@ -14,8 +14,18 @@ from fedsim_jax.runtime.latency.base import (
   positive_normal,
 )
 from fedsim_jax.settings import Settings, number, one_of, positive, setting
+from fedsim_jax.str_enum import StrEnum
 
-SPEED_DISTRIBUTIONS = ('homogeneous', 'normal', 'exponential')
+
+class SpeedDistribution(StrEnum):
+  """How clients' mean step times are drawn (`latency.kwargs.distribution`)."""
+
+  HOMOGENEOUS = 'homogeneous'  # every client at `mean`
+  NORMAL = 'normal'  # normal around `mean` with relative std `spread`, kept positive
+  EXPONENTIAL = 'exponential'  # exponential with mean `mean`
+
+
+SPEED_DISTRIBUTIONS = tuple(distribution.value for distribution in SpeedDistribution)
 PREFIX = 'latency.kwargs.'
 
 
@@ -85,9 +95,9 @@ class PerStepLatency:
     self.step_time = self._draw_speeds(num_clients)
 
   def _draw_speeds(self, count: int) -> np.ndarray:
-    if self.distribution == 'homogeneous':
+    if self.distribution == SpeedDistribution.HOMOGENEOUS:
       return np.full(count, self.mean, np.float64)
-    if self.distribution == 'normal':
+    if self.distribution == SpeedDistribution.NORMAL:
       return positive_normal(self.rng, np.full(count, self.mean), self.spread * self.mean)
     return self.rng.exponential(self.mean, count)
 

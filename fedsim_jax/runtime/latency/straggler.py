@@ -33,8 +33,17 @@ from fedsim_jax.runtime.latency.base import (
   check_federation,
 )
 from fedsim_jax.settings import ConfigError, Settings, one_of, setting
+from fedsim_jax.str_enum import StrEnum
 
-LOGNORMAL_MODELS = ('per_example', 'per_domain_per_example')
+
+class LogNormalModel(StrEnum):
+  """Which of the paper's log-normal latency tables applies (`latency.kwargs.model`)."""
+
+  PER_EXAMPLE = 'per_example'  # Table 1: every client alike
+  PER_DOMAIN_PER_EXAMPLE = 'per_domain_per_example'  # Table 2: straggler-domain holders slower
+
+
+LOGNORMAL_MODELS = tuple(model.value for model in LogNormalModel)
 FACTORS = ('communication', 'overhead', 'per_example')
 GROUPS = ('standard', 'straggler')
 
@@ -185,7 +194,7 @@ class LogNormalLatency:
         f'{num_clients} ints, all >= 1'
       )
     if straggler_mask is None:
-      if model == 'per_domain_per_example':
+      if model == LogNormalModel.PER_DOMAIN_PER_EXAMPLE:
         raise ValueError(
           'latency.straggler_mask=None; per_domain_per_example needs a boolean '
           'mask of straggler clients'

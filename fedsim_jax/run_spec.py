@@ -1,0 +1,174 @@
+"""A run's specification: its config resolved once, at the edge, into typed frozen settings.
+
+`RunSpec.from_config` checks every setting that can be checked without data and resolves each
+plugin section (algorithm, dataset source, partitioner, model, latency and availability model)
+into its registered entry and validated settings. Everything below the edge (the build step,
+the memory check, the lifecycle, lockstep sweeps) reads a `RunSpec`, never a `ConfigDict`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import ml_collections
+
+from fedsim_jax import algorithms
+from fedsim_jax import config as config_lib
+from fedsim_jax.data import datasets
+from fedsim_jax.registry import Selection
+from fedsim_jax.run_settings import ClientSettings, DataSettings, ExecutorSettings, RunSettings
+from fedsim_jax.settings import Settings
+
+# The sections that select a registered plugin, in the config's order; `data` selects the
+# dataset source (`RunSpec.dataset`).
+PLUGIN_FIELDS = {
+  'algorithm': 'algorithm',
+  'data': 'dataset',
+  'partition': 'partition',
+  'model': 'model',
+  'latency': 'latency',
+  'availability': 'availability',
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+  """Everything a run is built from, validated: the settings of the `data` (federation),
+  `client`, `executor` and `run` sections, and each plugin section as its registered name with
+  validated settings (`Selection`)."""
+
+  seed: int
+  data: DataSettings
+  client: ClientSettings
+  executor: ExecutorSettings
+  run: RunSettings
+  # `run.eval_class_groups`: named class subsets reported as test_accuracy/<name>.
+  eval_class_groups: tuple[tuple[str, tuple[int, ...]], ...]
+  algorithm: Selection
+  dataset: Selection  # the dataset source `data.name` selects
+  partition: Selection
+  model: Selection
+  latency: Selection
+  availability: Selection
+  # `<section>.module` of each plugin section: the user module imported to register it.
+  modules: tuple[tuple[str, str | None], ...] = ()
+
+  @classmethod
+  def from_config(cls, config: ml_collections.ConfigDict) -> RunSpec:
+    """`config` checked and resolved (importing each `<section>.module` first); raises
+    `ConfigError` naming the first invalid setting."""
+    config_lib.check_fields(config)  # unknown and moved fields, the seed, the sections' names
+    sections = config_lib.section_settings(config)
+    plugins = {
+      section: config_lib.resolve_plugin(config, section) for section in config_lib.PLUGIN_SECTIONS
+    }
+    datasets.DATASET_SOURCES.import_module(config.data.module)
+    dataset = datasets.resolve(config.data.name, config.data.kwargs.to_dict())
+    data, client, run = sections['data'], sections['client'], sections['run']
+    facts = run_facts(config.seed, data, client, run, plugins['model'])  # type: ignore[arg-type]
+    algorithms.import_module(config.algorithm.module)
+    algorithm = Selection(
+      config.algorithm.name,
+      algorithms.resolve_settings(config.algorithm.name, config.algorithm.kwargs.to_dict(), facts),
+    )
+    return cls(
+      seed=config.seed,
+      data=data,  # type: ignore[arg-type]  # SECTIONS maps each section to its class
+      client=client,  # type: ignore[arg-type]
+      executor=sections['executor'],  # type: ignore[arg-type]
+      run=run,  # type: ignore[arg-type]
+      eval_class_groups=tuple(
+        (name, tuple(classes)) for name, classes in config.run.eval_class_groups.items()
+      ),
+      algorithm=algorithm,
+      dataset=dataset,
+      modules=tuple((section, config[section].module) for section in PLUGIN_FIELDS),
+      **plugins,
+    )
+
+  @property
+  def facts(self) -> algorithms.RunFacts:
+    """What the algorithm may check or read of the other sections."""
+    return run_facts(self.seed, self.data, self.client, self.run, self.model)
+
+  @property
+  def partition_seed(self) -> int:
+    """The partition's seed: `data.partition_seed`, or the run's seed."""
+    return self.seed if self.data.partition_seed is None else self.data.partition_seed
+
+  def with_algorithm_settings(self, settings: Settings) -> RunSpec:
+    """This spec with the algorithm's settings replaced (e.g. a setting given relative to the
+    federation, resolved to its value)."""
+    return dataclasses.replace(self, algorithm=Selection(self.algorithm.name, settings))
+
+  def selections(self) -> dict[str, Selection]:
+    """The resolved plugin sections other than the algorithm, by config section."""
+    return {
+      section: getattr(self, field)
+      for section, field in PLUGIN_FIELDS.items()
+      if section != 'algorithm'
+    }
+
+  def to_dict(self) -> dict[str, Any]:
+    """The config this spec resolves, every setting with its value (each plugin's defaults
+    included), laid out as the config is: what `config.json` holds, and what reruns the run."""
+    modules = dict(self.modules)
+
+    def plugin(section: str) -> dict[str, Any]:
+      selection: Selection = getattr(self, PLUGIN_FIELDS[section])
+      return {
+        'name': selection.name,
+        'kwargs': selection.settings.as_dict(),
+        'module': modules.get(section),
+      }
+
+    return {
+      'seed': self.seed,
+      'algorithm': plugin('algorithm'),
+      'data': {**plugin('data'), **self.data.as_dict()},
+      'partition': plugin('partition'),
+      'model': plugin('model'),
+      'client': self.client.as_dict(),
+      'latency': plugin('latency'),
+      'availability': plugin('availability'),
+      'executor': self.executor.as_dict(),
+      'run': {
+        **self.run.as_dict(),
+        'eval_class_groups': {name: classes for name, classes in self.eval_class_groups},
+      },
+    }
+
+  def without_seeds(self) -> RunSpec:
+    """This spec with the settings a lockstep sweep's runs may differ in (`seed`,
+    `data.partition_seed`, `run.eval_every`) set to fixed values."""
+    return dataclasses.replace(
+      self,
+      seed=0,
+      data=self.data.replace(partition_seed=None),
+      run=self.run.replace(eval_every=1),
+    )
+
+
+def as_spec(config: RunSpec | ml_collections.ConfigDict) -> RunSpec:
+  """`config` as a `RunSpec` (resolved from a `ConfigDict`; a `RunSpec` as it is): the public
+  build functions take either."""
+  return config if isinstance(config, RunSpec) else RunSpec.from_config(config)
+
+
+def run_facts(
+  seed: int, data: DataSettings, client: ClientSettings, run: RunSettings, model: Selection
+) -> algorithms.RunFacts:
+  """What the algorithm may check or read of the run's other sections."""
+  return algorithms.RunFacts(
+    num_clients=data.num_clients,
+    num_rounds=run.num_rounds,
+    seed=seed,
+    client_optimizer=client.optimizer,
+    client_learning_rate=client.learning_rate,
+    batch_size=client.batch_size,
+    local_steps=client.local_steps,
+    local_epochs=client.local_epochs,
+    sampling=client.sampling,
+    model_norm=getattr(model.settings, 'norm', None),
+  )
