@@ -52,9 +52,14 @@ from fedsim_jax.runtime.latency import build_availability as build_registered_av
 from fedsim_jax.runtime.latency import build_latency as build_registered_latency
 from fedsim_jax.saved_run import model_description
 from fedsim_jax.settings import Settings
+from fedsim_jax.transforms import attacks, with_update_transforms
+from fedsim_jax.transforms import plugins as transform_plugins
 
 # What the public build functions take: a resolved `RunSpec`, or a config they resolve first.
 Spec: TypeAlias = RunSpec | ml_collections.ConfigDict
+
+
+_TRANSFORM_STREAM = 0x7472616E  # 'tran'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +73,7 @@ class RandomStreams:
   latency_rng: np.random.Generator
   availability_rng: np.random.Generator
   probe_rng: np.random.Generator  # for estimates made before the run (e.g. time limits)
+  transform_key: jax.Array  # the update transforms' noise and sampling (`fedsim_jax.transforms`)
 
   @classmethod
   def from_seed(cls, seed: int) -> RandomStreams:
@@ -80,6 +86,9 @@ class RandomStreams:
       latency_rng=np.random.default_rng(latency),
       availability_rng=np.random.default_rng(availability),
       probe_rng=np.random.default_rng(probe),
+      # Folded from the seed's key rather than split with the others, so that the init and
+      # train keys stay what they were before transforms existed.
+      transform_key=jax.random.fold_in(jax.random.PRNGKey(seed), _TRANSFORM_STREAM),
     )
 
 
@@ -182,6 +191,8 @@ def build_latency(
     batch_size=spec.client.batch_size,
     model_bytes=model_bytes,
     straggler_mask=dataset.straggler_mask,
+    # A compressed update's upload takes its share of the download's time (with a bandwidth).
+    upload_bytes=transform_plugins.upload_bytes(spec.compression, model_bytes // 4),
   )
   return _built('latency', selection, lambda: build_registered_latency(selection, context))
 
@@ -301,13 +312,29 @@ def build_federated_dataset(
   return federation.from_partition(  # type: ignore[return-value]  # a LazyFederation stands in
     central.name,
     central.train_x,
-    central.train_y,
+    poisoned_labels(spec, central.train_y, parts, central.num_classes),
     parts,
     central.test_x,
     central.test_y,
     central.num_classes,
     straggler_mask=straggler_mask,
   )
+
+
+def poisoned_labels(
+  spec: RunSpec, labels: np.ndarray, parts: list[np.ndarray], num_classes: int
+) -> np.ndarray:
+  """`labels` with the malicious clients' examples flipped under `attack.name='label_flip'`
+  (as they are otherwise)."""
+  if not getattr(spec.attack.settings, 'poisons_labels', False):
+    return labels
+  context = spec.transform_context(len(parts))
+  malicious = transform_plugins.malicious_clients(spec.attack, context)
+  assert malicious is not None
+  owners = np.full(len(labels), -1, np.int64)
+  for client, indices in enumerate(parts):
+    owners[np.asarray(indices, np.int64)] = client
+  return attacks.flip_labels(labels, owners, malicious, num_classes)
 
 
 def model_kwargs(selection: Selection) -> dict[str, Any]:
@@ -351,6 +378,14 @@ def build_simulation(
     algorithm = algorithms.build(settings or spec.algorithm.settings, context)
   except ValueError as error:
     raise config_lib.ConfigError(str(error)) from None
+  transform = transform_plugins.build_transform(
+    spec.transform_selections(), spec.transform_context(dataset.num_clients, model_bytes // 4)
+  )
+  if transform is not None:
+    aggregator = with_update_transforms(
+      algorithm.aggregator, transform, dataset.num_clients, streams.transform_key
+    )
+    algorithm = algorithm._replace(aggregator=aggregator)
   if before_allocation is not None:
     before_allocation(algorithm)
   init_params = model.init(streams.init_key)
@@ -450,6 +485,8 @@ def build_run(
   simulation = build_simulation(
     spec, dataset, model, before_allocation=check_memory, host_threads=host_threads
   )
+  num_params = model.num_params(simulation.params)
+  transforms = transform_reporting(spec, dataset.num_clients, num_params)
   parts = RunParts(
     dataset=dataset,
     model_description=description,
@@ -465,5 +502,50 @@ def build_run(
     executor_like=executor_like(
       simulation.executor, sampling=spec.client.sampling, unroll=spec.executor.unroll
     ),
+    privacy=transform_plugins.privacy_monitor(
+      spec.privacy, spec.transform_context(dataset.num_clients, num_params)
+    ),
+    transforms_summary=transforms.summary,
+    annotate_task=transforms.annotate_task,
   )
   return BuiltRun(spec=spec, model=model, parts=parts)
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformReporting:
+  """What a run with compression or attackers adds to its summary and task records."""
+
+  summary: dict[str, Any] | None = None
+  annotate_task: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
+
+# Outcomes whose task uploaded its update (an 'offline' discard dropped out before it could).
+_UPLOADED = ('aggregated', 'discarded', 'waiting')
+
+
+def transform_reporting(spec: RunSpec, num_clients: int, num_params: int) -> TransformReporting:
+  """The bytes each update costs and the malicious clients, for the summary (`transforms`)
+  and each task record (`upload_bytes`, `attacker`); nothing when neither compression nor an
+  attack is on."""
+  context = spec.transform_context(num_clients, num_params)
+  malicious = transform_plugins.malicious_clients(spec.attack, context)
+  compressed = spec.compression.settings != transform_plugins.NoCompressionSettings()
+  if malicious is None and not compressed:
+    return TransformReporting()
+  upload = transform_plugins.upload_bytes(spec.compression, num_params)
+  summary: dict[str, Any] = {
+    'upload_bytes': upload,
+    'download_bytes': 4 * num_params,
+    'compression_ratio': upload / (4 * num_params),
+  }
+  if malicious is not None:
+    summary['malicious_clients'] = np.flatnonzero(malicious).tolist()
+
+  def annotate(record: dict[str, Any]) -> dict[str, Any]:
+    uploaded = record['outcome'] in _UPLOADED and record['reason'] != 'offline'
+    record = {**record, 'upload_bytes': upload if uploaded and record['steps'] > 0 else 0}
+    if malicious is not None:
+      record['attacker'] = bool(malicious[record['client']])
+    return record
+
+  return TransformReporting(summary, annotate)

@@ -45,6 +45,7 @@ from fedsim_jax.settings import (
   closest,
   text,
 )
+from fedsim_jax.transforms import plugins as transform_plugins
 
 
 def _field_type(annotation: str) -> type | None:
@@ -117,6 +118,12 @@ def base_config() -> ml_collections.ConfigDict:
   c.latency = _plugin_section('per_step')
 
   c.availability = _plugin_section('always')
+
+  # Update transforms on every algorithm (fedsim_jax/transforms), in the order they apply:
+  # malicious clients' tampering, DP clipping and noise, compression, robust aggregation.
+  # Each section's default leaves updates as they are.
+  for section, default in transform_plugins.DEFAULTS.items():
+    c[section] = _plugin_section(default)
 
   c.executor = _section(ExecutorSettings)
   c.run = _section(RunSettings)
@@ -299,6 +306,10 @@ _SELECTS = {
   'model': 'a registered model (fedsim_jax.models.MODELS)',
   'latency': 'a registered latency model (task durations)',
   'availability': 'a registered availability model (when clients are online)',
+  'attack': 'a registered attack: what malicious clients do to their updates (docs/robustness.md)',
+  'privacy': 'a registered privacy mechanism: clipping and noise of updates (docs/privacy.md)',
+  'compression': 'a registered compressor of client updates (docs/robustness.md)',
+  'robust': 'a registered robust aggregator of the collected updates (docs/robustness.md)',
 }
 
 
@@ -327,6 +338,7 @@ PLUGIN_SECTIONS: dict[str, Registry[Any]] = {
   'model': MODELS,
   'latency': LATENCY_MODELS,
   'availability': AVAILABILITY_MODELS,
+  **transform_plugins.SECTIONS,  # attack, privacy, compression, robust
 }
 
 

@@ -158,7 +158,9 @@ def _report(runs: list[tuple[str, dict[str, Any]]], *, name_runs: bool = False) 
   returns the exit code: 128 + the signal if a run was interrupted, else 2 if one failed, else
   3 if one diverged, else 0."""
   for workdir, summary in runs:
-    if summary['status'] == RunStatus.COMPLETED:
+    if summary['status'] == RunStatus.BUDGET_EXHAUSTED:
+      print(summary['message'])
+    if summary['status'] in (RunStatus.COMPLETED, RunStatus.BUDGET_EXHAUSTED):
       print(
         f'final accuracy {_accuracy(summary["final_accuracy"])}  '
         f'best {_accuracy(summary["best_accuracy"])}  '

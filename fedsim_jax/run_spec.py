@@ -19,6 +19,7 @@ from fedsim_jax.data import datasets
 from fedsim_jax.registry import Selection
 from fedsim_jax.run_settings import ClientSettings, DataSettings, ExecutorSettings, RunSettings
 from fedsim_jax.settings import Settings
+from fedsim_jax.transforms import plugins as transform_plugins
 
 # The sections that select a registered plugin, in the config's order; `data` selects the
 # dataset source (`RunSpec.dataset`).
@@ -29,6 +30,10 @@ PLUGIN_FIELDS = {
   'model': 'model',
   'latency': 'latency',
   'availability': 'availability',
+  'attack': 'attack',
+  'privacy': 'privacy',
+  'compression': 'compression',
+  'robust': 'robust',
 }
 
 
@@ -51,6 +56,11 @@ class RunSpec:
   model: Selection
   latency: Selection
   availability: Selection
+  # Update transforms (fedsim_jax.transforms): each section's no-op by default.
+  attack: Selection
+  privacy: Selection
+  compression: Selection
+  robust: Selection
   # `<section>.module` of each plugin section: the user module imported to register it.
   modules: tuple[tuple[str, str | None], ...] = ()
 
@@ -72,7 +82,7 @@ class RunSpec:
       config.algorithm.name,
       algorithms.resolve_settings(config.algorithm.name, config.algorithm.kwargs.to_dict(), facts),
     )
-    return cls(
+    spec = cls(
       seed=config.seed,
       data=data,  # type: ignore[arg-type]  # SECTIONS maps each section to its class
       client=client,  # type: ignore[arg-type]
@@ -86,6 +96,10 @@ class RunSpec:
       modules=tuple((section, config[section].module) for section in PLUGIN_FIELDS),
       **plugins,
     )
+    # The transforms' rules between sections and with the algorithm (Krum's batch, DP's
+    # denominator, central noise after a robust aggregator), before any data is loaded.
+    transform_plugins.build_transform(spec.transform_selections(), spec.transform_context())
+    return spec
 
   @property
   def facts(self) -> algorithms.RunFacts:
@@ -96,6 +110,29 @@ class RunSpec:
   def partition_seed(self) -> int:
     """The partition's seed: `data.partition_seed`, or the run's seed."""
     return self.seed if self.data.partition_seed is None else self.data.partition_seed
+
+  @property
+  def updates_per_aggregation(self) -> int | None:
+    """Updates the algorithm aggregates at a time (its buffer_size or cohort_size), or None
+    when it has neither."""
+    settings = self.algorithm.settings
+    return getattr(settings, 'buffer_size', None) or getattr(settings, 'cohort_size', None)
+
+  def transform_selections(self) -> dict[str, Selection]:
+    """The update-transform sections (attack, privacy, compression, robust), resolved."""
+    return {section: getattr(self, section) for section in transform_plugins.SECTIONS}
+
+  def transform_context(
+    self, num_clients: int | None = None, num_params: int = 0
+  ) -> transform_plugins.TransformContext:
+    """What the update transforms' factories read of this run (`num_clients`: the
+    federation's, when it is built; `num_params`: coordinates of one update)."""
+    return transform_plugins.TransformContext(
+      num_clients=self.data.num_clients if num_clients is None else num_clients,
+      seed=self.seed,
+      updates_per_aggregation=self.updates_per_aggregation,
+      num_params=num_params,
+    )
 
   def with_algorithm_settings(self, settings: Settings) -> RunSpec:
     """This spec with the algorithm's settings replaced (e.g. a setting given relative to the
@@ -132,6 +169,7 @@ class RunSpec:
       'client': self.client.as_dict(),
       'latency': plugin('latency'),
       'availability': plugin('availability'),
+      **{section: plugin(section) for section in ('attack', 'privacy', 'compression', 'robust')},
       'executor': self.executor.as_dict(),
       'run': {
         **self.run.as_dict(),

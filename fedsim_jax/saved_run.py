@@ -137,7 +137,7 @@ def load_run(workdir: str | os.PathLike) -> SavedRun:
         if os.path.isdir(os.path.join(directory, name)):
           params[name] = checkpointer.restore(os.path.join(directory, name))
   status = workdir_lib.run_status(workdir, summary, metrics[-1].get('version') if metrics else None)
-  if status != workdir_lib.RunStatus.COMPLETED:
+  if status not in workdir_lib.FINISHED_STATUSES:
     logging.warning('%s: the run is %s, not completed (SavedRun.status)', workdir, status)
   return SavedRun(
     config=config, metrics=metrics, summary=summary, model=model, params=params, status=status

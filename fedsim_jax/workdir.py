@@ -110,7 +110,7 @@ def in_use(workdir: str | os.PathLike) -> bool:
 
 
 class RunStatus(StrEnum):
-  """Where a run stands: the first four are the statuses its summary.json gives when it ended
+  """Where a run stands: the first five are the statuses its summary.json gives when it ended
   (`fedsim_jax.lifecycle.RunLifecycle.finish`), the last two those `run_status` adds for a run
   that has not. Each member equals its text ('completed' == RunStatus.COMPLETED)."""
 
@@ -118,6 +118,9 @@ class RunStatus(StrEnum):
   INTERRUPTED = 'interrupted'
   DIVERGED = 'diverged'
   FAILED = 'failed'
+  # Stopped before an aggregation that would exceed `privacy.kwargs.epsilon_budget`: an end
+  # like 'completed' (final evaluation, saved models), at the budget rather than the limit.
+  BUDGET_EXHAUSTED = 'budget_exhausted'
   RUNNING = 'running'
   KILLED = 'killed'
 
@@ -127,7 +130,10 @@ ENDED_STATUSES = (
   RunStatus.INTERRUPTED,
   RunStatus.DIVERGED,
   RunStatus.FAILED,
+  RunStatus.BUDGET_EXHAUSTED,
 )
+# The ends that run to a stop condition: final evaluation, clients.json and saved models.
+FINISHED_STATUSES = (RunStatus.COMPLETED, RunStatus.BUDGET_EXHAUSTED)
 RUNNING = RunStatus.RUNNING
 KILLED = RunStatus.KILLED
 
@@ -138,7 +144,7 @@ def run_status(
   """Where the run in `workdir` stands, from its summary and the version of its last metrics row.
 
   'running' while a process holds the workdir; otherwise the status its summary.json gives when
-  the run ended ('completed', 'interrupted', 'diverged', 'failed'), or 'killed' when it stopped
+  the run ended ('completed', 'interrupted', 'diverged', 'failed', 'budget_exhausted'), or 'killed' when it stopped
   without saying so: no summary.json, one that still says 'running', or a 'completed' one that
   metrics.jsonl has gone past (an extension by `--resume` that was killed). A summary without a
   status (written before summaries had one) is a completed run's.
@@ -150,7 +156,7 @@ def run_status(
     return KILLED
   final_version = summary.get('final_version') if isinstance(summary, Mapping) else None
   if (
-    status == RunStatus.COMPLETED
+    status in FINISHED_STATUSES
     and isinstance(final_version, int)
     and isinstance(last_version, int)
     and last_version > final_version

@@ -28,6 +28,7 @@ TIERS = (
   ('executor',),
   ('metrics',),
   ('runtime',),
+  ('transforms',),  # update transforms on any aggregator: privacy, robustness, compression
   ('strategy',),
   ('algorithms',),
   ('moved_settings', 'run_settings'),  # the config's settings classes and its moved names

@@ -16,6 +16,7 @@ from fedsim_jax.run_spec import RunSpec
 from fedsim_jax.runtime import Simulation, StopCondition
 from fedsim_jax.settings import ConfigError, Settings
 from fedsim_jax.str_enum import StrEnum
+from fedsim_jax.transforms.accounting import PrivacyMonitor
 
 Evaluator = Callable[[Any], Mapping[str, Any]]  # params -> {'accuracy', 'loss', ...}
 
@@ -87,6 +88,12 @@ class RunParts:
   options: RunOptions
   # An executor like the simulation's over other data and keys (lockstep's shared batches).
   executor_like: Callable[[Any, Any], Executor]
+  # Differential privacy: epsilon per metrics row and in the summary, the epsilon budget.
+  privacy: PrivacyMonitor | None = None
+  # The update transforms' figures for the summary (`transforms`), and what each task record
+  # gains (the update's bytes, whether its client attacks).
+  transforms_summary: Mapping[str, Any] | None = None
+  annotate_task: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 
 def evaluator(spec: RunSpec, model: Model, dataset: FederatedDataset) -> Evaluator:

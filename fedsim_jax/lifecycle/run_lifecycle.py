@@ -41,7 +41,9 @@ from fedsim_jax.metrics.tensorboard import TensorBoardWriter, tensorboard_availa
 from fedsim_jax.provenance import code_record, code_version
 from fedsim_jax.runtime import Simulation, SimulationStalled
 from fedsim_jax.runtime.statistics import statistics
+from fedsim_jax.runtime.task_trace import AnnotatedTaskLog
 from fedsim_jax.saved_run import save_models
+from fedsim_jax.transforms.accounting import BudgetExhausted
 from fedsim_jax.workdir import RunStatus
 
 STATUSES = workdir_lib.ENDED_STATUSES  # the statuses a run can end with (`finish`)
@@ -88,6 +90,9 @@ class RunLifecycle:
     self.stop = parts.stop
     self.executor_like = parts.executor_like
     self._evaluate = parts.evaluate
+    self.privacy = parts.privacy
+    self.transforms_summary = dict(parts.transforms_summary or {})
+    self._budget_message: str | None = None  # set when the next aggregation would exceed it
     self.checkpoints = Checkpoints(workspace.checkpoint_dir, keep=options.keep_checkpoints)
     resolved = parts.resolved_config
     restored = (
@@ -146,7 +151,11 @@ class RunLifecycle:
     self._progress_start: tuple[float, float] | None = None  # (host time, progress) of the pace
     self._restored = restored
     self.simulation.on_version = self._on_version
-    self.simulation.task_log = self.task_trace
+    self.simulation.task_log = (
+      self.task_trace
+      if self.task_trace is None or parts.annotate_task is None
+      else AnnotatedTaskLog(self.task_trace, parts.annotate_task)
+    )
 
   def start(self) -> None:
     """Starts the simulation's clock: records the first evaluation of a new run, or restores a
@@ -172,6 +181,20 @@ class RunLifecycle:
     if self._checkpoint_due(sim):
       self._checkpoint_requested = True
       sim.request_pause()  # the checkpoint is written once the current event is done
+    if self._budget_reached(sim):
+      sim.request_pause()  # the run stops once the current event is done
+
+  def _budget_reached(self, sim: Simulation) -> bool:
+    """True (and the message kept) when one more aggregation would exceed the run's epsilon
+    budget (`privacy.kwargs.epsilon_budget`)."""
+    if self.privacy is None:
+      return False
+    try:
+      self.privacy.check_next(sim.server_state)
+    except BudgetExhausted as error:
+      self._budget_message = str(error)
+      return True
+    return False
 
   def _checkpoint_due(self, sim: Simulation) -> bool:
     every, minutes = self.options.checkpoint_every, self.options.checkpoint_every_minutes
@@ -234,6 +257,7 @@ class RunLifecycle:
         if name not in ('accuracy', 'loss', 'num_examples')
       },
       **statistics(sim, self._client_classes, window=True),
+      **(self.privacy.row(sim.server_state) if self.privacy is not None else {}),
     }
     if diverged:  # (the summary's best accuracy and the best model skip this evaluation)
       row['diverged'] = True
@@ -298,7 +322,8 @@ class RunLifecycle:
     (`run`, or a lockstep sweep's, which pauses every simulation of the sweep)."""
     sim = self.simulation
     try:
-      while interrupt.signal is None:
+      self._budget_reached(sim)  # (a budget that not even one aggregation fits)
+      while interrupt.signal is None and self._budget_message is None:
         sim.run(self.stop)
         if interrupt.signal is not None or sim.finished(self.stop):
           break
@@ -314,6 +339,8 @@ class RunLifecycle:
     except Exception as error:
       self._fail(error)
       raise
+    if self._budget_message is not None and not sim.finished(self.stop):
+      return RunStatus.BUDGET_EXHAUSTED, {'message': self._budget_message}
     if interrupt.signal is not None and not sim.finished(self.stop):
       return RunStatus.INTERRUPTED, {'signal': interrupt.signal}
     return RunStatus.COMPLETED, {}  # (a signal that came as the run reached its end waits)
@@ -356,6 +383,10 @@ class RunLifecycle:
     summary.update(
       simulation_fields(sim, self.writer.rows, options.target_accuracy, self._client_classes)
     )
+    if self.privacy is not None:
+      summary['privacy'] = self.privacy.summary(sim.server_state)
+    if self.transforms_summary:
+      summary['transforms'] = self.transforms_summary
     summary['host'] = {
       'seconds': time.perf_counter() - self.host_start,
       'total_seconds': self._total_host_seconds(),
@@ -434,15 +465,16 @@ class RunLifecycle:
       raise ValueError(f'status={status!r}; allowed: {tuple(str(s) for s in STATUSES)}')
     status = RunStatus(status)
     sim = self.simulation
-    if status == RunStatus.COMPLETED and self._last_evaluated != sim.version:
+    finished = status in workdir_lib.FINISHED_STATUSES
+    if finished and self._last_evaluated != sim.version:
       self.record(sim)
     failure = self._close_outputs()
-    if status == RunStatus.COMPLETED and failure is None:
+    if finished and failure is None:
       try:
         self._write_final_outputs()
       except OSError as error:
         failure = error
-    if status == RunStatus.COMPLETED and failure is not None:
+    if finished and failure is not None:
       status, extra = RunStatus.FAILED, failure_fields(failure, self.workdir)
     summary = self._summary(status, **extra)
     try:

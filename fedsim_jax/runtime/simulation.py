@@ -443,8 +443,10 @@ class Simulation:
   def update_server_state(self, update: Callable[[Any], Any]) -> None:
     """Replaces the server state by `update(state)` without a new server version: a server-side
     change that is not a round's model update (FeAST-on-MSG's auxiliary model, updated when a
-    round's straggler window closes)."""
-    self.server_state = update(self.server_state)
+    round's straggler window closes). A wrapping aggregator's state (update transforms,
+    `fedsim_jax.transforms`) passes `update` on to the state it wraps (`map_inner`)."""
+    map_inner = getattr(self.server_state, 'map_inner', None)
+    self.server_state = update(self.server_state) if map_inner is None else map_inner(update)
 
   def _mark_aggregated(self, handles: Sequence[TaskHandle], missed: int) -> None:
     """Resolves `handles` as used in server version `self.version`; an update's staleness is

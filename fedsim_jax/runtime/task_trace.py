@@ -29,7 +29,7 @@ record, which has no task. Fields (docs/observability.md):
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from fedsim_jax.runtime.tasks import TaskHandle, TaskStatus
@@ -39,6 +39,21 @@ class TaskLog(Protocol):
   """Where a simulation sends its task records (`metrics.writers.TaskTraceWriter`)."""
 
   def write(self, record: dict[str, Any]) -> None: ...
+
+
+class AnnotatedTaskLog:
+  """A task log that passes every record through `annotate` before `inner` writes it (run-wide
+  facts of a task: its update's bytes, whether its client attacks). Other calls go to `inner`."""
+
+  def __init__(self, inner: Any, annotate: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    self.inner = inner
+    self.annotate = annotate
+
+  def write(self, record: dict[str, Any]) -> None:
+    self.inner.write(self.annotate(record))
+
+  def __getattr__(self, name: str) -> Any:
+    return getattr(self.inner, name)
 
 
 OUTCOMES = ('aggregated', 'discarded', 'in_flight', 'waiting', 'skipped')

@@ -130,6 +130,8 @@ class LatencyContext:
     batch_size: examples per local step (`client.batch_size`).
     model_bytes: bytes of one model's parameters (one transfer each way).
     straggler_mask: True for straggler clients (the straggler-domain split), or None.
+    upload_bytes: bytes of one client update as sent (compressed: `compression`); None: the
+      model's size.
   """
 
   num_clients: int
@@ -138,6 +140,12 @@ class LatencyContext:
   batch_size: int
   model_bytes: int
   straggler_mask: np.ndarray | None = None
+  upload_bytes: int | None = None
+
+  @property
+  def upload_fraction(self) -> float:
+    """An upload's bytes over a download's (1 without compression)."""
+    return 1.0 if self.upload_bytes is None else self.upload_bytes / max(self.model_bytes, 1)
 
 
 @dataclasses.dataclass(frozen=True)

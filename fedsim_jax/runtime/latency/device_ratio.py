@@ -75,7 +75,8 @@ class DeviceRatioLatency:
   """Per-device step time uniform in [fastest, ratio * fastest], fixed per device.
 
   Communication per task (download + upload) is either `communication_time / bandwidth_scale`
-  or, with `bandwidth`, `2 * model_bytes / (bandwidth * bandwidth_scale)`; neither gives 0.
+  or, with `bandwidth`, `(1 + upload_fraction) * model_bytes / (bandwidth * bandwidth_scale)`
+  (a compressed upload sends `upload_fraction` of the model's bytes); neither gives 0.
   With `jitter` j > 0, each task's step time is N(t_i, (j t_i)^2) truncated to positive values.
 
   Args:
@@ -88,6 +89,8 @@ class DeviceRatioLatency:
     bandwidth: bytes per second, scalar or per client (with `model_bytes`).
     bandwidth_scale: multiplies the bandwidth (1/50, 1/100 for FedASMU's low-bandwidth runs).
     jitter: relative per-task standard deviation of the step time.
+    upload_fraction: an upload's bytes over a download's (compressed updates: below 1), with
+      `bandwidth`.
   """
 
   def __init__(
@@ -102,6 +105,7 @@ class DeviceRatioLatency:
     bandwidth: PerClient | None = None,
     bandwidth_scale: float = 1.0,
     jitter: float = 0.0,
+    upload_fraction: float = 1.0,
   ) -> None:
     check_federation(num_clients, rng)
     DeviceRatioSettings(
@@ -134,7 +138,9 @@ class DeviceRatioLatency:
       comm = 0.0 if communication_time is None else communication_time
       # A symmetric link: half the round trip is the download.
       self._download = np.full(num_clients, comm / 2 / self.bandwidth_scale)
-    self.communication_time = 2 * self._download
+    # With a bandwidth, a compressed upload takes its share of a download's time.
+    upload = self._download * (upload_fraction if bandwidth is not None else 1.0)
+    self.communication_time = self._download + upload
     # Draw all clients first, then pin, so the number of draws does not depend on num_clients.
     slowest = self.ratio * self.fastest_step_time
     self.step_time = rng.uniform(self.fastest_step_time, slowest, num_clients)
@@ -162,4 +168,6 @@ def device_ratio(settings: DeviceRatioSettings, context: LatencyContext) -> Devi
   values = settings.as_dict()
   if settings.bandwidth is not None and settings.model_bytes is None:
     values['model_bytes'] = context.model_bytes
+  if settings.bandwidth is not None:
+    values['upload_fraction'] = context.upload_fraction
   return DeviceRatioLatency(context.num_clients, context.rng, **values)
