@@ -206,18 +206,9 @@ def set_by_path(config: ml_collections.ConfigDict, path: str, value: Any) -> Non
     node[leaf] = value
 
 
-# Sections whose keys are free: the settings of the selected plugins (algorithm, dataset source,
-# partitioner, model, latency and availability model; checked by the settings dataclass of the
-# selected one), and named class groups.
-_FREE_SECTIONS = (
-  'algorithm.kwargs',
-  'run.eval_class_groups',
-  'data.kwargs',
-  'partition.kwargs',
-  'model.kwargs',
-  'latency.kwargs',
-  'availability.kwargs',
-)
+# Sections whose keys are free: named class groups, and the settings of each selected plugin
+# (checked by the settings dataclass of the one selected; `_plugin_kwargs`).
+_FREE_SECTIONS = ('run.eval_class_groups',)
 
 
 def _unknown_setting(
@@ -238,10 +229,10 @@ def _unknown_setting(
 
 
 def _is_free(name: str) -> bool:
-  """Whether `name` is a section whose keys are free (checked by what reads them)."""
-  return any(
-    name == free or (free.endswith('.') and name.startswith(free)) for free in _FREE_SECTIONS
-  )
+  """Whether `name` is a section whose keys are free (checked by what reads them): a plugin
+  section's `kwargs`, or a named-groups section."""
+  section, _, field = name.partition('.')
+  return name in _FREE_SECTIONS or (field == 'kwargs' and section in _SELECTS)
 
 
 def check_override_path(path: str, reference: ml_collections.ConfigDict | None = None) -> None:

@@ -361,4 +361,8 @@ def check_run(
     ),
     model_setting=model_setting,
   )
+  for selection in spec.transform_selections().values():  # e.g. error-feedback residuals
+    held = getattr(selection.settings, 'held_models', None)
+    for setting, copies, what in held(dataset.num_clients) if held is not None else []:
+      needs.append(Need(setting, copies * model_bytes, what))
   check_fits(needs, available_bytes())

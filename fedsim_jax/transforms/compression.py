@@ -78,7 +78,9 @@ def qsgd(levels: int) -> UpdateTransform:
 
 
 class ResidualState(NamedTuple):
-  residuals: jax.Array  # [num_clients, D] float32: what each client has not sent yet
+  # [num_clients, D] float32: what each client has not sent yet (None without error feedback,
+  # as checkpoints hold no empty arrays)
+  residuals: jax.Array | None
 
 
 def sparsified(
@@ -94,9 +96,10 @@ def sparsified(
   what is sent by D / k (without error feedback)."""
 
   def init(params: Params, num_clients: int) -> ResidualState:
+    if not error_feedback:
+      return ResidualState(None)
     size = sum(leaf.size for leaf in jax.tree_util.tree_leaves(params))
-    rows = num_clients if error_feedback else 0
-    return ResidualState(jnp.zeros((rows, size), jnp.float32))
+    return ResidualState(jnp.zeros((num_clients, size), jnp.float32))
 
   def update(
     updates: UpdateBatch, state: ResidualState, key: jax.Array

@@ -251,6 +251,13 @@ class SparsifySettings(Settings):
   fraction: float = setting(0.01, _FRACTION, 'k / D: fraction of coordinates sent')
   error_feedback: bool = setting(True, boolean, 'carry what was not sent to the next update')
 
+  def held_models(self, num_clients: int) -> list[tuple[str, float, str]]:
+    """Model-sized arrays the transform keeps (for the memory estimate): (setting, copies,
+    what)."""
+    if not self.error_feedback:
+      return []
+    return [('compression.kwargs.error_feedback=True', num_clients, 'error-feedback residuals')]
+
 
 @dataclasses.dataclass(frozen=True)
 class TopKSettings(SparsifySettings):

@@ -75,14 +75,17 @@ class ClipState(NamedTuple):
 
   clip_norm: jax.Array  # float32 scalar
   releases: jax.Array  # int32 scalar: aggregations that held at least one update
-  client_releases: jax.Array  # [num_clients] int32: updates each client sent (local DP)
+  # [num_clients] int32: updates each client sent (local DP; None under central DP, as
+  # checkpoints hold no empty arrays)
+  client_releases: jax.Array | None
 
   def accounted_releases(self, central: bool) -> int:
     """The accountant's count: aggregations (central), or the most updates one client sent
     (local)."""
     if central:
       return int(self.releases)
-    return int(self.client_releases.max()) if self.client_releases.size else 0
+    assert self.client_releases is not None
+    return int(self.client_releases.max())
 
 
 class AdaptiveClipping(NamedTuple):
@@ -137,7 +140,7 @@ def dp_gaussian(
     return ClipState(
       jnp.asarray(clip_norm, jnp.float32),
       jnp.zeros((), jnp.int32),
-      jnp.zeros((0 if central else num_clients,), jnp.int32),
+      None if central else jnp.zeros((num_clients,), jnp.int32),
     )
 
   def update(
@@ -166,7 +169,7 @@ def dp_gaussian(
       new_norm = _adapted_norm(norms, real, state.clip_norm, adaptive, denominator, count_key)
     released = jnp.any(real).astype(jnp.int32)
     client_releases = state.client_releases
-    if not central:
+    if client_releases is not None:
       assert updates.client_id is not None, 'local DP counts the updates of each client'
       client_releases = client_releases.at[updates.client_id].add(real.astype(jnp.int32))
     new_state = ClipState(new_norm, state.releases + released, client_releases)

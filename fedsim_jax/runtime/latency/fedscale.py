@@ -148,7 +148,7 @@ class FedScaleLatency:
   """FedScale completion time: per client speed and bandwidth, fixed for the whole run.
 
   `per_step = 3 * batch_size * seconds_per_sample[i]` and
-  `communication = model_bytes / (download_bw[i] * s) + model_bytes / (upload_bw[i] * s)`, with
+  `communication = model_bytes / (download_bw[i] * s) + upload_bytes / (upload_bw[i] * s)`, with
   `s = bandwidth_scale` (e.g. 1/50 for FedASMU's low-bandwidth runs). FedScale charges the full
   batch even when a client holds fewer examples; this model does the same. Without `jitter`,
   `sample` is deterministic and draws nothing. With `jitter` j > 0, each task's per-step time and
@@ -166,6 +166,7 @@ class FedScaleLatency:
     bandwidth_scale: multiplies every bandwidth.
     upload_bandwidth: per client upload bytes per second (defaults to `bandwidth`).
     jitter: relative per-task standard deviation (0 disables it).
+    upload_bytes: bytes of one uploaded update (compressed updates; default `model_bytes`).
   """
 
   def __init__(
@@ -180,6 +181,7 @@ class FedScaleLatency:
     bandwidth_scale: float = 1.0,
     upload_bandwidth: PerClient | None = None,
     jitter: float = 0.0,
+    upload_bytes: int | None = None,
   ) -> None:
     check_federation(num_clients, rng)
     if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
@@ -207,9 +209,10 @@ class FedScaleLatency:
     )
     self.step_time = FORWARD_BACKWARD_FACTOR * self.batch_size * self.seconds_per_sample
     scaled = self.bandwidth_scale
+    self.upload_bytes = self.model_bytes if upload_bytes is None else int(upload_bytes)
     self.communication_time = self.model_bytes / (
       self.download_bandwidth * scaled
-    ) + self.model_bytes / (self.upload_bandwidth * scaled)
+    ) + self.upload_bytes / (self.upload_bandwidth * scaled)
 
   def download_time(self, client_id: int) -> float:
     """Seconds of one model download (e.g. FedASMU's extra mid-training fetch)."""
@@ -249,4 +252,5 @@ def fedscale(settings: FedScaleSettings, context: LatencyContext) -> FedScaleLat
     bandwidth_scale=settings.bandwidth_scale,
     upload_bandwidth=settings.upload_bandwidth,
     jitter=settings.jitter,
+    upload_bytes=context.upload_bytes,
   )
