@@ -169,7 +169,7 @@ class RunSpec:
       'client': self.client.as_dict(),
       'latency': plugin('latency'),
       'availability': plugin('availability'),
-      **{section: plugin(section) for section in ('attack', 'privacy', 'compression', 'robust')},
+      **{section: plugin(section) for section in transform_plugins.SECTIONS},
       'executor': self.executor.as_dict(),
       'run': {
         **self.run.as_dict(),

@@ -99,6 +99,23 @@ def _check_reproduce_fedcompass(notebook, text):
   assert 'paper (Table 14)' in text
 
 
+def _check_privacy_and_robustness(notebook, text):
+  epsilons = {
+    name: float(value)
+    for name, value in re.findall(
+      r'^(dp-\S+ z=[\d.]+) +final accuracy [01]\.\d+  epsilon ([\d.]+)', text, re.MULTILINE
+    )
+  }
+  assert set(epsilons) == {'dp-fedavg z=0.5', 'dp-fedavg z=1.0', 'dp-fedbuff z=1.0'}, text[-3000:]
+  assert epsilons['dp-fedavg z=1.0'] < epsilons['dp-fedavg z=0.5']  # more noise, less spent
+  attackers = re.search(r'attacker tasks in the trace: (\d+) of (\d+)', text)
+  assert attackers and 0 < int(attackers.group(1)) < int(attackers.group(2))
+  ratios = re.findall(r'upload +([\d.]+)% of the model', text)
+  assert len(ratios) == 3 and float(ratios[0]) == 100.0 and float(ratios[1]) < 5.0, ratios
+  versions = [int(v) for v in re.findall(r'versions +(\d+)  upload', text)]
+  assert versions[1] > versions[0], versions  # compressed uploads: more versions in the time
+
+
 # Checks of each notebook's own outputs, beyond the checks every notebook gets.
 CHECKS = {
   '01_quickstart.ipynb': _check_quickstart,
@@ -106,6 +123,7 @@ CHECKS = {
   '03_async_timeline.ipynb': _check_async_timeline,
   '04_stragglers_and_budgets.ipynb': _check_stragglers_and_budgets,
   '05_reproduce_fedcompass.ipynb': _check_reproduce_fedcompass,
+  '06_privacy_and_robustness.ipynb': _check_privacy_and_robustness,
 }
 
 

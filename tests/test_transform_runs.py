@@ -181,6 +181,10 @@ def test_a_run_with_transform_state_resumes_bit_for_bit(digits_data_dir, tmp_pat
     ),
     ({'attack.name': 'sign_flip', 'attack.kwargs.fractoin': 0.1}, "did you mean 'fraction'"),
     ({'privacy.name': 'dp_gausian'}, 'dp_gaussian'),
+    (
+      {**DP, 'privacy.kwargs.placement': 'local', 'privacy.kwargs.target_quantile': 0.5},
+      "target_quantile=0.5 is invalid with privacy.kwargs.placement='local'",
+    ),
   ],
 )
 def test_combinations_that_make_no_sense_are_refused(overrides, message):
@@ -192,3 +196,29 @@ def test_krum_with_a_large_enough_buffer_is_accepted():
   config = make_tiny_config('fedbuff', clients=8, slots=4, **{'robust.name': 'krum'})
   config.algorithm.kwargs.buffer_size = 5
   assert RunSpec.from_config(config).robust.name == 'krum'
+
+
+@pytest.mark.parametrize(
+  ('config', 'overrides', 'named', 'expected'),
+  [
+    (
+      'fedavg_fashion_mnist.py',
+      ('--config.privacy.name=dp_gaussian', '--config.privacy.kwargs.noise_multiplier=nan'),
+      'privacy.kwargs.noise_multiplier',
+      '=nan',
+    ),
+    ('fedasync_fashion_mnist.py', ('--config.robust.name=krum',), 'robust.name', '2f + 3'),
+  ],
+)
+def test_the_binary_refuses_bad_transform_settings_with_one_line(
+  config, overrides, named, expected, tmp_path
+):
+  from tests.test_experiment import _run_binary
+
+  workdir = tmp_path / 'run'
+  result, _ = _run_binary(*overrides, f'--workdir={workdir}', config=config)
+  assert result.returncode == 2, result.stderr
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and 'Traceback' not in result.stderr, result.stderr
+  assert named in lines[0] and expected in lines[0] and 'allowed' in lines[0]
+  assert not workdir.exists()

@@ -37,8 +37,9 @@ class RunFiles:
       'busy_time'), or None when absent.
     label: the name figures and tables give the run (its algorithm's name by default).
     seed: the run's seed (config 'seed', else the `seed<s>` folder name), or None.
-    status: where the run stands (`fedsim_jax.workdir.run_status`): 'completed' (its files are
-      its results), 'interrupted', 'diverged', 'failed', 'running' or 'killed'.
+    status: where the run stands (`fedsim_jax.workdir.run_status`): 'completed' or
+      'budget_exhausted' (its files are its results), 'interrupted', 'diverged', 'failed',
+      'running' or 'killed'.
   """
 
   workdir: pathlib.Path
@@ -53,8 +54,9 @@ class RunFiles:
 
   @property
   def finished(self) -> bool:
-    """Whether the run completed: only then are its files its results."""
-    return self.status == 'completed'
+    """Whether the run completed (or stopped at its privacy budget): only then are its files
+    its results."""
+    return self.status in workdir_lib.FINISHED_STATUSES
 
   @property
   def unfinished_reason(self) -> str:

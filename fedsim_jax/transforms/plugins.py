@@ -183,6 +183,15 @@ class DpGaussianSettings(Settings):
     'stop the run (status budget_exhausted) before an aggregation that would exceed it',
   )
 
+  def check(self, prefix: str) -> None:
+    if self.placement == Placement.LOCAL and self.target_quantile is not None:
+      # Adaptive clipping releases the server's count of unclipped updates, which local DP's
+      # per-client accounting does not cover.
+      raise ConfigError(
+        f"{prefix}target_quantile={self.target_quantile!r} is invalid with {prefix}placement="
+        "'local'; allowed: adaptive clipping with placement='central', or target_quantile=None"
+      )
+
   def denominator(self, context: TransformContext) -> int:
     m = self.expected_updates or context.updates_per_aggregation
     if m is None:
