@@ -205,7 +205,7 @@ def test_krum_with_a_large_enough_buffer_is_accepted():
       'fedavg_fashion_mnist.py',
       ('--config.privacy.name=dp_gaussian', '--config.privacy.kwargs.noise_multiplier=nan'),
       'privacy.kwargs.noise_multiplier',
-      '=nan',
+      "='nan' is invalid",
     ),
     ('fedasync_fashion_mnist.py', ('--config.robust.name=krum',), 'robust.name', '2f + 3'),
   ],

@@ -188,7 +188,7 @@ class DpGaussianSettings(Settings):
       # Adaptive clipping releases the server's count of unclipped updates, which local DP's
       # per-client accounting does not cover.
       raise ConfigError(
-        f"{prefix}target_quantile={self.target_quantile!r} is invalid with {prefix}placement="
+        f'{prefix}target_quantile={self.target_quantile!r} is invalid with {prefix}placement='
         "'local'; allowed: adaptive clipping with placement='central', or target_quantile=None"
       )
 

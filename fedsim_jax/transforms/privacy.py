@@ -33,11 +33,12 @@ from fedsim_jax.models import Params
 from fedsim_jax.runtime.updates import UpdateBatch
 from fedsim_jax.transforms.base import (
   UpdateTransform,
-  broadcast_rows,
   real_rows,
+  replacing_rows,
   row_norms,
   scale_rows,
   select_rows,
+  weighted_row_sum,
   with_deltas,
 )
 
@@ -143,26 +144,11 @@ def dp_gaussian(
       None if central else jnp.zeros((num_clients,), jnp.int32),
     )
 
-  def update(
-    updates: UpdateBatch, state: ClipState, key: jax.Array
-  ) -> tuple[UpdateBatch, ClipState]:
-    noise_key, count_key = jax.random.split(key)
+  def next_state(
+    updates: UpdateBatch, state: ClipState, norms: jax.Array, count_key: jax.Array
+  ) -> ClipState:
+    """The clipping norm for the next batch (adaptive clipping) and the release counts."""
     real = real_rows(updates)
-    norms = row_norms(updates.deltas)
-    clipped = scale_rows(updates.deltas, clip_factors(norms, state.clip_norm) * real)
-    stddev = z_delta * state.clip_norm
-    if central:
-      total = jax.tree_util.tree_map(lambda leaf: leaf.sum(axis=0), clipped)
-      noise = gaussian_like(noise_key, total, stddev)
-      assert denominator is not None
-      estimate = jax.tree_util.tree_map(lambda s, n: (s + n) / denominator, total, noise)
-      rows = broadcast_rows(estimate, updates.weights.shape[0])
-      deltas = select_rows(real, rows, clipped)
-    elif z_delta == 0.0:
-      deltas = clipped
-    else:
-      noise = gaussian_like(noise_key, clipped, stddev)
-      deltas = select_rows(real, jax.tree_util.tree_map(jnp.add, clipped, noise), clipped)
     new_norm = state.clip_norm
     if adaptive is not None:
       assert denominator is not None
@@ -172,10 +158,38 @@ def dp_gaussian(
     if client_releases is not None:
       assert updates.client_id is not None, 'local DP counts the updates of each client'
       client_releases = client_releases.at[updates.client_id].add(real.astype(jnp.int32))
-    new_state = ClipState(new_norm, state.releases + released, client_releases)
-    return with_deltas(updates, deltas), new_state
+    return ClipState(new_norm, state.releases + released, client_releases)
 
-  return UpdateTransform(init, update)
+  def noised_mean(
+    updates: UpdateBatch, state: ClipState, key: jax.Array
+  ) -> tuple[Params, ClipState]:
+    """Central: (sum_k clip_C(delta_k) + N(0, (z C)^2 I)) / m."""
+    noise_key, count_key = jax.random.split(key)
+    norms = row_norms(updates.deltas)
+    factors = clip_factors(norms, state.clip_norm) * real_rows(updates)
+    total = weighted_row_sum(updates.deltas, factors)
+    noise = gaussian_like(noise_key, total, z_delta * state.clip_norm)
+    assert denominator is not None
+    value = jax.tree_util.tree_map(lambda s, n: (s + n) / denominator, total, noise)
+    return value, next_state(updates, state, norms, count_key)
+
+  def noised_rows(
+    updates: UpdateBatch, state: ClipState, key: jax.Array
+  ) -> tuple[UpdateBatch, ClipState]:
+    """Local: each real row clipped, then N(0, (z C)^2 I) added to it."""
+    noise_key, count_key = jax.random.split(key)
+    real = real_rows(updates)
+    norms = row_norms(updates.deltas)
+    clipped = scale_rows(updates.deltas, clip_factors(norms, state.clip_norm) * real)
+    deltas = clipped
+    if z_delta != 0.0:
+      noise = gaussian_like(noise_key, clipped, z_delta * state.clip_norm)
+      deltas = select_rows(real, jax.tree_util.tree_map(jnp.add, clipped, noise), clipped)
+    return with_deltas(updates, deltas), next_state(updates, state, norms, count_key)
+
+  if central:
+    return replacing_rows(init, noised_mean)
+  return UpdateTransform(init, noised_rows)
 
 
 def clip_to_norm(clip_norm: float) -> UpdateTransform:

@@ -23,6 +23,7 @@ leaves the mean to the algorithm.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -31,13 +32,14 @@ import jax.numpy as jnp
 from fedsim_jax.models import Params
 from fedsim_jax.runtime.updates import UpdateBatch
 from fedsim_jax.transforms.base import (
+  EmptyState,
   UpdateTransform,
-  broadcast_rows,
+  column_sums,
   flatten_rows,
   real_rows,
+  replacing_rows,
   row_norms,
   scale_rows,
-  select_rows,
   stateless,
   unflatten_rows,
   with_deltas,
@@ -45,11 +47,21 @@ from fedsim_jax.transforms.base import (
 from fedsim_jax.transforms.privacy import clip_factors
 
 
-def _with_estimate(updates: UpdateBatch, estimate: jax.Array) -> UpdateBatch:
-  """`updates` with every real row replaced by `estimate` (`[D]`, flattened)."""
-  num_rows = updates.weights.shape[0]
-  rows = unflatten_rows(jnp.broadcast_to(estimate, (num_rows, estimate.shape[0])), updates.deltas)
-  return with_deltas(updates, select_rows(real_rows(updates), rows, updates.deltas))
+def _as_update(flat: jax.Array, like: Params) -> Params:
+  """`flat` (`[D]`) as one update shaped like a row of the batch `like` (leaves `[K, ...]`)."""
+  one_row = jax.tree_util.tree_map(lambda leaf: leaf[:1], like)
+  return jax.tree_util.tree_map(lambda leaf: leaf[0], unflatten_rows(flat[None, :], one_row))
+
+
+def _estimator(estimate: Callable[[jax.Array, jax.Array], jax.Array]) -> UpdateTransform:
+  """The stateless transform that replaces every real row by `estimate(values, real)` of the
+  batch's flattened rows (`[K, D]`) and real-row mask."""
+
+  def value(updates: UpdateBatch, state: EmptyState, key: jax.Array) -> tuple[Params, EmptyState]:
+    flat = estimate(flatten_rows(updates.deltas), real_rows(updates))
+    return _as_update(flat, updates.deltas), state
+
+  return replacing_rows(lambda params, num_clients: EmptyState(), value)
 
 
 def coordinate_median(values: jax.Array, real: jax.Array) -> jax.Array:
@@ -65,7 +77,7 @@ def coordinate_trimmed_mean(values: jax.Array, real: jax.Array, beta: float) -> 
   ordered = jnp.sort(jnp.where(real[:, None], values, jnp.inf), axis=0)  # padding last
   rank = jnp.arange(values.shape[0])[:, None]
   kept = (rank >= trim) & (rank < n - trim)
-  return jnp.sum(jnp.where(kept, ordered, 0.0), axis=0) / jnp.maximum(n - 2 * trim, 1)
+  return column_sums(jnp.where(kept, ordered, 0.0)) / jnp.maximum(n - 2 * trim, 1)
 
 
 def krum_scores(values: jax.Array, real: jax.Array, num_byzantine: int) -> jax.Array:
@@ -92,39 +104,26 @@ def multi_krum_estimate(
   order = jnp.argsort(scores, stable=True)
   rank = jnp.empty_like(order).at[order].set(jnp.arange(order.shape[0]))
   chosen = (rank < num_selected) & real
-  return jnp.sum(jnp.where(chosen[:, None], values, 0.0), axis=0) / jnp.maximum(jnp.sum(chosen), 1)
+  return column_sums(values, chosen) / jnp.maximum(jnp.sum(chosen), 1)
 
 
 def median() -> UpdateTransform:
   """Coordinate-wise median of the batch (Yin et al. 2018)."""
-  return stateless(
-    lambda updates, key: _with_estimate(
-      updates, coordinate_median(flatten_rows(updates.deltas), real_rows(updates))
-    )
-  )
+  return _estimator(coordinate_median)
 
 
 def trimmed_mean(beta: float) -> UpdateTransform:
   """Coordinate-wise beta-trimmed mean of the batch (Yin et al. 2018), 0 <= beta < 1/2."""
   if not 0.0 <= beta < 0.5:
     raise ValueError(f'beta={beta!r}; allowed: 0 <= beta < 0.5')
-  return stateless(
-    lambda updates, key: _with_estimate(
-      updates, coordinate_trimmed_mean(flatten_rows(updates.deltas), real_rows(updates), beta)
-    )
-  )
+  return _estimator(lambda values, real: coordinate_trimmed_mean(values, real, beta))
 
 
 def multi_krum(num_byzantine: int, num_selected: int = 1) -> UpdateTransform:
   """Multi-Krum (Blanchard et al. 2017): the mean of the `num_selected` updates with the lowest
   Krum scores; `num_selected=1` is Krum."""
-  return stateless(
-    lambda updates, key: _with_estimate(
-      updates,
-      multi_krum_estimate(
-        flatten_rows(updates.deltas), real_rows(updates), num_byzantine, num_selected
-      ),
-    )
+  return _estimator(
+    lambda values, real: multi_krum_estimate(values, real, num_byzantine, num_selected)
   )
 
 
@@ -150,25 +149,24 @@ def centered_clipping(radius: float, iterations: int = 1) -> UpdateTransform:
   def init(params: Params, num_clients: int) -> CenteredClippingState:
     return CenteredClippingState(jax.tree_util.tree_map(jnp.zeros_like, params))
 
-  def update(
+  def estimate(
     updates: UpdateBatch, state: CenteredClippingState, key: jax.Array
-  ) -> tuple[UpdateBatch, CenteredClippingState]:
+  ) -> tuple[Params, CenteredClippingState]:
     values, real = flatten_rows(updates.deltas), real_rows(updates)
     reference = flatten_rows(jax.tree_util.tree_map(lambda leaf: leaf[None], state.reference))[0]
     count = jnp.maximum(jnp.sum(real), 1)
     for _ in range(iterations):
       offsets = values - reference[None, :]
       factors = clip_factors(jnp.linalg.norm(offsets, axis=1), radius) * real
-      reference = reference + jnp.sum(offsets * factors[:, None], axis=0) / count
-    estimate = unflatten_rows(reference[None, :], broadcast_rows(state.reference, 1))
-    new_reference = jax.tree_util.tree_map(lambda leaf: leaf[0], estimate)
+      reference = reference + column_sums(offsets, factors) / count
+    value = _as_update(reference, updates.deltas)
     # A batch without real rows leaves the reference where it was.
-    new_reference = jax.tree_util.tree_map(
-      lambda new, old: jnp.where(jnp.any(real), new, old), new_reference, state.reference
+    kept = jax.tree_util.tree_map(
+      lambda new, old: jnp.where(jnp.any(real), new, old), value, state.reference
     )
-    return _with_estimate(updates, reference), CenteredClippingState(new_reference)
+    return value, CenteredClippingState(kept)
 
-  return UpdateTransform(init, update)
+  return replacing_rows(init, estimate)
 
 
 __all__ = [

@@ -71,3 +71,27 @@ def test_map_inner_reaches_the_algorithm_s_state():
   )
   np.testing.assert_allclose(moved.params['a'], [1.0])
   assert moved.transform == state.transform
+
+
+@pytest.mark.parametrize(
+  'transform',
+  [
+    lambda: robust.median(),
+    lambda: chain(robust.norm_bounding(1.0), robust.centered_clipping(0.5, 2)),
+    lambda: __import__('fedsim_jax.transforms.privacy', fromlist=['x']).dp_gaussian(
+      1.0, 1.0, central=True, denominator=3
+    ),
+  ],
+  ids=['median', 'chain_ending_in_centered_clipping', 'central_dp'],
+)
+def test_a_linear_aggregator_gets_the_estimate_as_a_sum_with_the_same_result(transform):
+  fedavg = server_update(optax.sgd(1.0), weighted_mean())
+  key = jax.random.PRNGKey(3)
+  shortcut = with_update_transforms(fedavg, transform(), 3, key)
+  rows = with_update_transforms(fedavg._replace(linear=None), transform(), 3, key)
+  assert transform().estimate is not None
+  updates = batch([[1, 10], [2, 20], [100, -5]], weights=[5, 1, 1], padding=1)
+  first = jax.jit(shortcut.apply)(shortcut.init(params_like(2)), updates)
+  second = jax.jit(rows.apply)(rows.init(params_like(2)), updates)
+  for a, b in zip(jax.tree_util.tree_leaves(first), jax.tree_util.tree_leaves(second)):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)

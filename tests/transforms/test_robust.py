@@ -20,7 +20,7 @@ def test_median_ignores_an_outlier_and_padding():
   updates = batch([[1, 10], [2, 20], [100, -5]], padding=2)
   rows, _ = _apply(robust.median(), updates, 2)
   np.testing.assert_allclose(rows[:3], [[2, 10]] * 3)
-  np.testing.assert_allclose(rows[3:], 1e6)  # padding rows untouched
+  np.testing.assert_allclose(rows[3:], 0.0)  # padding rows (weight 0) carry nothing
 
 
 def test_median_of_an_even_count_averages_the_middle_pair():
