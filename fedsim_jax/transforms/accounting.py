@@ -18,13 +18,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+from typing import TYPE_CHECKING
 
-import dp_accounting
 import jax
-from dp_accounting import pld, rdp
 
 from fedsim_jax.str_enum import StrEnum
 from fedsim_jax.transforms.privacy import ClipState
+
+if TYPE_CHECKING:
+  import dp_accounting
+
+# `dp_accounting` (with scipy and mpmath) takes about a second to import: it is imported where
+# epsilon is computed, so that runs without DP, and every process a test starts, do not pay it.
 
 
 class AccountantKind(StrEnum):
@@ -38,6 +43,8 @@ def central_event(
   sampling_rate: float, noise_multiplier: float, steps: int
 ) -> dp_accounting.DpEvent:
   """`steps` Poisson-subsampled Gaussian mechanisms (rate q, noise multiplier z)."""
+  import dp_accounting
+
   gaussian = dp_accounting.GaussianDpEvent(noise_multiplier)
   if sampling_rate < 1.0:
     gaussian = dp_accounting.PoissonSampledDpEvent(sampling_rate, gaussian)
@@ -46,6 +53,8 @@ def central_event(
 
 def local_event(noise_multiplier: float, releases: int) -> dp_accounting.DpEvent:
   """`releases` Gaussian mechanisms of noise multiplier z, unsampled (one client's updates)."""
+  import dp_accounting
+
   return dp_accounting.SelfComposedDpEvent(
     dp_accounting.GaussianDpEvent(noise_multiplier), releases
   )
@@ -61,6 +70,8 @@ class _QuietOrders(logging.Filter):
 
 def epsilon_of(event: dp_accounting.DpEvent, delta: float, kind: AccountantKind) -> float:
   """The epsilon of `event` at `delta` by accountant `kind` (inf without noise)."""
+  from dp_accounting import pld, rdp
+
   accountant = rdp.RdpAccountant() if kind == AccountantKind.RDP else pld.PLDAccountant()
   quiet = _QuietOrders()
   absl_logger = logging.getLogger('absl')
