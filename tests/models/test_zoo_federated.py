@@ -24,7 +24,9 @@ IMAGE_SHAPES = {
   'vgg11': (32, 32, 3),
 }
 NEXT_TOKEN = ('char_lstm', 'word_lstm')
-SLOW = ('alexnet', 'resnet18', 'vgg11', 'word_lstm')  # compiles of tens of seconds on CPU
+# Compiles of tens of seconds on CPU: in `make test-slow` (each model's local step and its
+# parameter count stay in `make test`: tests/models/test_zoo.py).
+SLOW = ('alexnet', 'resnet18', 'resnet20', 'vgg11', 'word_lstm')
 
 
 def _classification_text_federation(
