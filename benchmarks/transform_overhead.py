@@ -116,8 +116,7 @@ def main(argv):
   for variant in variants:
     each = ', '.join(f'{1000 * s:.1f}' for s in seconds[variant])
     print(
-      f'| {variant} | {each} | {1000 * medians[variant]:.1f} | '
-      f'{100 * overhead[variant]:+.1f}% |'
+      f'| {variant} | {each} | {1000 * medians[variant]:.1f} | {100 * overhead[variant]:+.1f}% |'
     )
 
 
