@@ -46,10 +46,8 @@ demo: data
 	$(VENV)/bin/fedsim-run --config=fedsim_jax.configs.fedavg_fashion_mnist \
 	  --config.data.data_dir=$(DATA_DIR) --workdir=$(RUNS_DIR)/demo --overwrite
 
-# `--dist worksteal`: a worker that runs out of tests takes some of the other's, so the suite's
-# minute-long tests (notebooks, kill-and-resume runs) do not leave one core idle at the end.
 test: setup
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 test-slow: setup
 	$(PY) -m pytest -q -n $(TEST_WORKERS) -m slow
