@@ -30,6 +30,8 @@ Layers, bottom to top; a layer imports only the rows below it (tests/test_import
   executor
   metrics
   runtime
+  transforms                   (update transforms on any aggregator: privacy, robustness,
+                               attackers, compression)
   strategy                     (the kit algorithms share: schedulers, server updates, reducers)
   algorithms                   (one module or package per paper: settings, scheduler,
                                aggregator, client objective, registered factory)

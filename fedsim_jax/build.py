@@ -529,7 +529,7 @@ def transform_reporting(spec: RunSpec, num_clients: int, num_params: int) -> Tra
   attack is on."""
   context = spec.transform_context(num_clients, num_params)
   malicious = transform_plugins.malicious_clients(spec.attack, context)
-  compressed = spec.compression.settings != transform_plugins.NoCompressionSettings()
+  compressed = not isinstance(spec.compression.settings, transform_plugins.NoCompressionSettings)
   if malicious is None and not compressed:
     return TransformReporting()
   upload = transform_plugins.upload_bytes(spec.compression, num_params)
