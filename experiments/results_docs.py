@@ -163,6 +163,20 @@ def _ccfedavg(name: str, experiment: str) -> Renderer:
   return Renderer('ccfedavg', render, lambda data: data['settings'].get('experiment') == experiment)
 
 
+def _transforms(experiment: str, kind: str) -> Renderer:
+  def render(data: Mapping[str, Any]) -> str:
+    from experiments.transforms import tables
+
+    table, agreement_of = tables.TABLES[experiment]
+    return (agreement_of if kind == 'agreement' else table)(data['records'])
+
+  return Renderer(
+    'transforms',
+    render,
+    lambda data: any(r.get('experiment') == experiment for r in data['records']),
+  )
+
+
 def _span(values: Sequence[float], unit: str, digits: int = 0) -> str:
   low, high = min(values), max(values)
   if round(low, digits) == round(high, digits):
@@ -269,6 +283,12 @@ RENDERERS: dict[str, Renderer] = {
   'ccfedavg.table1_agreement': _ccfedavg('table1_agreement', 'table1'),
   'ccfedavg.compute': _ccfedavg('compute_table', 'table2'),
   'ccfedavg.figure5': _ccfedavg('figure5_table', 'figure5'),
+  'transforms.privacy': _transforms('privacy', 'table'),
+  'transforms.privacy_agreement': _transforms('privacy', 'agreement'),
+  'transforms.attacks': _transforms('attacks', 'table'),
+  'transforms.attacks_agreement': _transforms('attacks', 'agreement'),
+  'transforms.compression': _transforms('compression', 'table'),
+  'transforms.compression_agreement': _transforms('compression', 'agreement'),
   # Computed from the latency models alone: no runs, no result file.
   'stragglers.round_time': Renderer(None, _stragglers_round_time),
   'stragglers.latency_agreement': Renderer(None, _stragglers_latency_agreement),

@@ -524,20 +524,20 @@ _UPLOADED = ('aggregated', 'discarded', 'waiting')
 
 
 def transform_reporting(spec: RunSpec, num_clients: int, num_params: int) -> TransformReporting:
-  """The bytes each update costs and the malicious clients, for the summary (`transforms`)
-  and each task record (`upload_bytes`, `attacker`); nothing when neither compression nor an
-  attack is on."""
+  """The bytes each update costs (every run's summary, `transforms`) and the malicious
+  clients (summary), and for each task record `upload_bytes` and `attacker`, which only a run
+  with compression or an attack adds."""
   context = spec.transform_context(num_clients, num_params)
   malicious = transform_plugins.malicious_clients(spec.attack, context)
   compressed = not isinstance(spec.compression.settings, transform_plugins.NoCompressionSettings)
-  if malicious is None and not compressed:
-    return TransformReporting()
   upload = transform_plugins.upload_bytes(spec.compression, num_params)
   summary: dict[str, Any] = {
     'upload_bytes': upload,
     'download_bytes': 4 * num_params,
     'compression_ratio': upload / (4 * num_params),
   }
+  if malicious is None and not compressed:
+    return TransformReporting(summary)
   if malicious is not None:
     summary['malicious_clients'] = np.flatnonzero(malicious).tolist()
 

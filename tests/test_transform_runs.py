@@ -128,6 +128,13 @@ def test_compression_bytes_are_in_the_trace_and_cost_less_time(digits_data_dir, 
   uploads = [t['upload_bytes'] for t in _tasks(tmp_path / 'sparse') if t['outcome'] == 'aggregated']
   assert uploads and set(uploads) == {expected}
   assert sparse['final_virtual_time'] < dense['final_virtual_time']
+  # A run without transforms reports its dense bytes too; its task records carry none.
+  assert dense['transforms'] == {
+    'upload_bytes': 4 * num_params,
+    'download_bytes': 4 * num_params,
+    'compression_ratio': 1.0,
+  }
+  assert not any('upload_bytes' in t for t in _tasks(tmp_path / 'dense'))
 
 
 def test_label_flipping_poisons_the_malicious_clients_data(digits_data_dir):

@@ -145,6 +145,8 @@ def run_sweep(
   """Runs (or reuses) every run of the sweep; returns the run records."""
   from fedsim_jax.experiment import build_federated_dataset
 
+  # --only_existing (unparsed when a test calls this directly: run what is missing).
+  run_missing = not (flags.FLAGS.is_parsed() and _ONLY_EXISTING.value)
   runs = plan(settings)
   configs = sweep.validated(
     [
@@ -160,7 +162,7 @@ def run_sweep(
       run_dir,
       config,
       lambda config=config: federations.get(seed, lambda: build_federated_dataset(config)),
-      run_missing=not _ONLY_EXISTING.value,
+      run_missing=run_missing,
     )
     if summary is None:
       log(f'{label}: {status}')
