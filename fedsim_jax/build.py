@@ -24,6 +24,8 @@ from fedsim_jax.client import client_optimizer
 from fedsim_jax.data import datasets
 from fedsim_jax.data.errors import CorruptDatasetError, DatasetNotFoundError
 from fedsim_jax.data.federated import FederatedDataset, steps_for_epochs
+from fedsim_jax.data import client_test as client_test_lib
+from fedsim_jax.data.client_test import ClientTestData, ClientTestSet
 from fedsim_jax.data.lazy import LazyFederation
 from fedsim_jax.data.partitioners import (
   PartitionContext,
@@ -38,7 +40,7 @@ from fedsim_jax.executor.choice import (
 )
 from fedsim_jax.lifecycle import RunOptions, RunParts
 from fedsim_jax.lifecycle.lockstep import executor_like
-from fedsim_jax.lifecycle.parts import evaluator
+from fedsim_jax.lifecycle.parts import client_evaluator, evaluator
 from fedsim_jax.models import Model, ModelContext
 from fedsim_jax.models import build_model as build_registered_model
 from fedsim_jax.registry import Selection
@@ -308,6 +310,7 @@ def build_federated_dataset(
     raise
   except ValueError as error:  # an impossible partition is a settings error
     raise config_lib.ConfigError(f'partition.name={partitioner.name!r}: {error}') from None
+  parts, client_test = client_test_split(spec, central, parts)
   federation = LazyFederation if data.lazy else FederatedDataset
   return federation.from_partition(  # type: ignore[return-value]  # a LazyFederation stands in
     central.name,
@@ -318,7 +321,50 @@ def build_federated_dataset(
     central.test_y,
     central.num_classes,
     straggler_mask=straggler_mask,
+    client_test=client_test,
   )
+
+
+def client_test_split(
+  spec: RunSpec, central: Any, parts: list[np.ndarray]
+) -> tuple[list[np.ndarray], ClientTestSet | None]:
+  """The clients' training rows and their own test examples under `data.client_test`
+  (fedsim_jax/data/client_test.py); `parts` unchanged and None when it is 'none'."""
+  data = spec.data
+  seed = spec.partition_seed
+  if data.client_test == ClientTestData.NONE:
+    return parts, None
+  if data.client_test == ClientTestData.HELD_OUT:
+    parts, rows = client_test_lib.hold_out(parts, data.client_test_fraction, seed)
+    # Honest labels: a label-flipping attacker's test examples are scored against the truth.
+    return parts, ClientTestSet.from_rows(central.train_x, central.train_y, rows, 'held_out')
+  if data.client_test == ClientTestData.NATURAL:
+    if central.train_client_ids is None or central.test_client_ids is None:
+      raise config_lib.ConfigError(
+        f"data.client_test='natural' is invalid for dataset {central.name!r}, which has no "
+        "natural clients in its test split; allowed: 'held_out' or 'label_matched'"
+      )
+    if spec.partition.name != 'natural':
+      raise config_lib.ConfigError(
+        f"data.client_test='natural' needs partition.name='natural' (got "
+        f"{spec.partition.name!r}); allowed: 'held_out' or 'label_matched'"
+      )
+    rows = client_test_lib.natural_test_rows(
+      parts, central.train_client_ids, central.test_client_ids
+    )
+    return parts, ClientTestSet.from_rows(central.test_x, central.test_y, rows, 'natural')
+  try:
+    rows = client_test_lib.label_matched(
+      parts,
+      central.train_y,
+      central.test_y,
+      central.num_classes,
+      data.client_test_examples,
+      seed,
+    )
+  except ValueError as error:
+    raise config_lib.ConfigError(f"data.client_test='label_matched': {error}") from None
+  return parts, ClientTestSet.from_rows(central.test_x, central.test_y, rows, 'label_matched')
 
 
 def poisoned_labels(
@@ -507,6 +553,7 @@ def build_run(
     ),
     transforms_summary=transforms.summary,
     annotate_task=transforms.annotate_task,
+    client_evaluate=client_evaluator(spec, model, dataset, simulation),
   )
   return BuiltRun(spec=spec, model=model, parts=parts)
 

@@ -365,4 +365,34 @@ def check_run(
     held = getattr(selection.settings, 'held_models', None)
     for setting, copies, what in held(dataset.num_clients) if held is not None else []:
       needs.append(Need(setting, copies * model_bytes, what))
+  needs += client_evaluation_needs(spec, dataset, model_bytes, lazy)
   check_fits(needs, available_bytes())
+
+
+def client_evaluation_needs(
+  spec: RunSpec, dataset: FederatedDataset, model_bytes: int, lazy: bool
+) -> list[Need]:
+  """Per-client evaluation's memory: the clients' test examples, and with personalization a
+  second copy of the training data on the device and the models fine-tuned at once."""
+  test = getattr(dataset, 'client_test', None)
+  if test is None:
+    return []
+  needs = [
+    Need(
+      f'data.client_test={spec.data.client_test!r}',
+      test.x.nbytes + test.y.nbytes,
+      "the clients' test examples",
+    )
+  ]
+  steps = spec.run.eval_personalization_steps
+  if steps and not lazy:
+    from fedsim_jax.metrics.client_evaluation import PERSONALIZATION_CHUNK
+
+    needs.append(
+      Need(
+        f'run.eval_personalization_steps={steps}',
+        dataset.train_x.nbytes + dataset.train_y.nbytes + 3 * PERSONALIZATION_CHUNK * model_bytes,
+        'fine-tuning: the training data again and the models fine-tuned at once',
+      )
+    )
+  return needs

@@ -12,6 +12,7 @@ import dataclasses
 from typing import Any
 
 from fedsim_jax.client.local_update import CLIENT_OPTIMIZERS
+from fedsim_jax.data.client_test import ClientTestData
 from fedsim_jax.data.federated import SAMPLING_MODES
 from fedsim_jax.executor.choice import BACKEND_SETTINGS, STEP_LOOP_SETTINGS, Backend, StepLoop
 from fedsim_jax.settings import (
@@ -61,6 +62,19 @@ class DataSettings(Settings):
     'straggler-domain split: clients made stragglers (None: every holder)',
   )
   lazy: bool = setting(False, boolean, 'keep examples on the host; gather active clients per batch')
+  # Per-client evaluation (fedsim_jax/data/client_test.py, docs/personalization.md).
+  client_test: str = setting(
+    'none',
+    one_of(ClientTestData),
+    "each client's test data: 'none' (no per-client evaluation), 'held_out' (a fraction of its "
+    "partition), 'label_matched' (central test examples with its label mix), 'natural'",
+  )
+  client_test_fraction: float = setting(
+    0.2, number(above=0, below=1), "held_out: fraction of each client's examples held out"
+  )
+  client_test_examples: int = setting(
+    100, _INTEGERS, 'label_matched: test examples drawn per client'
+  )
 
   def check(self, prefix: str) -> None:
     if self.num_stragglers is not None and self.straggler_classes is None:
@@ -198,6 +212,21 @@ class RunSettings(Settings):
   eval_balanced_accuracy: bool = setting(False, boolean, 'also report balanced accuracy')
   eval_top_k: tuple[int, ...] = setting(
     (), tuple_of(_INTEGERS, 'a tuple of integers >= 1'), 'also report top-k'
+  )
+  eval_clients: int | None = setting(
+    None,
+    positive(integer=True, optional=True),
+    'per-client evaluation (data.client_test): clients evaluated each time, a fresh uniform '
+    'sample (None: every client with test data)',
+  )
+  eval_personalization_steps: int = setting(
+    0,
+    positive(integer=True, allow_zero=True),
+    'per-client evaluation: also evaluate each client after this many local SGD steps of '
+    'fine-tuning from the evaluated model (0: off)',
+  )
+  eval_personalization_learning_rate: float | None = setting(
+    None, positive(optional=True), 'fine-tuning learning rate (None: client.learning_rate)'
   )
   compilation_cache: str = setting(
     'process',

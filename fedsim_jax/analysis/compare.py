@@ -47,9 +47,23 @@ COLUMNS = (
   'client_updates_to_target_ratio',
   'wasted_fraction_mean',
   'staleness_mean',
+  'client_accuracy_mean',
+  'client_accuracy_p10',
+  'client_accuracy_min',
+  'personalized_accuracy_mean',
 )
+# The per-client figures of a run's last evaluation (`data.client_test`), means over seeds.
+CLIENT_COLUMNS = COLUMNS[-4:]
 
 STD_CONVENTION = 'sample standard deviation (ddof=1) over seeds; 0 for a single seed'
+
+
+_CLIENT_HEADERS = {
+  'client_accuracy_mean': 'client mean',
+  'client_accuracy_p10': 'client p10',
+  'client_accuracy_min': 'worst client',
+  'personalized_accuracy_mean': 'personalized mean',
+}
 
 
 class CompareError(ValueError):
@@ -100,6 +114,7 @@ def _group_row(group: Sequence[RunFiles], target: float | None) -> dict[str, Any
     ),
     'wasted_fraction_mean': _mean([measures.statistic(run, 'wasted_fraction') for run in group]),
     'staleness_mean': _mean([measures.mean_staleness(run) for run in group]),
+    **{key: _mean([measures.final_value(run, key) for run in group]) for key in CLIENT_COLUMNS},
   }
 
 
@@ -180,6 +195,8 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
       f'updates vs {base}',
     ]
   header += ['wasted compute', 'mean staleness']
+  client_columns = [key for key in CLIENT_COLUMNS if any(row[key] is not None for row in rows)]
+  header += [_CLIENT_HEADERS[key] for key in client_columns]
   lines = [
     '| ' + ' | '.join(_cell(h) for h in header) + ' |',
     '|' + '|'.join(['---'] + ['---:'] * (len(header) - 1)) + '|',
@@ -204,6 +221,7 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
       'n/a' if wasted is None else f'{100 * wasted:.1f}%',
       'n/a' if staleness is None else f'{staleness:.2f}',
     ]
+    cells += ['n/a' if row[key] is None else f'{row[key]:.4f}' for key in client_columns]
     lines.append('| ' + ' | '.join(_cell(c) for c in cells) + ' |')
   caption = f'Accuracy: mean ± {STD_CONVENTION}.'
   if any(row.get('unfinished') for row in rows):
@@ -223,6 +241,12 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     ' Wasted compute: mean wasted_fraction (local steps of discarded tasks over all local'
     ' steps); staleness: mean staleness of aggregated updates.'
   )
+  if client_columns:
+    caption += (
+      " Per-client figures (data.client_test): the last evaluation's accuracy on each client's"
+      ' own test data, mean over clients, 10th percentile and worst client, and after'
+      ' fine-tuning (personalized), each averaged over seeds.'
+    )
   return '\n'.join(lines) + '\n\n' + caption + '\n'
 
 

@@ -35,6 +35,15 @@ def final_accuracy(run: RunFiles) -> float | None:
   return float(accuracies[-1]) if accuracies.size else None
 
 
+def final_value(run: RunFiles, key: str) -> float | None:
+  """`key` of the run's last metrics row that has it (None if no row has)."""
+  for row in reversed(run.metrics):
+    value = as_number(row.get(key))
+    if value is not None:
+      return value
+  return None
+
+
 def best_accuracy(run: RunFiles) -> float | None:
   """The highest test accuracy of any evaluation of a finite model (rows marked `diverged`,
   written under run.on_divergence='continue', do not count), as the run's summary gives it."""

@@ -3,7 +3,8 @@
   fedsim-plot runs/fedavg runs/fedbuff --out plots --kinds accuracy,timeline --band std
 
 Writes `accuracy.<format>` (every group in one figure) and, for the first seed of each group,
-`timeline_<label>`, `staleness_<label>` and `updates_<label>`; prints each path written. A
+`timeline_<label>`, `staleness_<label>`, `updates_<label>` and `clients_<label>` (the
+per-client accuracy distribution over time); prints each path written. A
 figure whose data a run does not record is skipped with one line on stderr. Runs that have not
 completed (killed, interrupted, failed, diverged, still running, or killed while `--resume`
 extended them) are left out, each named in one line on stderr; `--include_unfinished` keeps them,
@@ -25,7 +26,7 @@ from fedsim_jax.analysis import plots
 from fedsim_jax.analysis.command import groups_of, parser_for, run_command
 from fedsim_jax.analysis.run_files import RunFiles, group_label, slug
 
-KINDS = ('accuracy', 'timeline', 'staleness', 'updates')
+KINDS = ('accuracy', 'timeline', 'staleness', 'updates', 'clients')
 FORMATS = ('png', 'svg')
 
 
@@ -57,7 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
   parser.add_argument('--out', metavar='OUTDIR', help='output folder (default: DIR/plots)')
   parser.add_argument('--format', choices=FORMATS, default='png')
   parser.add_argument(
-    '--kinds', type=_kinds, default=list(KINDS), help=f'comma-separated ({",".join(KINDS)})'
+    '--kinds',
+    type=_kinds,
+    default=None,
+    help=f'comma-separated ({",".join(KINDS)}); default: all, clients where the run has them',
   )
   parser.add_argument('--band', choices=plots.BANDS, default='minmax', help='accuracy band')
   parser.add_argument(
@@ -69,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
 def write_plots(
   groups: Sequence[Sequence[RunFiles]],
   out: pathlib.Path,
-  kinds: Sequence[str] = KINDS,
+  kinds: Sequence[str] | None = None,
   file_format: str = 'png',
   band: str = 'minmax',
   max_rows: int = 100,
@@ -78,12 +82,16 @@ def write_plots(
   """Writes the figures of `kinds` into `out` (created if needed): `accuracy.<file_format>` of
   all groups, and the per-run kinds of each group's first run, named after the group's label.
   Prints and returns the paths written; a figure whose data a run does not record is skipped
-  with one line on stderr."""
+  with one line on stderr. `kinds` None: every kind, `clients` only for runs that evaluated
+  per client (silently skipped for the others)."""
+  optional = set() if kinds is not None else {'clients'}
+  kinds = KINDS if kinds is None else kinds
   out.mkdir(parents=True, exist_ok=True)
   per_run: dict[str, Callable[[RunFiles], Figure]] = {
     'timeline': lambda run: plots.timeline_figure(run, max_rows=max_rows),
     'staleness': plots.staleness_figure,
     'updates': plots.updates_figure,
+    'clients': plots.clients_figure,
   }
   written = []
 
@@ -103,6 +111,8 @@ def write_plots(
     emit('accuracy', 'all runs', lambda: plots.accuracy_figure(groups, band, target))
   for group in groups:
     for kind in (k for k in kinds if k in per_run):
+      if kind in optional and not group[0].client_evaluations:
+        continue
       emit(kind, group_label(group), lambda: per_run[kind](group[0]))
   return written
 

@@ -353,6 +353,39 @@ def updates_figure(run: RunFiles) -> Figure:
   return fig
 
 
+def clients_figure(run: RunFiles) -> Figure:
+  """The distribution of per-client test accuracy over virtual time (`clients_eval.jsonl`):
+  the range over the evaluated clients (lightest), 10th to 90th percentile, the median and the
+  mean; with personalization, the fine-tuned clients' mean as a dashed line.
+
+  Raises:
+    MissingData: the run wrote no per-client evaluation (`data.client_test` was 'none').
+  """
+  records = run.client_evaluations
+  if not records:
+    raise MissingData(f'{run.workdir}: no per-client evaluation (clients_eval.jsonl)')
+  time = np.array([record['virtual_time'] for record in records], float)
+  accuracy = [np.asarray(record['accuracy'], float) for record in records]
+  q = np.array([np.percentile(a, (0, 10, 50, 90, 100)) for a in accuracy])
+  fig = Figure(figsize=(8, 4.5), layout='constrained')
+  ax = fig.subplots()
+  ax.fill_between(time, q[:, 0], q[:, 4], color='#1f77b4', alpha=0.15, label='min-max')
+  ax.fill_between(time, q[:, 1], q[:, 3], color='#1f77b4', alpha=0.3, label='10th-90th pct.')
+  ax.plot(time, q[:, 2], color='#1f77b4', linewidth=1, label='median')
+  ax.plot(time, [a.mean() for a in accuracy], color='black', linewidth=1.5, label='mean')
+  if all('personalized_accuracy' in record for record in records):
+    tuned = [np.mean(record['personalized_accuracy']) for record in records]
+    ax.plot(time, tuned, color='#d62728', linestyle='--', label='personalized mean')
+  ax.set_xlabel('virtual time (s)')
+  ax.set_ylabel("accuracy on the client's own test data")
+  ax.set_ylim(0, 1)
+  ax.legend(fontsize='small', loc='lower right')
+  ax.grid(alpha=0.3)
+  clients = len(records[-1]['clients'])
+  ax.set_title(f'{run.label}: per-client accuracy, {clients} clients{_seed_text(run)}')
+  return fig
+
+
 def save(fig: Figure, path: str | os.PathLike, dpi: int = 100) -> None:
   """Writes `fig` to `path`; the suffix picks the format (.png, .svg, .pdf)."""
   fig.savefig(path, dpi=dpi)

@@ -35,6 +35,8 @@ class RunFiles:
       final), or None when the run wrote none.
     clients: `clients.json` (per-client lists 'dispatched', 'aggregated', 'gradient_steps',
       'busy_time'), or None when absent.
+    client_evaluations: the records of `clients_eval.jsonl` (per-client accuracy of each
+      evaluation, `data.client_test`), or None when the run wrote none.
     label: the name figures and tables give the run (its algorithm's name by default).
     seed: the run's seed (config 'seed', else the `seed<s>` folder name), or None.
     status: where the run stands (`fedsim_jax.workdir.run_status`): 'completed' or
@@ -51,6 +53,7 @@ class RunFiles:
   label: str
   seed: int | None
   status: str = 'completed'
+  client_evaluations: list[dict[str, Any]] | None = None
 
   @property
   def finished(self) -> bool:
@@ -169,6 +172,7 @@ def load(workdir: str | os.PathLike, label: str | None = None) -> RunFiles:
   if not isinstance(config, dict):
     raise RunFilesError(f'{path / "config.json"}: not a JSON object')
   tasks_path = path / 'tasks.jsonl'
+  clients_path = path / 'clients_eval.jsonl'
   seed = config.get('seed')
   metrics = _read_jsonl(path / METRICS)
   summary = _optional_json(path / 'summary.json')
@@ -183,6 +187,7 @@ def load(workdir: str | os.PathLike, label: str | None = None) -> RunFiles:
     label='',
     seed=int(seed) if isinstance(seed, int) else _seed_of_folder(path),
     status=workdir_lib.run_status(path, summary, last_version),
+    client_evaluations=_read_jsonl(clients_path) if clients_path.is_file() else None,
   )
   run.label = label or run.algorithm or path.resolve().name
   return run

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedsim_jax.data.client_test import ClientTestSet
 from fedsim_jax.str_enum import StrEnum
 
 
@@ -97,6 +98,7 @@ class FederatedDataset:
   test_y: np.ndarray
   num_classes: int
   straggler_mask: np.ndarray | None = None  # [num_clients] bool, from straggler-aware splits
+  client_test: ClientTestSet | None = None  # each client's own test examples (data.client_test)
 
   @classmethod
   def from_partition(
@@ -109,6 +111,7 @@ class FederatedDataset:
     test_y: np.ndarray,
     num_classes: int,
     straggler_mask: np.ndarray | None = None,
+    client_test: ClientTestSet | None = None,
   ) -> FederatedDataset:
     """Builds a federation from `partition[c]`, the training-example indices of client c."""
     if not partition:
@@ -127,6 +130,7 @@ class FederatedDataset:
       test_y=np.asarray(test_y, np.int32),
       num_classes=int(num_classes),
       straggler_mask=None if straggler_mask is None else np.asarray(straggler_mask, bool),
+      client_test=client_test,
     )
 
   @property

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedsim_jax.data.bucketing import round_up_to_bucket
+from fedsim_jax.data.client_test import ClientTestSet
 from fedsim_jax.data.federated import ClientDataArrays, FederatedDataset
 
 
@@ -87,6 +88,7 @@ class LazyFederation:
   num_classes: int
   straggler_mask: np.ndarray | None = None
   bucket_bits: int = 3
+  client_test: ClientTestSet | None = None  # each client's own test examples (data.client_test)
   client_sizes: np.ndarray = dataclasses.field(init=False, repr=False)
 
   def __post_init__(self):
@@ -140,6 +142,7 @@ class LazyFederation:
     num_classes: int,
     straggler_mask: np.ndarray | None = None,
     bucket_bits: int = 3,
+    client_test: ClientTestSet | None = None,
   ) -> LazyFederation:
     """From `partition[c]`, the training-example rows of client c (kept in the given order)."""
     if not partition:
@@ -157,6 +160,7 @@ class LazyFederation:
       num_classes=int(num_classes),
       straggler_mask=straggler_mask,
       bucket_bits=bucket_bits,
+      client_test=client_test,
     )
 
   @classmethod

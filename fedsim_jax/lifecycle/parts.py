@@ -7,9 +7,14 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
+
 from fedsim_jax.data.federated import FederatedDataset
 from fedsim_jax.executor import Executor
+from fedsim_jax.client.local_update import sgd_client_update
+from fedsim_jax.data.lazy import LazyFederation
 from fedsim_jax.metrics import make_evaluator
+from fedsim_jax.metrics.client_evaluation import ClientEvaluator, Personalization, speed_groups
 from fedsim_jax.models import Model
 from fedsim_jax.registry import Selection
 from fedsim_jax.run_spec import RunSpec
@@ -94,6 +99,8 @@ class RunParts:
   # gains (the update's bytes, whether its client attacks).
   transforms_summary: Mapping[str, Any] | None = None
   annotate_task: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+  # Per-client evaluation on each client's own test data (`data.client_test`), or None.
+  client_evaluate: ClientEvaluator | None = None
 
 
 def evaluator(spec: RunSpec, model: Model, dataset: FederatedDataset) -> Evaluator:
@@ -115,3 +122,62 @@ def evaluator(spec: RunSpec, model: Model, dataset: FederatedDataset) -> Evaluat
     message = str(error)
     named = message.startswith(('top_k', 'class_groups[', 'balanced_accuracy'))
     raise ConfigError(('run.eval_' if named else 'run.eval_*: ') + message) from None
+
+
+def client_groups(dataset: FederatedDataset, simulation: Simulation) -> dict[str, Any]:
+  """Named groups of clients for per-group figures: the straggler-domain split's stragglers
+  and standard clients, and the fast, medium and slow thirds by expected step time."""
+  groups: dict[str, Any] = {}
+  if dataset.straggler_mask is not None:
+    groups.update(straggler=dataset.straggler_mask, standard=~dataset.straggler_mask)
+  latency = simulation.latency
+  times = [latency.expected_step_time(c) for c in range(dataset.num_clients)]
+  groups.update(speed_groups(np.asarray(times)))
+  return groups
+
+
+def client_evaluator(
+  spec: RunSpec, model: Model, dataset: FederatedDataset, simulation: Simulation
+) -> ClientEvaluator | None:
+  """The per-client evaluator `data.client_test` and `run.eval_*` ask for (None when
+  `data.client_test` is 'none'); `ConfigError` for settings that do not fit the federation."""
+  test = dataset.client_test
+  run = spec.run
+  if test is None:
+    for name in ('eval_clients', 'eval_personalization_steps'):
+      if getattr(run, name):
+        raise ConfigError(
+          f'run.{name}={getattr(run, name)!r} needs per-client test data; allowed: '
+          "data.client_test='held_out', 'label_matched' or 'natural', or the default"
+        )
+    return None
+  personalization = None
+  if run.eval_personalization_steps:
+    if isinstance(dataset, LazyFederation):
+      raise ConfigError(
+        'run.eval_personalization_steps needs the federation on device; allowed: '
+        'data.lazy=False, or run.eval_personalization_steps=0'
+      )
+    import optax
+
+    rate = run.eval_personalization_learning_rate or spec.client.learning_rate
+    personalization = Personalization(
+      steps=run.eval_personalization_steps,
+      client_update=sgd_client_update(model, optax.sgd(rate), spec.client.batch_size),
+      data=dataset.device_arrays(),
+      sampling=spec.client.sampling,
+    )
+  try:
+    return ClientEvaluator(
+      model,
+      test,
+      run.eval_batch_size,
+      groups=client_groups(dataset, simulation),
+      sample_size=run.eval_clients,
+      seed=spec.seed,
+      personalization=personalization,
+    )
+  except ValueError as error:
+    raise ConfigError(
+      f'run.{error}' if str(error).startswith('eval_') else f'data.client_test: {error}'
+    ) from None

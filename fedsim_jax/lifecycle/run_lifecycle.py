@@ -49,6 +49,10 @@ from fedsim_jax.workdir import RunStatus
 STATUSES = workdir_lib.ENDED_STATUSES  # the statuses a run can end with (`finish`)
 
 
+CLIENTS_EVAL_FILE = 'clients_eval.jsonl'  # per-client values of each evaluation
+CLIENT_FIGURES = ('client_accuracy', 'client_loss', 'clients_evaluated', 'personalized_accuracy')
+
+
 class Diverged(Exception):
   """The evaluated model's test loss or parameters became NaN or infinite (the message is the
   one line the binary prints)."""
@@ -112,6 +116,14 @@ class RunLifecycle:
     self._resolved_config = json.loads(json.dumps(resolved))
     run_state = restored.state['run'] if restored is not None else {}
     self.writer = MetricsWriter(self.workdir, rows=run_state.get('rows', ()))
+    self.client_evaluate = parts.client_evaluate
+    self.client_writer = (
+      None
+      if self.client_evaluate is None
+      else MetricsWriter(
+        self.workdir, rows=run_state.get('client_rows') or (), filename=CLIENTS_EVAL_FILE
+      )
+    )
     self.task_trace = task_trace_writer(
       self.workdir, primary=self.primary, write_tasks=options.write_tasks, restored=restored
     )
@@ -210,6 +222,7 @@ class RunLifecycle:
       'simulation': sim.state(),
       'run': {
         'rows': self.writer.rows,
+        'client_rows': None if self.client_writer is None else self.client_writer.rows,
         'tasks_offset': None if self.task_trace is None else self.task_trace.offset(),
         'last_evaluated': self._last_evaluated,
         'best': self._best,
@@ -259,6 +272,10 @@ class RunLifecycle:
       **statistics(sim, self._client_classes, window=True),
       **(self.privacy.row(sim.server_state) if self.privacy is not None else {}),
     }
+    if self.client_evaluate is not None and self.client_writer is not None:
+      clients = self.client_evaluate(eval_params, sim.version)
+      row.update(clients.row())
+      self.client_writer.write(clients.record(sim.version, sim.now))
     if diverged:  # (the summary's best accuracy and the best model skip this evaluation)
       row['diverged'] = True
     sim.reset_window()
@@ -387,6 +404,11 @@ class RunLifecycle:
       summary['privacy'] = self.privacy.summary(sim.server_state)
     if self.transforms_summary:
       summary['transforms'] = self.transforms_summary
+    if self.client_writer is not None and self.writer.rows:
+      last = self.writer.rows[-1]
+      summary['client_evaluation'] = {
+        name: value for name, value in last.items() if name.startswith(CLIENT_FIGURES)
+      }
     summary['host'] = {
       'seconds': time.perf_counter() - self.host_start,
       'total_seconds': self._total_host_seconds(),
@@ -422,6 +444,8 @@ class RunLifecycle:
     self._outputs_closed = True
     failure = None
     closes: list[Callable[[], Any]] = [self.writer.close]
+    if self.client_writer is not None:
+      closes.append(self.client_writer.close)
     if self.task_trace is not None:
       if unresolved_tasks:  # after the last checkpoint: a resumed run truncates them
         closes.append(self.simulation.write_unresolved_tasks)

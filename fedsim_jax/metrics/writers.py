@@ -12,17 +12,23 @@ from typing import Any, TextIO
 
 
 class MetricsWriter:
-  """Appends one JSON object per evaluation point to `<workdir>/metrics.jsonl`, one flushed line
-  at a time.
+  """Appends one JSON object per evaluation point to `<workdir>/metrics.jsonl` (or another
+  `filename`: the per-client evaluations' `clients_eval.jsonl`), one flushed line at a time.
 
   Args:
     workdir: the run's folder.
     rows: the rows a resumed run had written up to its checkpoint: the file is rewritten to
       exactly these (atomically) before new rows are appended.
+    filename: the file's name in `workdir`.
   """
 
-  def __init__(self, workdir: str | os.PathLike, rows: Sequence[Mapping[str, Any]] = ()) -> None:
-    self.path = os.path.join(workdir, 'metrics.jsonl')
+  def __init__(
+    self,
+    workdir: str | os.PathLike,
+    rows: Sequence[Mapping[str, Any]] = (),
+    filename: str = 'metrics.jsonl',
+  ) -> None:
+    self.path = os.path.join(workdir, filename)
     self.rows: list[dict[str, Any]] = [dict(row) for row in rows]
     temporary = self.path + '.tmp'
     with open(temporary, 'w', encoding='utf-8') as f:
