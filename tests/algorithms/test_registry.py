@@ -13,7 +13,7 @@ ALGORITHMS = algorithms.names()
 
 
 def test_the_papers_algorithms_and_their_baselines_are_registered():
-  assert len(ALGORITHMS) == 32
+  assert len(ALGORITHMS) == 33
   for name in (
     'fedavg',
     'fedbuff',
@@ -28,6 +28,7 @@ def test_the_papers_algorithms_and_their_baselines_are_registered():
     'asofed',
     'fedsa',
     'fednova_budget',
+    'scaffold',
   ):
     assert name in ALGORITHMS
 
@@ -130,6 +131,7 @@ LINEAR_FORM = {
   'fedprox',
   'fedyogi',
   'moon',
+  'scaffold',
 }
 
 

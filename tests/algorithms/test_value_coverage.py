@@ -69,6 +69,11 @@ VALUE_TESTS = {
     f'{MOON_FEDDYN}::TestMoon::test_mu_zero_is_fedavg_bit_for_bit',
     f'{MOON_FEDDYN}::TestMoon::test_a_first_participation_contrasts_nothing_and_a_later_one_does',
   ],
+  'scaffold': [
+    'tests/algorithms/test_scaffold_values.py::test_option_two_control_variates_replayed_by_hand',
+    'tests/algorithms/test_scaffold_values.py::test_the_first_round_is_fedavgs_with_the_plain_mean',
+    'tests/algorithms/test_scaffold_values.py::test_with_one_local_step_options_one_and_two_agree',
+  ],
   'feddyn': [
     f'{MOON_FEDDYN}::TestFedDyn::test_first_round_of_every_client_is_fedprox_with_mu_alpha_and_'
     'twice_the_step',
