@@ -21,11 +21,11 @@ from absl import logging
 from fedsim_jax import algorithms, memory_estimate
 from fedsim_jax import config as config_lib
 from fedsim_jax.client import client_optimizer
+from fedsim_jax.data import client_test as client_test_lib
 from fedsim_jax.data import datasets
+from fedsim_jax.data.client_test import ClientTestData, ClientTestSet
 from fedsim_jax.data.errors import CorruptDatasetError, DatasetNotFoundError
 from fedsim_jax.data.federated import FederatedDataset, steps_for_epochs
-from fedsim_jax.data import client_test as client_test_lib
-from fedsim_jax.data.client_test import ClientTestData, ClientTestSet
 from fedsim_jax.data.lazy import LazyFederation
 from fedsim_jax.data.partitioners import (
   PartitionContext,

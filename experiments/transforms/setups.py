@@ -14,8 +14,8 @@ rounds, so that both train the same number of client updates.
 * attacks: `ATTACKS` (sign flip with s = 3, scaling with gamma = 10) at `ATTACK_FRACTIONS`
   of the clients, and no attack, against every aggregator of `AGGREGATORS`.
 * compression: `COMPRESSORS` (dense, top-1% with error feedback, QSGD with 16 levels) on a
-  bandwidth-limited latency model (`device_ratio`, 100 kB/s, fastest step 50 ms), for a fixed
-  virtual time `COMPRESSION_SECONDS`; time to `COMPRESSION_TARGET` accuracy.
+  bandwidth-limited latency model (`device_ratio`, 100 kB/s, step times uniform in 50-250 ms),
+  for a fixed virtual time `COMPRESSION_SECONDS`; time to `COMPRESSION_TARGET` accuracy.
 
 The settings not fixed by a paper are chosen here and named: the clip norm and norm bound
 (0.5, a little above the median honest update norm, ~0.4 at these client settings, measured

@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from fedsim_jax.data.federated import FederatedDataset
-from fedsim_jax.executor import Executor
 from fedsim_jax.client.local_update import sgd_client_update
+from fedsim_jax.data.federated import FederatedDataset
 from fedsim_jax.data.lazy import LazyFederation
+from fedsim_jax.executor import Executor
 from fedsim_jax.metrics import make_evaluator
 from fedsim_jax.metrics.client_evaluation import ClientEvaluator, Personalization, speed_groups
 from fedsim_jax.models import Model
