@@ -54,6 +54,7 @@ from fedsim_jax.runtime.latency import build_availability as build_registered_av
 from fedsim_jax.runtime.latency import build_latency as build_registered_latency
 from fedsim_jax.saved_run import model_description
 from fedsim_jax.settings import Settings
+from fedsim_jax.strategy.client_loss import ClientLoss
 from fedsim_jax.transforms import attacks, with_update_transforms
 from fedsim_jax.transforms import plugins as transform_plugins
 
@@ -478,6 +479,7 @@ def build_simulation(
     on_version=on_version,
     bucket_bits=executor_settings.bucket_bits,
     max_batch_tasks=executor_settings.max_batch_tasks,
+    client_loss=ClientLoss(model, dataset, spec.run.eval_batch_size),
   )
 
 

@@ -163,6 +163,14 @@ class SchedulerContext:
   def params(self) -> Params:
     return self._simulation.params
 
+  def client_loss(self, params: Params, client_id: int) -> float:
+    """Client `client_id`'s mean loss on all its training examples at `params`
+    (`strategy.client_loss.ClientLoss`; q-FFL's F_k)."""
+    loss = self._simulation.client_loss
+    if loss is None:
+      raise ValueError('this simulation was built without client_loss (Simulation(client_loss=))')
+    return loss(params, int(client_id))
+
   @property
   def rng(self) -> np.random.Generator:
     return self._simulation.rng

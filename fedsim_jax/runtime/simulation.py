@@ -156,8 +156,11 @@ class Simulation:
     stall_events: int | None = 100_000,
     task_log: TaskLog | None = None,
     max_batch_tasks: int | None = 0,
+    client_loss: Callable[[Params, int], float] | None = None,
   ) -> None:
     self.scheduler = scheduler
+    # A client's mean training loss at given params (q-FFL's F_k); rebuilt, not checkpointed.
+    self.client_loss = client_loss
     self.aggregator = aggregator
     self.latency = latency
     self.client_sizes = np.asarray(client_sizes)

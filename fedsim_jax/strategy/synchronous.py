@@ -58,7 +58,8 @@ class ClosingRound:
   stragglers: list[TaskHandle]
 
 
-RoundClosing = Callable[[SchedulerContext, ClosingRound], None]
+# Called just before a round is aggregated; may return the weights to aggregate with instead.
+RoundClosing = Callable[[SchedulerContext, ClosingRound], 'Sequence[float] | None']
 
 
 def update_weights(
@@ -90,7 +91,8 @@ class SynchronousScheduler:
     min_responses: fewest updates a deadline-closed round aggregates.
     late_update_handler: receives stragglers instead of discarding them.
     task_inputs: `(sim, client) -> task_inputs` of each task dispatched (None: no inputs).
-    round_closing: called with a `ClosingRound` just before a round's updates are aggregated.
+    round_closing: called with a `ClosingRound` just before a round's updates are aggregated;
+      weights it returns replace the round's (q-FFL's), None keeps them.
   """
 
   def __init__(
@@ -185,9 +187,10 @@ class SynchronousScheduler:
     if len(usable) >= self.min_responses:
       weights = update_weights(sim, usable, self.weighting)
       if self.round_closing is not None:
-        self.round_closing(
-          sim, ClosingRound(self.round_index, self.round_start_time, usable, weights, stragglers)
-        )
+        closing = ClosingRound(self.round_index, self.round_start_time, usable, weights, stragglers)
+        reweighted = self.round_closing(sim, closing)
+        if reweighted is not None:
+          weights = [float(w) for w in reweighted]
       sim.apply_updates(usable, weights)
     else:
       for h in usable:

@@ -24,6 +24,7 @@ from fedsim_jax.data.synthetic import toy_federation
 from fedsim_jax.executor import Executor, TaskBatchResult, round_up_to_bucket
 from fedsim_jax.runtime import Simulation, StopCondition, UpdateBatch
 from fedsim_jax.runtime.latency import TaskLatency
+from fedsim_jax.strategy.client_loss import ClientLoss
 from tests.helpers import make_tiny_config
 
 # Six clients of 8..20 examples: every client holds at least one batch of 8 (the tiny config's).
@@ -64,7 +65,10 @@ def simulation(
     model_bytes = 4 * model.num_params(init_params)
     latency = experiment.build_latency(run_config, federation, model_bytes, streams.latency_rng)
   context = algorithms.BuildContext(
-    run_config.algorithm.name, experiment.run_facts(run_config), federation.client_sizes, latency
+    run_config.algorithm.name,
+    experiment.run_facts(run_config),
+    federation.client_sizes,
+    latency,
   )
   algorithm = algorithms.build(settings, context)
   if executor is None:
@@ -79,6 +83,7 @@ def simulation(
     init_params=init_params,
     client_sizes=federation.client_sizes,
     rng=streams.scheduler_rng,
+    client_loss=ClientLoss(model, federation),
   )
 
 

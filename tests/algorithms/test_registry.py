@@ -13,7 +13,7 @@ ALGORITHMS = algorithms.names()
 
 
 def test_the_papers_algorithms_and_their_baselines_are_registered():
-  assert len(ALGORITHMS) == 33
+  assert len(ALGORITHMS) == 34
   for name in (
     'fedavg',
     'fedbuff',
@@ -29,6 +29,7 @@ def test_the_papers_algorithms_and_their_baselines_are_registered():
     'fedsa',
     'fednova_budget',
     'scaffold',
+    'qffedavg',
   ):
     assert name in ALGORITHMS
 
@@ -131,6 +132,7 @@ LINEAR_FORM = {
   'fedprox',
   'fedyogi',
   'moon',
+  'qffedavg',
   'scaffold',
 }
 

@@ -69,6 +69,11 @@ VALUE_TESTS = {
     f'{MOON_FEDDYN}::TestMoon::test_mu_zero_is_fedavg_bit_for_bit',
     f'{MOON_FEDDYN}::TestMoon::test_a_first_participation_contrasts_nothing_and_a_later_one_does',
   ],
+  'qffedavg': [
+    'tests/algorithms/test_qffl_values.py::test_q_zero_is_fedavg_with_the_plain_mean',
+    'tests/algorithms/test_qffl_values.py::test_the_server_step_replayed_from_the_losses_and_deltas',
+    'tests/algorithms/test_qffl_values.py::test_the_weights_on_hand_computed_numbers',
+  ],
   'scaffold': [
     'tests/algorithms/test_scaffold_values.py::test_option_two_control_variates_replayed_by_hand',
     'tests/algorithms/test_scaffold_values.py::test_the_first_round_is_fedavgs_with_the_plain_mean',
