@@ -204,6 +204,8 @@ def run_facts(
     seed=seed,
     client_optimizer=client.optimizer,
     client_learning_rate=client.learning_rate,
+    client_momentum=client.momentum,
+    client_weight_decay=client.weight_decay,
     batch_size=client.batch_size,
     local_steps=client.local_steps,
     local_epochs=client.local_epochs,

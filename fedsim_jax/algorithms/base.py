@@ -45,6 +45,8 @@ class RunFacts:
   seed: int = 0
   client_optimizer: str = 'sgd'
   client_learning_rate: float = 0.05
+  client_momentum: float = 0.9
+  client_weight_decay: float = 0.0
   batch_size: int = 32
   local_steps: int | None = None
   local_epochs: float | None = None

@@ -74,10 +74,11 @@ def weighted_sum() -> LinearReducer:
   return LinearReducer(_scale, _one)
 
 
-def fednova_mean() -> LinearReducer:
+def fednova_mean(norm: Callable[[jax.Array], jax.Array] | None = None) -> LinearReducer:
   """FedNova's normalised averaging (Wang et al. 2020), as FedCompass+N and CC-FedAvg's FedNova
   baseline use it: sum_k (c_k / Q_k) delta_k times tau_eff = sum_k w_k Q_k / sum_k w_k, with
-  Q_k the local steps of row k (at least 1).
+  Q_k the local steps of row k (at least 1), or with `norm`, ||a_k||_1 = norm(steps_k): the
+  local solver's accumulated coefficients (momentum and proximal solvers; `fednova_norm`).
 
   The weights play FedNova's p_k: nothing divides by their sum, so it is FedNova's average
   only when they sum to 1 (CC-FedAvg's 1 / |S_t|). Otherwise it is a FedNova-normalised *sum*,
@@ -88,10 +89,28 @@ def fednova_mean() -> LinearReducer:
 
   def numerators(updates: UpdateBatch, scale: jax.Array) -> jax.Array:
     steps = jnp.maximum(updates.num_steps, 1).astype(jnp.float32)
-    tau_eff = (updates.weights * steps).sum() / jnp.maximum(updates.weights.sum(), 1e-12)
-    return scale / steps * tau_eff
+    a = steps if norm is None else norm(steps)
+    tau_eff = (updates.weights * a).sum() / jnp.maximum(updates.weights.sum(), 1e-12)
+    return scale / a * tau_eff
 
   return LinearReducer(numerators, _one)
+
+
+def fednova_norm(
+  momentum: float = 0.0, proximal: float = 0.0, learning_rate: float = 1.0
+) -> Callable[[jax.Array], jax.Array]:
+  """||a||_1 of tau local steps (Wang et al. 2020, Sec. 4): tau for SGD; with momentum rho,
+  [tau - rho (1 - rho^tau) / (1 - rho)] / (1 - rho); with a proximal term mu at step size eta,
+  [1 - (1 - eta mu)^tau] / (eta mu). One of `momentum` and `proximal` may be non-zero."""
+  if momentum and proximal:
+    raise ValueError('fednova_norm: momentum and a proximal term together have no closed form')
+  if momentum:
+    rho = float(momentum)
+    return lambda tau: (tau - rho * (1 - rho**tau) / (1 - rho)) / (1 - rho)
+  if proximal:
+    shrink = 1.0 - float(learning_rate) * float(proximal)
+    return lambda tau: (1 - shrink**tau) / (float(learning_rate) * float(proximal))
+  return lambda tau: tau
 
 
 def staleness_scaled(reducer: Reducer, staleness: StalenessFn) -> Reducer:

@@ -16,9 +16,9 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 
 from fedsim_jax import algorithms, experiment
+from fedsim_jax.client import client_optimizer
 from fedsim_jax.data.federated import FederatedDataset
 from fedsim_jax.data.synthetic import toy_federation
 from fedsim_jax.executor import Executor, TaskBatchResult, round_up_to_bucket
@@ -73,7 +73,13 @@ def simulation(
   algorithm = algorithms.build(settings, context)
   if executor is None:
     client = run_config.client
-    update = algorithm.make_client_update(model, optax.sgd(client.learning_rate), client.batch_size)
+    optimizer = client_optimizer(
+      client.optimizer,
+      client.learning_rate,
+      momentum=client.momentum,
+      weight_decay=client.weight_decay,
+    )
+    update = algorithm.make_client_update(model, optimizer, client.batch_size)
     executor = Executor(update, federation.device_arrays(), streams.train_key, backend=backend)
   return Simulation(
     executor=executor,

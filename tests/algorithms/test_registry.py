@@ -13,7 +13,7 @@ ALGORITHMS = algorithms.names()
 
 
 def test_the_papers_algorithms_and_their_baselines_are_registered():
-  assert len(ALGORITHMS) == 34
+  assert len(ALGORITHMS) == 35
   for name in (
     'fedavg',
     'fedbuff',
@@ -30,6 +30,7 @@ def test_the_papers_algorithms_and_their_baselines_are_registered():
     'fednova_budget',
     'scaffold',
     'qffedavg',
+    'fednova',
   ):
     assert name in ALGORITHMS
 
@@ -128,6 +129,7 @@ LINEAR_FORM = {
   'fedavg_dropout',
   'fedavgm',
   'fedbuff',
+  'fednova',
   'fednova_budget',
   'fedprox',
   'fedyogi',

@@ -69,6 +69,11 @@ VALUE_TESTS = {
     f'{MOON_FEDDYN}::TestMoon::test_mu_zero_is_fedavg_bit_for_bit',
     f'{MOON_FEDDYN}::TestMoon::test_a_first_participation_contrasts_nothing_and_a_later_one_does',
   ],
+  'fednova': [
+    'tests/algorithms/test_fednova_values.py::test_equal_steps_with_sgd_is_fedavg',
+    'tests/algorithms/test_fednova_values.py::test_heterogeneous_steps_normalised_average_replayed_by_hand',
+    'tests/algorithms/test_fednova_values.py::test_norms_of_the_local_solvers_on_hand_computed_sums',
+  ],
   'qffedavg': [
     'tests/algorithms/test_qffl_values.py::test_q_zero_is_fedavg_with_the_plain_mean',
     'tests/algorithms/test_qffl_values.py::test_the_server_step_replayed_from_the_losses_and_deltas',
