@@ -188,6 +188,23 @@ def test_a_run_writes_the_per_client_figures_and_resumes_bit_for_bit(digits_data
     assert [json.loads(line) for line in f] == records
 
 
+def test_ditto_runs_report_each_clients_own_model(digits_data_dir, tmp_path):
+  config = make_tiny_config(
+    'ditto', digits_data_dir, clients=10, slots=4, **{'data.client_test': 'held_out'}
+  )
+  run_experiment(config, tmp_path / 'ditto')
+  with open(tmp_path / 'ditto' / 'metrics.jsonl') as f:
+    rows = [json.loads(line) for line in f]
+  with open(tmp_path / 'ditto' / 'clients_eval.jsonl') as f:
+    records = [json.loads(line) for line in f]
+  # Version 0: every v_k is the initial model, so each client's own model scores as the global.
+  assert records[0]['personal_model_accuracy'] == records[0]['accuracy']
+  assert records[-1]['personal_model_accuracy'] != records[-1]['accuracy']
+  assert rows[-1]['personal_model_accuracy_mean'] == pytest.approx(
+    np.mean(records[-1]['personal_model_accuracy']), abs=1e-6
+  )
+
+
 @pytest.mark.parametrize(
   ('overrides', 'message'),
   [

@@ -51,9 +51,10 @@ COLUMNS = (
   'client_accuracy_p10',
   'client_accuracy_min',
   'personalized_accuracy_mean',
+  'personal_model_accuracy_mean',
 )
 # The per-client figures of a run's last evaluation (`data.client_test`), means over seeds.
-CLIENT_COLUMNS = COLUMNS[-4:]
+CLIENT_COLUMNS = COLUMNS[-5:]
 
 STD_CONVENTION = 'sample standard deviation (ddof=1) over seeds; 0 for a single seed'
 
@@ -63,6 +64,7 @@ _CLIENT_HEADERS = {
   'client_accuracy_p10': 'client p10',
   'client_accuracy_min': 'worst client',
   'personalized_accuracy_mean': 'personalized mean',
+  'personal_model_accuracy_mean': 'own-model mean',
 }
 
 
@@ -244,8 +246,9 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
   if client_columns:
     caption += (
       " Per-client figures (data.client_test): the last evaluation's accuracy on each client's"
-      ' own test data, mean over clients, 10th percentile and worst client, and after'
-      ' fine-tuning (personalized), each averaged over seeds.'
+      ' own test data, mean over clients, 10th percentile and worst client, after'
+      " fine-tuning (personalized), and of each client's own model where the algorithm keeps"
+      ' one (Ditto, FedBN), each averaged over seeds.'
     )
   return '\n'.join(lines) + '\n\n' + caption + '\n'
 

@@ -50,7 +50,13 @@ STATUSES = workdir_lib.ENDED_STATUSES  # the statuses a run can end with (`finis
 
 
 CLIENTS_EVAL_FILE = 'clients_eval.jsonl'  # per-client values of each evaluation
-CLIENT_FIGURES = ('client_accuracy', 'client_loss', 'clients_evaluated', 'personalized_accuracy')
+CLIENT_FIGURES = (
+  'client_accuracy',
+  'client_loss',
+  'clients_evaluated',
+  'personalized_accuracy',
+  'personal_model_accuracy',
+)
 
 
 class Diverged(Exception):
@@ -273,7 +279,9 @@ class RunLifecycle:
       **(self.privacy.row(sim.server_state) if self.privacy is not None else {}),
     }
     if self.client_evaluate is not None and self.client_writer is not None:
-      clients = self.client_evaluate(eval_params, sim.version)
+      # Each client's own model, where the algorithm keeps one (Ditto's v_k, FedBN's norms).
+      own = getattr(sim.scheduler, 'personal_models_of', None)
+      clients = self.client_evaluate(eval_params, sim.version, own)
       row.update(clients.row())
       self.client_writer.write(clients.record(sim.version, sim.now))
     if diverged:  # (the summary's best accuracy and the best model skip this evaluation)

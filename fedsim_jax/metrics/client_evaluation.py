@@ -25,7 +25,8 @@ examples, a chunk of clients at a time under `vmap`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -41,7 +42,11 @@ from fedsim_jax.models import Model, Params
 # The sample of evaluated clients' and the fine-tuning keys' own streams of the run's seed.
 _SAMPLE_STREAM = 0x6576616C  # 'eval'
 _FINE_TUNE_STREAM = 0x74756E65  # 'tune'
-PERSONALIZATION_CHUNK = 16  # clients fine-tuned together under vmap
+PERSONALIZATION_CHUNK = 16  # clients fine-tuned (or evaluated on their own models) together
+
+# `(params, clients) -> stacked models [len(clients), ...]`: each client's own model that the
+# algorithm keeps (its scheduler's `personal_models_of`), given the evaluated global model.
+PersonalModels = Callable[[Params, np.ndarray], Params]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +84,8 @@ class ClientEvaluation:
     accuracy, loss: `[G]` the evaluated model on each client's test examples.
     num_examples: `[G]` test examples (tokens, for sequence models) per client.
     personalized_accuracy: `[G]` after fine-tuning, or None without personalization.
+    personal_model_accuracy: `[G]` each client's own model kept by the algorithm (Ditto's v_k,
+      FedBN's local normalisation), or None for algorithms that keep none.
     groups: name -> `[num_clients]` bool membership, for per-group means.
   """
 
@@ -87,6 +94,7 @@ class ClientEvaluation:
   loss: np.ndarray
   num_examples: np.ndarray
   personalized_accuracy: np.ndarray | None = None
+  personal_model_accuracy: np.ndarray | None = None
   groups: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
   def row(self) -> dict[str, float]:
@@ -95,11 +103,11 @@ class ClientEvaluation:
     row['client_loss_mean'] = float(np.mean(self.loss))
     row['clients_evaluated'] = len(self.clients)
     figures = [('client_accuracy', self.accuracy)]
-    if self.personalized_accuracy is not None:
-      row.update(
-        distribution(self.personalized_accuracy, self.num_examples, 'personalized_accuracy')
-      )
-      figures.append(('personalized_accuracy', self.personalized_accuracy))
+    for prefix in ('personalized_accuracy', 'personal_model_accuracy'):
+      values = getattr(self, prefix)
+      if values is not None:
+        row.update(distribution(values, self.num_examples, prefix))
+        figures.append((prefix, values))
     for name, members in self.groups.items():
       chosen = members[self.clients]
       for prefix, values in figures:
@@ -117,8 +125,10 @@ class ClientEvaluation:
       'loss': [round(float(v), 6) for v in self.loss],
       'num_examples': self.num_examples.astype(int).tolist(),
     }
-    if self.personalized_accuracy is not None:
-      record['personalized_accuracy'] = [round(float(a), 6) for a in self.personalized_accuracy]
+    for name in ('personalized_accuracy', 'personal_model_accuracy'):
+      values = getattr(self, name)
+      if values is not None:
+        record[name] = [round(float(a), 6) for a in values]
     return record
 
 
@@ -192,6 +202,7 @@ class ClientEvaluator:
       }
 
     self._batch_sums = batch_sums
+    self._evaluate_each = jax.jit(jax.vmap(model.evaluate))
     if personalization is not None:
       self._tune_and_evaluate = jax.jit(self._personalized_program(personalization))
 
@@ -240,7 +251,9 @@ class ClientEvaluator:
       jnp.asarray(_padded(owner.astype(np.int32), total).reshape(shape)),
     )
 
-  def __call__(self, params: Params, version: int) -> ClientEvaluation:
+  def __call__(
+    self, params: Params, version: int, personal_models: PersonalModels | None = None
+  ) -> ClientEvaluation:
     params = _on_one_device(params)
     clients = self.clients(version)
     if self.sample_size is None:
@@ -255,22 +268,34 @@ class ClientEvaluator:
       totals = sums if totals is None else jax.tree_util.tree_map(jnp.add, totals, sums)
     totals = jax.device_get(totals)
     count = np.asarray(totals['count'], np.float64)
-    personalized = None
+    personalized = own = None
     if self.personalization is not None:
-      personalized = self._personalized(params, clients, version)
+      base = jax.random.fold_in(jax.random.PRNGKey(self.seed ^ _FINE_TUNE_STREAM), version)
+
+      def tune(ids, x, y, w):
+        keys = jax.vmap(lambda c: jax.random.fold_in(base, c))(ids)
+        return self._tune_and_evaluate(params, ids, keys, x, y, w)
+
+      personalized = self._per_client(clients, tune)
+    if personal_models is not None:
+
+      def own_models(ids, x, y, w):
+        return self._evaluate_each(personal_models(params, np.asarray(ids)), x, y, w)
+
+      own = self._per_client(clients, own_models)
     return ClientEvaluation(
       clients=clients,
       accuracy=np.asarray(totals['correct'], np.float64) / count,
       loss=np.asarray(totals['loss_sum'], np.float64) / count,
       num_examples=count,
       personalized_accuracy=personalized,
+      personal_model_accuracy=own,
       groups=self.groups,
     )
 
-  def _personalized(self, params: Params, clients: np.ndarray, version: int) -> np.ndarray:
-    """Accuracy of each of `clients` after fine-tuning, a chunk of clients of similar test
-    size at a time (their examples padded to a power of two)."""
-    base = jax.random.fold_in(jax.random.PRNGKey(self.seed ^ _FINE_TUNE_STREAM), version)
+  def _per_client(self, clients: np.ndarray, run: Callable[..., Any]) -> np.ndarray:
+    """Accuracy of each of `clients` under its own model: `run(ids, x, y, w)` evaluates a chunk
+    of clients of similar test size (their examples padded to a power of two, `[chunk, L]`)."""
     sizes = self.test.sizes[clients]
     order = np.argsort(sizes, kind='stable')
     accuracy = np.zeros(len(clients))
@@ -279,21 +304,18 @@ class ClientEvaluator:
       ids = clients[chosen]
       length = _bucket(sizes[chosen].max())
       padding = PERSONALIZATION_CHUNK - len(ids)  # the last chunk: one compiled shape
+      all_ids = np.concatenate([ids, np.repeat(ids[:1], padding)]).astype(np.int32)
       x, y, w = [], [], []
-      for client in np.concatenate([ids, np.repeat(ids[:1], padding)]):
+      for client in all_ids:
         rows = np.arange(self.test.offsets[client], self.test.offsets[client + 1])
         weights = np.zeros(length, np.float32)
         weights[: len(rows)] = 1.0
         x.append(_padded(self.test.x[rows], length))
         y.append(_padded(self.test.y[rows], length))
         w.append(weights)
-      all_ids = np.concatenate([ids, np.repeat(ids[:1], padding)]).astype(np.int32)
-      keys = jax.vmap(lambda c: jax.random.fold_in(base, c))(jnp.asarray(all_ids))
       metrics = jax.device_get(
-        self._tune_and_evaluate(
-          params,
+        run(
           jnp.asarray(all_ids),
-          keys,
           jnp.asarray(np.stack(x)),
           jnp.asarray(np.stack(y).astype(np.int32)),
           jnp.asarray(np.stack(w)),

@@ -54,6 +54,17 @@ def create(template: Any, num_clients: int, fill: float = 0.0) -> ClientTable:
   return ClientTable(values=values, written=np.zeros(num_clients, bool))
 
 
+def broadcast(value: Any, num_clients: int) -> ClientTable:
+  """A table of `num_clients` rows, each a copy of `value` (a pytree of arrays), none written:
+  per-client values that start from a shared one (Ditto's personalized models from w^0)."""
+  if num_clients < 1:
+    raise ValueError(f'num_clients={num_clients}; allowed: >= 1')
+  values = jax.tree_util.tree_map(
+    lambda leaf: jnp.broadcast_to(leaf, (num_clients, *jnp.shape(leaf))).copy(), value
+  )
+  return ClientTable(values=values, written=np.zeros(num_clients, bool))
+
+
 def read(table: ClientTable, client: int) -> Any:
   """Client `client`'s row (the `fill` value if it was never written)."""
   return row(table.values, client)

@@ -13,7 +13,7 @@ ALGORITHMS = algorithms.names()
 
 
 def test_the_papers_algorithms_and_their_baselines_are_registered():
-  assert len(ALGORITHMS) == 35
+  assert len(ALGORITHMS) == 36
   for name in (
     'fedavg',
     'fedbuff',
@@ -31,6 +31,7 @@ def test_the_papers_algorithms_and_their_baselines_are_registered():
     'scaffold',
     'qffedavg',
     'fednova',
+    'ditto',
   ):
     assert name in ALGORITHMS
 
@@ -122,6 +123,7 @@ LINEAR_FORM = {
   'ccfedavg_c',
   'ccfedavg_strategy1',
   'ccfedavg_strategy2',
+  'ditto',
   'fare_dust',
   'fedadagrad',
   'fedadam',

@@ -69,6 +69,12 @@ VALUE_TESTS = {
     f'{MOON_FEDDYN}::TestMoon::test_mu_zero_is_fedavg_bit_for_bit',
     f'{MOON_FEDDYN}::TestMoon::test_a_first_participation_contrasts_nothing_and_a_later_one_does',
   ],
+  'ditto': [
+    'tests/algorithms/test_ditto_values.py::test_the_global_model_is_fedavgs_for_any_lambda',
+    'tests/algorithms/test_ditto_values.py::test_a_first_personal_step_is_the_clients_own_fedavg_step',
+    'tests/algorithms/test_ditto_values.py::test_lambda_eta_one_keeps_each_personal_model_a_small_'
+    'step_from_the_download',
+  ],
   'fednova': [
     'tests/algorithms/test_fednova_values.py::test_equal_steps_with_sgd_is_fedavg',
     'tests/algorithms/test_fednova_values.py::test_heterogeneous_steps_normalised_average_replayed_by_hand',
