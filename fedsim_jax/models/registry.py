@@ -35,6 +35,7 @@ from fedsim_jax.models.zoo import (
   EmnistCNN,
   FedASMUCNN,
   FedAvgCNN,
+  FedBNCNN,
   LeNet5,
   MnistCNN,
   Norm,
@@ -52,6 +53,7 @@ from fedsim_jax.settings import (
   one_of,
   positive,
   setting,
+  tuple_of,
 )
 
 
@@ -238,6 +240,38 @@ def resnet20(settings: ResNetSettings, context: ModelContext) -> Model:
     norm=settings.norm,
     groups=settings.groups,
     shortcut=Shortcut.PAD,
+  )
+  return context.normalised(module, settings.norm)
+
+
+@dataclasses.dataclass(frozen=True)
+class FedBNSettings(Settings):
+  channels: tuple[int, ...] = setting(
+    (64, 64, 128), tuple_of(positive(integer=True), 'three integers >= 1'), 'convolution widths'
+  )
+  hidden: tuple[int, ...] = setting(
+    (2048, 512), tuple_of(positive(integer=True), 'two integers >= 1'), 'hidden FC widths'
+  )
+  norm: str = setting('batch', one_of(Norm), 'normalisation after each layer but the last')
+  groups: int = setting(2, _GROUPS, 'GroupNorm groups')
+
+  def check(self, prefix: str) -> None:
+    if len(self.channels) != 3 or len(self.hidden) != 2:
+      raise ConfigError(
+        f'{prefix}channels={self.channels!r}, hidden={self.hidden!r} are invalid; allowed: '
+        'three convolution widths and two hidden widths'
+      )
+
+
+@MODELS.register('fedbn_cnn', FedBNSettings)
+def fedbn_cnn(settings: FedBNSettings, context: ModelContext) -> Model:
+  """The digits CNN of FedBN (Li et al. 2021, Table 5): BatchNorm after every hidden layer."""
+  module = FedBNCNN(
+    num_classes=context.num_classes,
+    channels=tuple(settings.channels),
+    hidden=tuple(settings.hidden),
+    norm=settings.norm,
+    groups=settings.groups,
   )
   return context.normalised(module, settings.norm)
 

@@ -225,6 +225,33 @@ class ResNet(nn.Module):
     return nn.Dense(self.num_classes)(x)
 
 
+class FedBNCNN(nn.Module):
+  """The digits CNN of FedBN (Li et al. 2021, appendix, Table 5), BatchNorm after every layer
+  but the last: Conv 5x5 (64) -> BN -> ReLU -> MaxPool 2 -> Conv 5x5 (64) -> BN -> ReLU ->
+  MaxPool 2 -> Conv 5x5 (128) -> BN -> ReLU -> FC 2048 -> BN -> ReLU -> FC 512 -> BN -> ReLU ->
+  FC. Convolutions are 'SAME' with stride 1, so 28x28 inputs reach the first FC layer as
+  7x7x128 = 6,272 features (the paper's). `channels` and `hidden` scale it down for tests."""
+
+  num_classes: int
+  channels: tuple[int, ...] = (64, 64, 128)
+  hidden: tuple[int, ...] = (2048, 512)
+  norm: str = 'batch'
+  groups: int = 2
+
+  @nn.compact
+  def __call__(self, x: jax.Array, train: bool = False, mask: jax.Array | None = None) -> jax.Array:
+    for index, channels in enumerate(self.channels):
+      x = nn.Conv(channels, (5, 5), padding='SAME')(x)
+      x = nn.relu(_normalize(x, self.norm, self.groups, train, mask))
+      if index < 2:
+        x = max_pool_2x2(x)
+    x = x.reshape((x.shape[0], -1))
+    for width in self.hidden:
+      x = nn.Dense(width)(x)
+      x = nn.relu(_normalize(x, self.norm, self.groups, train, mask))
+    return nn.Dense(self.num_classes)(x)
+
+
 class AlexNet(nn.Module):
   """AlexNet (Krizhevsky et al. 2012) adapted to 32x32 inputs, the common CIFAR variant
   (W. Yang's pytorch-classification `alexnet`): Conv 11x11/4 (64, pad 5) -> pool -> Conv 5x5

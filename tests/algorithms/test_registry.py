@@ -13,7 +13,7 @@ ALGORITHMS = algorithms.names()
 
 
 def test_the_papers_algorithms_and_their_baselines_are_registered():
-  assert len(ALGORITHMS) == 36
+  assert len(ALGORITHMS) == 37
   for name in (
     'fedavg',
     'fedbuff',
@@ -32,6 +32,7 @@ def test_the_papers_algorithms_and_their_baselines_are_registered():
     'qffedavg',
     'fednova',
     'ditto',
+    'fedbn',
   ):
     assert name in ALGORITHMS
 
@@ -48,6 +49,8 @@ def _run_facts(name):
     return algorithms.RunFacts(num_clients=8, num_rounds=4)
   if name.startswith('fedasmu'):
     return algorithms.RunFacts(num_clients=8, num_rounds=4, local_epochs=2.0)
+  if name == 'fedbn':  # needs a BatchNorm model
+    return algorithms.RunFacts(num_clients=8, num_rounds=4, local_steps=2, model_norm='batch')
   return algorithms.RunFacts(num_clients=8, num_rounds=4, local_steps=2)
 
 
@@ -130,6 +133,7 @@ LINEAR_FORM = {
   'fedavg',
   'fedavg_dropout',
   'fedavgm',
+  'fedbn',
   'fedbuff',
   'fednova',
   'fednova_budget',

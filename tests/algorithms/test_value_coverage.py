@@ -75,6 +75,11 @@ VALUE_TESTS = {
     'tests/algorithms/test_ditto_values.py::test_lambda_eta_one_keeps_each_personal_model_a_small_'
     'step_from_the_download',
   ],
+  'fedbn': [
+    'tests/algorithms/test_fedbn_values.py::test_the_first_round_is_fedavgs',
+    'tests/algorithms/test_fedbn_values.py::test_each_clients_batch_norm_leaves_replayed_and_the_'
+    'shared_ones_averaged',
+  ],
   'fednova': [
     'tests/algorithms/test_fednova_values.py::test_equal_steps_with_sgd_is_fedavg',
     'tests/algorithms/test_fednova_values.py::test_heterogeneous_steps_normalised_average_replayed_by_hand',

@@ -35,6 +35,9 @@ PARAMETER_COUNTS = [
   ('resnet20', (32, 32, 3), 10, {}, 269_722),  # paper: He et al. 2016 Table 6, "0.27M"
   ('resnet20', (32, 32, 3), 100, {}, 275_572),  # computed (FedASMU's CIFAR-100 head)
   ('alexnet', (32, 32, 3), 10, {}, 2_472_266),  # computed (CIFAR AlexNet variant)
+  # computed (FedBN Table 5's layers): convs 1,664 + 102,464 + 204,928, FC 12,847,104 +
+  # 1,049,088 + 5,130, BatchNorm scale and bias 2 x 2,816.
+  ('fedbn_cnn', (28, 28, 1), 10, {}, 14_216_010),
   ('vgg11', (32, 32, 3), 10, {}, 9_225_610),  # computed (CIFAR VGG-11, no norm)
   ('vgg11', (32, 32, 3), 10, {'norm': 'batch'}, 9_231_114),  # computed
   ('char_lstm', (80,), 90, {}, 820_522),  # computed (TFF Shakespeare vocabulary of 90)
@@ -78,6 +81,7 @@ OUTPUT_SHAPES = [
   ('resnet18', (32, 32, 3), 100, {'norm': 'group'}),
   ('resnet20', (32, 32, 3), 100, {}),
   ('alexnet', (32, 32, 3), 10, {}),
+  ('fedbn_cnn', (28, 28, 1), 10, {}),
   ('vgg11', (32, 32, 3), 10, {}),
   ('char_lstm', (80,), 90, {}),
   ('word_lstm', (20,), 10_004, {}),

@@ -22,11 +22,12 @@ IMAGE_SHAPES = {
   'resnet20': (16, 16, 3),
   'alexnet': (32, 32, 3),
   'vgg11': (32, 32, 3),
+  'fedbn_cnn': (28, 28, 1),
 }
 NEXT_TOKEN = ('char_lstm', 'word_lstm')
 # Compiles of tens of seconds on CPU: in `make test-slow` (each model's local step and its
 # parameter count stay in `make test`: tests/models/test_zoo.py).
-SLOW = ('alexnet', 'resnet18', 'resnet20', 'vgg11', 'word_lstm')
+SLOW = ('alexnet', 'fedbn_cnn', 'resnet18', 'resnet20', 'vgg11', 'word_lstm')
 
 
 def _classification_text_federation(
