@@ -15,10 +15,11 @@ link), never a level.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from experiments import agreement, sweep
+from experiments import records as records_lib
 from experiments.transforms import setups
 
 ALGORITHM_NAMES = {'fedavg': 'FedAvg', 'fedbuff': 'FedBuff'}
@@ -97,29 +98,18 @@ def run_record(
   )
 
 
-Record = Mapping[str, Any]
-
-
-def _pct(values: Sequence[float]) -> str:
-  if not values:
-    return 'n/a'
-  mean, std = sweep.mean_std([100.0 * v for v in values])
-  return f'{mean:.1f} ± {std:.1f}'
+Record = records_lib.Record
+_pct = records_lib.percent
+_group = records_lib.group
+_final_pp = records_lib.points('final_accuracy')
 
 
 def _of(records: Iterable[Record], experiment: str) -> list[Record]:
   return [r for r in records if r.get('experiment') == experiment]
 
 
-def _group(records: Iterable[Record], key: Callable[[Record], Any]) -> dict[Any, list[Record]]:
-  groups: dict[Any, list[Record]] = {}
-  for record in records:
-    groups.setdefault(key(record), []).append(record)
-  return groups
-
-
 def _finals(runs: Sequence[Record]) -> list[float]:
-  return [r['final_accuracy'] for r in runs if r.get('final_accuracy') is not None]
+  return records_lib.values(runs, 'final_accuracy')
 
 
 # --- tables ---------------------------------------------------------------------------------
@@ -228,20 +218,10 @@ def compression_table(records: Iterable[Record]) -> str:
 # --- the papers' findings, assessed ----------------------------------------------------------
 
 
-def _per_seed(runs: Iterable[Record], value: Callable[[Record], agreement.Value | None]):
-  return {int(r['seed']): value(r) for r in runs}
-
-
-def _final_pp(record: Record) -> agreement.Value | None:
-  return agreement.exact(
-    None if record.get('final_accuracy') is None else 100 * record['final_accuracy']
-  )
-
-
 def _difference(
   first: Sequence[Record], second: Sequence[Record], value=_final_pp
 ) -> dict[int, agreement.Value | None]:
-  return agreement.paired(_per_seed(first, value), _per_seed(second, value))
+  return records_lib.paired_difference(first, second, value)
 
 
 def privacy_claims(records: Iterable[Record]) -> dict[str, list[agreement.Claim]]:

@@ -134,6 +134,8 @@ class NoSettings(Settings):
 @dataclasses.dataclass(frozen=True)
 class MLPSettings(Settings):
   hidden_sizes: tuple[int, ...] = setting((200, 200), _widths, 'hidden layer widths')
+  norm: str = setting('none', one_of(Norm), 'normalisation after each hidden layer (FedBN: batch)')
+  groups: int = setting(2, positive(integer=True), 'GroupNorm groups')
 
   # The setting that sizes the model, as a memory refusal names it.
   size_setting = 'hidden_sizes'
@@ -175,7 +177,13 @@ class TextCNNSettings(DropoutSettings):
 @MODELS.register('mlp', MLPSettings)
 def mlp(settings: MLPSettings, context: ModelContext) -> Model:
   """Fully connected ReLU network on flattened inputs (CC-FedAvg, the demo)."""
-  return context.bundle(MLP(hidden_sizes=settings.hidden_sizes, num_classes=context.num_classes))
+  module = MLP(
+    hidden_sizes=settings.hidden_sizes,
+    num_classes=context.num_classes,
+    norm=settings.norm,
+    groups=settings.groups,
+  )
+  return context.normalised(module, settings.norm)
 
 
 @MODELS.register('mnist_cnn', NoSettings)

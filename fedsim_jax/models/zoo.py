@@ -21,16 +21,19 @@ from fedsim_jax.str_enum import StrEnum
 
 
 class MLP(nn.Module):
-  """Fully connected ReLU network on flattened inputs."""
+  """Fully connected ReLU network on flattened inputs; with `norm` 'batch' (or 'group'),
+  normalisation after each hidden layer (FedBN's local BatchNorm on the MLP)."""
 
   hidden_sizes: Sequence[int]
   num_classes: int
+  norm: str = 'none'
+  groups: int = 2
 
   @nn.compact
-  def __call__(self, x: jax.Array) -> jax.Array:
+  def __call__(self, x: jax.Array, train: bool = False, mask: jax.Array | None = None) -> jax.Array:
     x = x.reshape((x.shape[0], -1))
     for width in self.hidden_sizes:
-      x = nn.relu(nn.Dense(width)(x))
+      x = nn.relu(_normalize(nn.Dense(width)(x), self.norm, self.groups, train, mask))
     return nn.Dense(self.num_classes)(x)
 
 

@@ -40,7 +40,8 @@ def test_a_bad_value_of_every_model_setting_is_one_line_naming_it(name, field):
     ('vgg11', {'norm': None}, 'model.kwargs.norm=None is not allowed'),
     ('char_lstm', {'pad_id': -1}, 'model.kwargs.pad_id=-1 is invalid'),
     ('text_cnn', {'vocab_size': 2.5}, 'model.kwargs.vocab_size=2.5 is invalid'),
-    ('mlp', {'norm': 'batch'}, 'model.kwargs.norm is not a setting of MLPSettings'),
+    ('mlp', {'dropout': 0.5}, 'model.kwargs.dropout is not a setting of MLPSettings'),
+    ('mlp', {'norm': 'layer'}, "model.kwargs.norm='layer' is not allowed"),
   ],
 )
 def test_invalid_model_settings(name, kwargs, expected):

@@ -23,6 +23,8 @@ def _shape_params(model):
 # (name, input shape, classes, kwargs, trainable parameters). "paper": stated by the source;
 # "computed": follows from the layer list only (no figure stated), pinned against drift.
 PARAMETER_COUNTS = [
+  ('mlp', (28, 28, 1), 10, {}, 199_210),  # the demo's 784-200-200-10
+  ('mlp', (28, 28, 1), 10, {'norm': 'batch'}, 200_010),  # + BatchNorm scale and bias, 2 x 400
   ('fedavg_cnn', (28, 28, 1), 10, {}, 1_663_370),  # paper: McMahan et al. 2017, Sec. 3
   ('fedavg_cnn', (28, 28, 1), 62, {}, 1_690_046),  # computed (the figure quoted for EMNIST-62)
   ('fedasmu_cnn', (32, 32, 3), 10, {}, 297_066),  # computed (FedASMU Table 3 gives layers only)

@@ -1,0 +1,57 @@
+"""Small helpers the study kits share for their run records: grouping, percent cells, and
+per-seed values of a claim's quantity (`experiments.agreement.Value`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from experiments import agreement, sweep
+
+Record = Mapping[str, Any]
+PerSeed = dict[int, 'agreement.Value | None']
+
+
+def group(records: Iterable[Record], key: Callable[[Record], Any]) -> dict[Any, list[Record]]:
+  """`records` grouped by `key`, in first-seen order."""
+  groups: dict[Any, list[Record]] = {}
+  for record in records:
+    groups.setdefault(key(record), []).append(record)
+  return groups
+
+
+def percent(values: Sequence[float]) -> str:
+  """'mean ± std' of fractions, in %, one decimal ('n/a' for none)."""
+  if not values:
+    return 'n/a'
+  mean, std = sweep.mean_std([100.0 * v for v in values])
+  return f'{mean:.1f} ± {std:.1f}'
+
+
+def values(runs: Sequence[Record], key: str) -> list[float]:
+  """`key` of every run that has it."""
+  return [r[key] for r in runs if r.get(key) is not None]
+
+
+def points(key: str) -> Callable[[Record], agreement.Value | None]:
+  """A run's `key` (a fraction) in percentage points, as a claim's value."""
+
+  def value(record: Record) -> agreement.Value | None:
+    number = record.get(key)
+    return agreement.exact(None if number is None else 100.0 * number)
+
+  return value
+
+
+def per_seed(runs: Iterable[Record], value: Callable[[Record], Any]) -> PerSeed:
+  return {int(r['seed']): value(r) for r in runs}
+
+
+def paired_difference(
+  first: Sequence[Record],
+  second: Sequence[Record],
+  value: Callable[[Record], Any],
+  second_value: Callable[[Record], Any] | None = None,
+) -> PerSeed:
+  """value(first) - value(second) (or `second_value` of the second) on every seed both have."""
+  return agreement.paired(per_seed(first, value), per_seed(second, second_value or value))
