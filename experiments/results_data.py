@@ -1,7 +1,7 @@
 """The small result files behind the tables of docs/results/: one JSON file per sweep.
 
 A reproduction binary run with `--export=PATH` (`experiments/sweep.py`) writes one: the kit
-(`fedasmu`, `fedcompass`, `stragglers`, `ccfedavg`, `transforms`), the exact command, the sweep's settings, the
+(`fedasmu`, `fedcompass`, `stragglers`, `ccfedavg`, `transforms`, `heterogeneity`), the exact command, the sweep's settings, the
 commit it was exported at, and one record per finished run as the kit's `run_sweep` returns it,
 with the run's directory replaced by the time its `summary.json` was written (`finished`).
 `experiments/results_docs.py` renders the docs' tables from these files through the kits' table
@@ -23,7 +23,7 @@ from typing import Any
 
 from fedsim_jax.workdir import writable_directory_problem
 
-KITS = ('fedasmu', 'fedcompass', 'stragglers', 'ccfedavg', 'transforms')
+KITS = ('fedasmu', 'fedcompass', 'stragglers', 'ccfedavg', 'transforms', 'heterogeneity')
 FORMAT = 1  # bumped when the layout changes
 
 
@@ -160,6 +160,7 @@ IDENTITY = {
     'compression',
     'seed',
   ),
+  'heterogeneity': ('partition', 'method', 'seed'),
 }
 
 

@@ -163,6 +163,15 @@ def _ccfedavg(name: str, experiment: str) -> Renderer:
   return Renderer('ccfedavg', render, lambda data: data['settings'].get('experiment') == experiment)
 
 
+def _heterogeneity(name: str) -> Callable[[Mapping[str, Any]], str]:
+  def render(data: Mapping[str, Any]) -> str:
+    from experiments.heterogeneity import tables
+
+    return getattr(tables, name)(data['records'])
+
+  return render
+
+
 def _transforms(experiment: str, kind: str) -> Renderer:
   def render(data: Mapping[str, Any]) -> str:
     from experiments.transforms import tables
@@ -283,6 +292,8 @@ RENDERERS: dict[str, Renderer] = {
   'ccfedavg.table1_agreement': _ccfedavg('table1_agreement', 'table1'),
   'ccfedavg.compute': _ccfedavg('compute_table', 'table2'),
   'ccfedavg.figure5': _ccfedavg('figure5_table', 'figure5'),
+  'heterogeneity.results': Renderer('heterogeneity', _heterogeneity('results_table')),
+  'heterogeneity.agreement': Renderer('heterogeneity', _heterogeneity('agreement_table')),
   'transforms.privacy': _transforms('privacy', 'table'),
   'transforms.privacy_agreement': _transforms('privacy', 'agreement'),
   'transforms.attacks': _transforms('attacks', 'table'),

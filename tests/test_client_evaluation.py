@@ -188,6 +188,21 @@ def test_a_run_writes_the_per_client_figures_and_resumes_bit_for_bit(digits_data
     assert [json.loads(line) for line in f] == records
 
 
+def test_budgeted_algorithms_group_clients_by_budget(digits_data_dir):
+  config = make_tiny_config(
+    'ccfedavg', digits_data_dir, clients=10, slots=4, **{'data.client_test': 'held_out'}
+  )
+  built = build_run(config)
+  groups = built.parts.client_evaluate.groups
+  budgets = built.spec.algorithm.settings.client_budgets(10, built.spec.seed)
+  levels = sorted(name for name in groups if name.startswith('budget_'))
+  assert levels == sorted(f'budget_{p:g}' for p in set(budgets)) and len(levels) > 1
+  for name in levels:
+    np.testing.assert_array_equal(groups[name], budgets == float(name.split('_')[1]))
+  row = built.parts.client_evaluate(built.parts.simulation.params, 0).row()
+  assert all(f'client_accuracy_mean/{name}' in row for name in levels)
+
+
 def test_ditto_runs_report_each_clients_own_model(digits_data_dir, tmp_path):
   config = make_tiny_config(
     'ditto', digits_data_dir, clients=10, slots=4, **{'data.client_test': 'held_out'}

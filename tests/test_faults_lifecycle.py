@@ -493,10 +493,14 @@ _UNREADABLE_DATASET = """
   manifest._sha256 = _sha256
 """
 _CTRL_C_IN_THE_DATA_LOAD = """
-  import os, signal
+  import os, signal, time
   import fedsim_jax.build as build
   def build_federated_dataset(config):
     os.kill(os.getpid(), signal.SIGINT)
+    # The handler runs at the main thread's next check, which a loaded machine may delay past
+    # this function's return when the kernel hands the signal to another (JAX) thread: wait
+    # for it here, as a data load in progress would.
+    time.sleep(30)
   build.build_federated_dataset = build_federated_dataset
 """
 

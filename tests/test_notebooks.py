@@ -117,6 +117,24 @@ def _check_privacy_and_robustness(notebook, text):
 
 
 # Checks of each notebook's own outputs, beyond the checks every notebook gets.
+def _check_per_client_evaluation(notebook, text):
+  lines = {
+    m.group(1): m.group(2)
+    for m in re.finditer(r'^(\S+(?: \S+)?) +global [01]\.\d+  (.*)$', text, re.MULTILINE)
+  }
+  expected = {'fedavg', 'scaffold', 'fednova', 'qffl q=5', 'ditto', 'fedavg bn', 'fedbn'}
+  assert expected <= set(lines), text[-3000:]
+
+  def figure(name, label):
+    return float(re.search(rf'{label} ([01]\.\d+)', lines[name]).group(1))
+
+  # The worst client is no better than the 10th percentile, which is no better than the mean.
+  for name in expected:
+    assert figure(name, 'min') <= figure(name, 'p10') <= figure(name, 'mean')
+  assert 'own model' in lines['ditto'] and 'own model' in lines['fedbn']
+  assert 'own model' not in lines['fedavg']
+
+
 CHECKS = {
   '01_quickstart.ipynb': _check_quickstart,
   '02_custom_aggregator.ipynb': _check_custom_aggregator,
@@ -124,6 +142,7 @@ CHECKS = {
   '04_stragglers_and_budgets.ipynb': _check_stragglers_and_budgets,
   '05_reproduce_fedcompass.ipynb': _check_reproduce_fedcompass,
   '06_privacy_and_robustness.ipynb': _check_privacy_and_robustness,
+  '07_per_client_evaluation.ipynb': _check_per_client_evaluation,
 }
 
 

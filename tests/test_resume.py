@@ -320,9 +320,8 @@ def test_every_algorithm_saves_its_state_after_any_version_and_resumes_from_it_u
   }
   if 'trigger_period' in algorithms.get_spec(algorithm).settings.field_names():
     overrides['algorithm.kwargs.trigger_period'] = 2.0  # FedASMU's: no default
-  if algorithm == 'fedbn':  # a BatchNorm model, small
-    overrides['model.name'] = 'fedbn_cnn'
-    overrides['model.kwargs'] = {'channels': (2, 2, 3), 'hidden': (4, 4)}
+  if algorithm == 'fedbn':  # a BatchNorm model
+    overrides['model.kwargs.norm'] = 'batch'
   config = make_tiny_config(algorithm, digits_data_dir, clients=8, slots=3, **overrides)
   whole = PreparedRun(config, tmp_path / 'whole')
   whole.simulation.run(whole.stop)

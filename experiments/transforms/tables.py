@@ -2,7 +2,8 @@
 
 A run record (`run_record`) is the run's `setups.Cell` fields, its seed and what its summary
 and metrics say: final and best test accuracy, epsilon spent, upload bytes, virtual time to
-the target (`upload_bytes`: of one update as sent), and the evaluation curve (`curve`: [version, virtual seconds, accuracy, epsilon]).
+the target (`upload_bytes`: of one update as sent) and the evaluation curve (`curve`:
+[version, virtual seconds, accuracy, epsilon]), each where its experiment reads it.
 
 Tables (`privacy_table`, `attack_table`, `compression_table`) give mean ± std over seeds; the
 `*_agreement` tables assess the cited papers' qualitative findings on the runs by the rule of
@@ -70,32 +71,42 @@ def _curve(run_dir: str) -> list[list[float | None]]:
 def run_record(
   cell: setups.Cell, seed: int, summary: dict[str, Any], run_dir: str
 ) -> dict[str, Any]:
-  """One run's record (see the module's docstring)."""
-  privacy = summary.get('privacy') or {}
-  transforms = summary.get('transforms') or {}
-  epsilon = privacy.get('epsilon')
-  return dict(
+  """One run's record (see the module's docstring): what every experiment's tables read, and
+  each experiment's own figures (the result files stay small)."""
+  record = dict(
     cell.record(),
     seed=seed,
     status=summary.get('status'),
     final_accuracy=summary.get('final_accuracy'),
     best_accuracy=summary.get('best_accuracy'),
     final_version=summary.get('final_version'),
-    final_virtual_time=summary.get('final_virtual_time'),
-    time_to_target=summary.get('time_to_target'),
-    target_accuracy=summary.get('target_accuracy'),
-    client_updates=summary.get('client_updates'),
-    epsilon=None if epsilon is None or epsilon == float('inf') else epsilon,
-    delta=privacy.get('delta'),
-    upload_bytes=transforms.get('upload_bytes'),
-    download_bytes=transforms.get('download_bytes'),
-    compression_ratio=transforms.get('compression_ratio'),
-    malicious_clients=len(transforms.get('malicious_clients') or ()),
-    curve=_curve(run_dir),
     host_seconds=sweep.host_seconds(summary),
     code=sweep.run_code(summary),
     workdir=run_dir,
   )
+  transforms = summary.get('transforms') or {}
+  if cell.experiment == 'privacy':
+    privacy = summary.get('privacy') or {}
+    epsilon = privacy.get('epsilon')
+    record.update(
+      epsilon=None if epsilon is None or epsilon == float('inf') else epsilon,
+      delta=privacy.get('delta'),
+    )
+  elif cell.experiment == 'attacks':
+    record['malicious_clients'] = len(transforms.get('malicious_clients') or ())
+  else:
+    record.update(
+      final_virtual_time=summary.get('final_virtual_time'),
+      time_to_target=summary.get('time_to_target'),
+      target_accuracy=summary.get('target_accuracy'),
+      client_updates=summary.get('client_updates'),
+      upload_bytes=transforms.get('upload_bytes'),
+      download_bytes=transforms.get('download_bytes'),
+      compression_ratio=transforms.get('compression_ratio'),
+      # The findings read the accuracy at a server version.
+      curve=_curve(run_dir),
+    )
+  return record
 
 
 Record = records_lib.Record

@@ -29,13 +29,13 @@ import dataclasses
 import jax.numpy as jnp
 
 from fedsim_jax.algorithms.base import Algorithm, BuildContext, RunFacts, register
-from fedsim_jax.algorithms.fedopt import synchronous_scheduler
 from fedsim_jax.algorithms.groups import (
   ClientTermsSettings,
   DeadlineSettings,
   LocalWorkSettings,
   ServerEmaSettings,
   ServerOptimizerSettings,
+  synchronous_scheduler,
 )
 from fedsim_jax.settings import ConfigError
 from fedsim_jax.strategy.reducers import LinearReducer, fednova_mean, fednova_norm

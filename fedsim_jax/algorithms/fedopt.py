@@ -19,10 +19,10 @@ from fedsim_jax.algorithms.groups import (
   LocalWorkSettings,
   ServerEmaSettings,
   ServerOptimizerSettings,
+  synchronous_scheduler,
 )
 from fedsim_jax.settings import positive, setting
 from fedsim_jax.strategy.server_step import server_update
-from fedsim_jax.strategy.synchronous import SynchronousScheduler
 
 SERVER_OPTIMIZER_OF = {
   'fedavg': 'sgd',
@@ -55,19 +55,6 @@ class AdaptiveFedOptSettings(FedOptSettings):
   eta_g over 10^-3..10^0 and their best image-task values lie near 10^-2."""
 
   server_learning_rate: float = setting(0.01, positive(), 'eta_g (Reddi et al.: tuned ~10^-2)')
-
-
-def synchronous_scheduler(settings: DeadlineSettings, context: BuildContext, cls=None):
-  """The synchronous rounds FedAvg-like algorithms share (`cls`: a `SynchronousScheduler`
-  subclass with the same arguments)."""
-  return (cls or SynchronousScheduler)(
-    settings.cohort_size,
-    settings.local_work(context),  # type: ignore[attr-defined]
-    settings.weighting,
-    num_selected=settings.num_selected,
-    deadline=settings.deadline,
-    min_responses=settings.min_responses,
-  )
 
 
 def fedopt_algorithm(settings: FedOptSettings, context: BuildContext) -> Algorithm:

@@ -32,7 +32,7 @@ from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.strategy.periodic_trigger import TRIGGER_TIMINGS, PeriodicTriggerScheduler
 from fedsim_jax.strategy.server_optimizers import ADAPTIVE_FORMS, server_optimizer
 from fedsim_jax.strategy.staleness import STALENESS_FUNCTIONS, make_staleness
-from fedsim_jax.strategy.synchronous import WEIGHTINGS
+from fedsim_jax.strategy.synchronous import WEIGHTINGS, SynchronousScheduler
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +182,19 @@ class DeadlineSettings(CohortSettings):
         f'{prefix}min_responses={self.min_responses} is invalid; allowed values: '
         f'1..cohort_size ({self.cohort_size})'
       )
+
+
+def synchronous_scheduler(settings: DeadlineSettings, context: BuildContext, cls=None):
+  """The synchronous rounds FedAvg-like algorithms share (`cls`: a `SynchronousScheduler`
+  subclass with the same arguments)."""
+  return (cls or SynchronousScheduler)(
+    settings.cohort_size,
+    settings.local_work(context),  # type: ignore[attr-defined]
+    settings.weighting,
+    num_selected=settings.num_selected,
+    deadline=settings.deadline,
+    min_responses=settings.min_responses,
+  )
 
 
 @dataclasses.dataclass(frozen=True)

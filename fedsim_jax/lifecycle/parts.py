@@ -124,10 +124,17 @@ def evaluator(spec: RunSpec, model: Model, dataset: FederatedDataset) -> Evaluat
     raise ConfigError(('run.eval_' if named else 'run.eval_*: ') + message) from None
 
 
-def client_groups(dataset: FederatedDataset, simulation: Simulation) -> dict[str, Any]:
+def client_groups(
+  dataset: FederatedDataset, simulation: Simulation, spec: RunSpec | None = None
+) -> dict[str, Any]:
   """Named groups of clients for per-group figures: the straggler-domain split's stragglers
-  and standard clients, and the fast, medium and slow thirds by expected step time."""
+  and standard clients, the fast, medium and slow thirds by expected step time, and, for the
+  budgeted algorithms (CC-FedAvg's family), one group per compute budget p (`budget_<p>`)."""
   groups: dict[str, Any] = {}
+  budgets = None if spec is None else getattr(spec.algorithm.settings, 'client_budgets', None)
+  if budgets is not None:
+    p = np.asarray(budgets(dataset.num_clients, spec.seed))  # type: ignore[union-attr]
+    groups.update({f'budget_{value:g}': p == value for value in np.unique(p)})
   if dataset.straggler_mask is not None:
     groups.update(straggler=dataset.straggler_mask, standard=~dataset.straggler_mask)
   latency = simulation.latency
@@ -172,7 +179,7 @@ def client_evaluator(
       model,
       test,
       run.eval_batch_size,
-      groups=client_groups(dataset, simulation),
+      groups=client_groups(dataset, simulation, spec),
       sample_size=run.eval_clients,
       seed=spec.seed,
       personalization=personalization,

@@ -19,8 +19,7 @@ TINY = {'channels': (2, 2, 3), 'hidden': (4, 4)}
 
 def _config(algorithm='fedbn', **kwargs):
   config = registered.config(algorithm, **kwargs)
-  config.model.name = 'fedbn_cnn'
-  config.model.kwargs = dict(TINY)
+  config.model.kwargs.norm = 'batch'  # the MLP with BatchNorm after each hidden layer
   return config
 
 
@@ -32,7 +31,10 @@ def _names(params):
 
 
 def test_the_local_leaves_are_the_batch_norm_layers():
-  model = build_model(_config(), FED)
+  config = registered.config('fedbn')
+  config.model.name = 'fedbn_cnn'  # FedBN's CNN: BatchNorm after three convolutions, two FCs
+  config.model.kwargs = dict(TINY)
+  model = build_model(config, FED)
   params = model.init(jax.random.PRNGKey(0))
   names = _names(params)
   local = [name for name, is_local in zip(names, local_leaves(params)) if is_local]
