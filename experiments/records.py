@@ -55,3 +55,14 @@ def paired_difference(
 ) -> PerSeed:
   """value(first) - value(second) (or `second_value` of the second) on every seed both have."""
   return agreement.paired(per_seed(first, value), per_seed(second, second_value or value))
+
+
+def time_to_target_text(runs: Sequence[Record]) -> str:
+  """Mean virtual seconds to the target over the runs; '> t (n missed)' when n runs missed it
+  (counted at their end time), 'n/a' when a run records neither."""
+  times = [agreement.time_value(r.get('time_to_target'), r.get('final_virtual_time')) for r in runs]
+  if not times or any(t is None for t in times):
+    return 'n/a'
+  mean = sweep.mean_std([t.value for t in times if t is not None])[0]
+  missed = sum(1 for t in times if t is not None and t.bound)
+  return f'> {mean:,.0f} ({missed} missed)' if missed else f'{mean:,.0f}'

@@ -298,6 +298,14 @@ def parse_one(
   return values[0]
 
 
+def parse_choices(name: str, text: str, allowed: Sequence[str]) -> list[str]:
+  """A non-empty comma list of `--name` values from `allowed`; raises `FlagError`."""
+  values = parse_list(name, text, str, lambda v: v in allowed, ','.join(allowed))
+  if not values:
+    raise FlagError(f'--{name} is empty; give at least one value')
+  return values
+
+
 def validated(configs: list[Any]) -> list[Any]:
   """`configs`, each checked whole (the algorithm's settings included), so that an invalid
   value stops a sweep before its first run, not when its own run starts."""
@@ -346,6 +354,49 @@ def load_or_run(
     )
     raise SystemExit(128 + int(summary.get('signal') or signal.SIGINT))
   return summary, 'ran'
+
+
+def run_cells(
+  runs: Sequence[tuple[int, Any]],
+  make_config: Callable[[Any, int], Any],
+  workdir: str,
+  record: Callable[[Any, int, dict[str, Any], str], dict[str, Any]],
+  *,
+  federation_key: Callable[[Any, int], Any],
+  run_missing: bool = True,
+  log: Callable[[str], None] = print,
+  describe: Callable[[dict[str, Any]], str] | None = None,
+) -> list[dict[str, Any]]:
+  """Runs (or reuses) the `runs` of a study kit, `(seed, cell)` pairs whose cells have
+  `run_dir(seed)`, and returns `record(cell, seed, summary, run_dir)` of each finished one.
+
+  Every config is built (`make_config(cell, seed)`) and checked before the first run; runs
+  with equal `federation_key(cell, seed)` share one federation (order them so that they are
+  consecutive); `describe(summary)` adds to each run's log line."""
+  from fedsim_jax.experiment import build_federated_dataset  # Deferred: JAX start-up.
+
+  configs = validated([make_config(cell, seed) for seed, cell in runs])
+  records, federations = [], LastFederation()
+  for index, ((seed, cell), config) in enumerate(zip(runs, configs, strict=True), 1):
+    run_dir = os.path.join(workdir, cell.run_dir(seed))
+    label = f'[{index}/{len(runs)}] {os.path.relpath(run_dir, workdir)}'
+    key = federation_key(cell, seed)
+    summary, status = load_or_run(
+      run_dir,
+      config,
+      lambda config=config, key=key: federations.get(key, lambda: build_federated_dataset(config)),
+      run_missing=run_missing,
+    )
+    if summary is None:
+      log(f'{label}: {status}')
+      continue
+    extra = f'  {describe(summary)}' if describe is not None else ''
+    log(
+      f'{label}: {status}  final {summary.get("final_accuracy", float("nan")):.4f}{extra}  '
+      f'host {host_seconds(summary) or float("nan"):.1f}s'
+    )
+    records.append(record(cell, seed, summary, run_dir))
+  return records
 
 
 def _setting_value(config: Any, path: str) -> Any:

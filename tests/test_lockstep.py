@@ -43,9 +43,9 @@ def _outputs(workdir):
   'algorithm, backend',
   [
     ('fedavg', 'vmap'),
-    ('fedbuff', 'vmap'),
-    # In `make test-slow` (21 s): shared batches are covered by fedavg and fedbuff on vmap, and
-    # FedCompass's groups in lockstep by its loop case.
+    # In `make test-slow` (21 s each): shared batches are covered by fedavg on vmap, FedBuff's
+    # and FedCompass's asynchronous lockstep by their loop cases.
+    pytest.param('fedbuff', 'vmap', marks=pytest.mark.slow),
     pytest.param('fedcompass', 'vmap', marks=pytest.mark.slow),
     ('fedbuff', 'loop'),
     ('fedcompass', 'loop'),

@@ -52,13 +52,6 @@ _OUTPUT = flags.DEFINE_string('output', None, 'Markdown tables (default: <workdi
 FlagError = sweep.FlagError
 
 
-def _choices(name: str, text: str, allowed: Any) -> list[str]:
-  values = sweep.parse_list(name, text, str, lambda v: v in allowed, ','.join(allowed))
-  if not values:
-    raise FlagError(f'--{name} is empty; give at least one value')
-  return values
-
-
 def _positive(name: str, text: str) -> int:
   return sweep.parse_one(name, text, int, lambda v: v >= 1, 'an integer >= 1')
 
@@ -66,8 +59,8 @@ def _positive(name: str, text: str) -> int:
 def parse_settings() -> dict[str, Any]:
   """The sweep's settings from the flags; raises `FlagError`."""
   settings = {
-    'methods': _choices('methods', _METHODS.value, tuple(setups.METHODS)),
-    'partitions': _choices('partitions', _PARTITIONS.value, tuple(setups.PARTITIONS)),
+    'methods': sweep.parse_choices('methods', _METHODS.value, tuple(setups.METHODS)),
+    'partitions': sweep.parse_choices('partitions', _PARTITIONS.value, tuple(setups.PARTITIONS)),
     'seeds': sweep.parse_list('seeds', _SEEDS.value, int, lambda v: v >= 0, 'integers >= 0'),
     'rounds': _positive('rounds', _ROUNDS.value),
     'eval_every': _positive('eval_every', _EVAL_EVERY.value),
@@ -81,42 +74,29 @@ def run_sweep(
   settings: dict[str, Any], workdir: str, data_dir: str | None, log: Callable[[str], None] = print
 ) -> list[dict[str, Any]]:
   """Runs (or reuses) every run of the sweep; returns the run records."""
-  from fedsim_jax.experiment import build_federated_dataset
-
-  run_missing = not (flags.FLAGS.is_parsed() and _ONLY_EXISTING.value)
   cells = setups.cells(tuple(settings['partitions']), tuple(settings['methods']))
   # Partition by partition, seed by seed: the runs of one federation are consecutive.
-  runs = [(seed, cell) for seed in settings['seeds'] for cell in cells]
-  runs.sort(key=lambda run: (run[1].partition, run[0]))
-  configs = sweep.validated(
-    [
-      setups.make_config(cell, seed, data_dir, settings['rounds'], settings['eval_every'])
-      for seed, cell in runs
-    ]
+  runs = sorted(
+    ((seed, cell) for seed in settings['seeds'] for cell in cells),
+    key=lambda run: (run[1].partition, run[0]),
   )
-  records, federations = [], sweep.LastFederation()
-  for index, ((seed, cell), config) in enumerate(zip(runs, configs, strict=True), 1):
-    run_dir = os.path.join(workdir, cell.run_dir(seed))
-    label = f'[{index}/{len(runs)}] {os.path.relpath(run_dir, workdir)}'
-    summary, status = sweep.load_or_run(
-      run_dir,
-      config,
-      lambda config=config, key=(cell.partition, seed): federations.get(
-        key, lambda: build_federated_dataset(config)
-      ),
-      run_missing=run_missing,
-    )
-    if summary is None:
-      log(f'{label}: {status}')
-      continue
+
+  def describe(summary: dict[str, Any]) -> str:
     clients = summary.get('client_evaluation') or {}
-    log(
-      f'{label}: {status}  global {summary.get("final_accuracy", float("nan")):.4f}  '
-      f'client mean {clients.get("client_accuracy_mean", float("nan")):.4f}  '
-      f'host {sweep.host_seconds(summary) or float("nan"):.1f}s'
-    )
-    records.append(tables.run_record(cell, seed, summary, run_dir))
-  return records
+    return f'client mean {clients.get("client_accuracy_mean", float("nan")):.4f}'
+
+  return sweep.run_cells(
+    runs,
+    lambda cell, seed: setups.make_config(
+      cell, seed, data_dir, settings['rounds'], settings['eval_every']
+    ),
+    workdir,
+    tables.run_record,
+    federation_key=lambda cell, seed: (cell.partition, seed),
+    run_missing=not (flags.FLAGS.is_parsed() and _ONLY_EXISTING.value),
+    log=log,
+    describe=describe,
+  )
 
 
 def main(argv: list[str]) -> None:

@@ -60,15 +60,6 @@ def run_record(cell: setups.Cell, seed: int, summary: dict[str, Any], run_dir: s
   )
 
 
-def _time_text(runs: Sequence[Record]) -> str:
-  times = [agreement.time_value(r.get('time_to_target'), r.get('final_virtual_time')) for r in runs]
-  if not times or any(t is None for t in times):
-    return 'n/a'
-  mean = sweep.mean_std([t.value for t in times if t is not None])[0]
-  missed = sum(1 for t in times if t is not None and t.bound)
-  return f'> {mean:,.0f} ({missed} missed)' if missed else f'{mean:,.0f}'
-
-
 def results_table(records: Iterable[Record]) -> str:
   """Markdown, one table per partition: rows methods; global test accuracy, the per-client
   distribution, personalized and own-model accuracy in % (mean ± std over seeds) and virtual
@@ -83,7 +74,7 @@ def results_table(records: Iterable[Record]) -> str:
       rows.append(
         [METHOD_NAMES[method], records_lib.percent(records_lib.values(runs, 'final_accuracy'))]
         + [records_lib.percent(records_lib.values(runs, field)) for field in CLIENT_FIELDS]
-        + [_time_text(runs)]
+        + [records_lib.time_to_target_text(runs)]
       )
     header = [
       'Method',

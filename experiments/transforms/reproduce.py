@@ -86,13 +86,6 @@ _OUTPUT = flags.DEFINE_string('output', None, 'Markdown tables (default: <workdi
 FlagError = sweep.FlagError
 
 
-def _choices(name: str, text: str, allowed: Any) -> list[str]:
-  values = sweep.parse_list(name, text, str, lambda v: v in allowed, ','.join(allowed))
-  if not values:
-    raise FlagError(f'--{name} is empty; give at least one value')
-  return values
-
-
 def parse_settings() -> dict[str, Any]:
   """The sweep's settings from the flags; raises `FlagError`."""
   experiment = _EXPERIMENT.value
@@ -102,16 +95,18 @@ def parse_settings() -> dict[str, Any]:
     )
   settings = {
     'experiment': experiment,
-    'algorithms': _choices('algorithms', _ALGORITHMS.value, setups.ALGORITHMS),
+    'algorithms': sweep.parse_choices('algorithms', _ALGORITHMS.value, setups.ALGORITHMS),
     'noise_multipliers': sweep.parse_list(
       'noise_multipliers', _NOISE.value, float, lambda v: v > 0, 'numbers > 0'
     ),
-    'attacks': _choices('attacks', _ATTACKS.value, tuple(setups.ATTACKS)),
+    'attacks': sweep.parse_choices('attacks', _ATTACKS.value, tuple(setups.ATTACKS)),
     'fractions': sweep.parse_list(
       'fractions', _FRACTIONS.value, float, lambda v: 0 < v < 1, 'numbers in (0, 1)'
     ),
-    'aggregators': _choices('aggregators', _AGGREGATORS.value, setups.AGGREGATORS),
-    'compressors': _choices('compressors', _COMPRESSORS.value, tuple(setups.COMPRESSORS)),
+    'aggregators': sweep.parse_choices('aggregators', _AGGREGATORS.value, setups.AGGREGATORS),
+    'compressors': sweep.parse_choices(
+      'compressors', _COMPRESSORS.value, tuple(setups.COMPRESSORS)
+    ),
     'seeds': sweep.parse_list('seeds', _SEEDS.value, int, lambda v: v >= 0, 'integers >= 0'),
     'rounds': sweep.parse_one('rounds', _ROUNDS.value, int, lambda v: v >= 1, 'an integer >= 1'),
     'eval_every': sweep.parse_one(
@@ -143,36 +138,18 @@ def run_sweep(
   settings: dict[str, Any], workdir: str, data_dir: str | None, log: Callable[[str], None] = print
 ) -> list[dict[str, Any]]:
   """Runs (or reuses) every run of the sweep; returns the run records."""
-  from fedsim_jax.experiment import build_federated_dataset
-
-  # --only_existing (unparsed when a test calls this directly: run what is missing).
-  run_missing = not (flags.FLAGS.is_parsed() and _ONLY_EXISTING.value)
-  runs = plan(settings)
-  configs = sweep.validated(
-    [
-      setups.make_config(cell, seed, data_dir, settings['rounds'], settings['eval_every'])
-      for seed, cell in runs
-    ]
+  return sweep.run_cells(
+    plan(settings),
+    lambda cell, seed: setups.make_config(
+      cell, seed, data_dir, settings['rounds'], settings['eval_every']
+    ),
+    workdir,
+    tables.run_record,
+    federation_key=lambda cell, seed: seed,  # every run of a seed shares its federation
+    # --only_existing (unparsed when a test calls this directly: run what is missing).
+    run_missing=not (flags.FLAGS.is_parsed() and _ONLY_EXISTING.value),
+    log=log,
   )
-  records, federations = [], sweep.LastFederation()
-  for index, ((seed, cell), config) in enumerate(zip(runs, configs, strict=True), 1):
-    run_dir = os.path.join(workdir, cell.run_dir(seed))
-    label = f'[{index}/{len(runs)}] {os.path.relpath(run_dir, workdir)}'
-    summary, status = sweep.load_or_run(
-      run_dir,
-      config,
-      lambda config=config: federations.get(seed, lambda: build_federated_dataset(config)),
-      run_missing=run_missing,
-    )
-    if summary is None:
-      log(f'{label}: {status}')
-      continue
-    log(
-      f'{label}: {status}  final {summary.get("final_accuracy", float("nan")):.4f}  '
-      f'host {sweep.host_seconds(summary) or float("nan"):.1f}s'
-    )
-    records.append(tables.run_record(cell, seed, summary, run_dir))
-  return records
 
 
 def main(argv: list[str]) -> None:

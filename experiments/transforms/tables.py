@@ -180,16 +180,6 @@ def attack_table(records: Iterable[Record]) -> str:
   return '\n\n'.join(parts)
 
 
-def _time_text(runs: Sequence[Record]) -> str:
-  """Mean virtual seconds to the target over seeds; '> t' when a seed missed it."""
-  times = [agreement.time_value(r.get('time_to_target'), r.get('final_virtual_time')) for r in runs]
-  if not times or any(t is None for t in times):
-    return 'n/a'
-  mean = sweep.mean_std([t.value for t in times if t is not None])[0]
-  missed = sum(1 for t in times if t is not None and t.bound)
-  return f'> {mean:,.0f} ({missed} missed)' if missed else f'{mean:,.0f}'
-
-
 def compression_table(records: Iterable[Record]) -> str:
   """Markdown: per algorithm and compressor, bytes of one upload (and its share of the dense
   upload), server versions reached in the virtual-time budget, final test accuracy in %, and
@@ -210,7 +200,7 @@ def compression_table(records: Iterable[Record]) -> str:
         f'{100 * sweep.mean_std(ratio)[0]:.1f}%' if ratio else 'n/a',
         f'{min(versions):,}-{max(versions):,}',
         _pct(_finals(runs)),
-        _time_text(runs),
+        records_lib.time_to_target_text(runs),
       ]
     )
   target = next((r.get('target_accuracy') for r in _of(records, 'compression')), None)

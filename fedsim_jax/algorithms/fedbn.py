@@ -40,6 +40,7 @@ from fedsim_jax.algorithms.groups import (
   LocalWorkSettings,
   ServerEmaSettings,
   ServerOptimizerSettings,
+  synchronous_scheduler,
 )
 from fedsim_jax.client.local_update import local_update
 from fedsim_jax.client.objective import cross_entropy
@@ -48,9 +49,8 @@ from fedsim_jax.models.zoo import Norm
 from fedsim_jax.runtime.scheduler_context import SchedulerContext
 from fedsim_jax.settings import ConfigError
 from fedsim_jax.strategy import client_table
-from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.strategy.server_step import server_update
-from fedsim_jax.strategy.synchronous import AroundRounds, ClosingRound, SynchronousScheduler
+from fedsim_jax.strategy.synchronous import AroundRounds, ClosingRound
 from fedsim_jax.tree import row
 
 
@@ -122,26 +122,10 @@ class FedBNScheduler(AroundRounds):
     local_parts: every client's BatchNorm leaves, a `ClientTable` (None before the run starts).
   """
 
-  def __init__(
-    self,
-    cohort_size: int,
-    local_work: LocalWork,
-    weighting: str,
-    *,
-    num_selected: int | None = None,
-    deadline: float | None = None,
-    min_responses: int = 1,
-  ):
+  def __init__(self, settings: DeadlineSettings, context: BuildContext):
     self.local_parts: client_table.ClientTable | None = None
-    self.rounds = SynchronousScheduler(
-      cohort_size,
-      local_work,
-      weighting,
-      num_selected=num_selected,
-      deadline=deadline,
-      min_responses=min_responses,
-      task_inputs=self._task_inputs,
-      round_closing=self._round_closing,
+    self.rounds = synchronous_scheduler(
+      settings, context, task_inputs=self._task_inputs, round_closing=self._round_closing
     )
 
   def start(self, sim: SchedulerContext) -> None:
@@ -187,14 +171,7 @@ class FedBNSettings(
 
 @register('fedbn', FedBNSettings)
 def fedbn_algorithm(settings: FedBNSettings, context: BuildContext) -> Algorithm:
-  scheduler = FedBNScheduler(
-    settings.cohort_size,
-    settings.local_work(context),
-    settings.weighting,
-    num_selected=settings.num_selected,
-    deadline=settings.deadline,
-    min_responses=settings.min_responses,
-  )
+  scheduler = FedBNScheduler(settings, context)
   return Algorithm(
     scheduler=scheduler,
     aggregator=settings.with_ema(server_update(settings.make_server_optimizer('sgd'))),

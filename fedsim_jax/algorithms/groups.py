@@ -184,9 +184,12 @@ class DeadlineSettings(CohortSettings):
       )
 
 
-def synchronous_scheduler(settings: DeadlineSettings, context: BuildContext, cls=None):
+def synchronous_scheduler(
+  settings: DeadlineSettings, context: BuildContext, cls=None, **hooks: Any
+) -> SynchronousScheduler:
   """The synchronous rounds FedAvg-like algorithms share (`cls`: a `SynchronousScheduler`
-  subclass with the same arguments)."""
+  subclass with the same arguments; `hooks`: its `task_inputs` and `round_closing`, for the
+  schedulers that keep state around the rounds)."""
   return (cls or SynchronousScheduler)(
     settings.cohort_size,
     settings.local_work(context),  # type: ignore[attr-defined]
@@ -194,6 +197,7 @@ def synchronous_scheduler(settings: DeadlineSettings, context: BuildContext, cls
     num_selected=settings.num_selected,
     deadline=settings.deadline,
     min_responses=settings.min_responses,
+    **hooks,
   )
 
 

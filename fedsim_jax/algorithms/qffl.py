@@ -38,13 +38,17 @@ import numpy as np
 import optax
 
 from fedsim_jax.algorithms.base import Algorithm, BuildContext, register
-from fedsim_jax.algorithms.groups import DeadlineSettings, LocalWorkSettings, ServerEmaSettings
+from fedsim_jax.algorithms.groups import (
+  DeadlineSettings,
+  LocalWorkSettings,
+  ServerEmaSettings,
+  synchronous_scheduler,
+)
 from fedsim_jax.runtime.scheduler_context import SchedulerContext
 from fedsim_jax.settings import one_of, positive, setting
-from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.strategy.reducers import weighted_sum
 from fedsim_jax.strategy.server_step import server_update
-from fedsim_jax.strategy.synchronous import AroundRounds, ClosingRound, SynchronousScheduler
+from fedsim_jax.strategy.synchronous import AroundRounds, ClosingRound
 from fedsim_jax.tree import row
 
 LOSS_GUARD = 1e-10  # added to F_k before the power, as the authors' code does
@@ -66,38 +70,19 @@ class QffedavgScheduler(AroundRounds):
   """Synchronous rounds that reweight each round's deltas by q-FFL's rule (module docstring).
 
   Args:
-    q: the fairness exponent.
+    settings: the algorithm's (`q` and the rounds' settings).
     lipschitz: L.
-    cohort_size, local_work, num_selected, deadline, min_responses: as in
-      `SynchronousScheduler`.
+    context: the run.
 
   Attributes:
     last_losses: the F_k of the last round's aggregated clients (client -> loss).
   """
 
-  def __init__(
-    self,
-    q: float,
-    lipschitz: float,
-    cohort_size: int,
-    local_work: LocalWork,
-    *,
-    num_selected: int | None = None,
-    deadline: float | None = None,
-    min_responses: int = 1,
-  ):
-    self.q = float(q)
+  def __init__(self, settings: QffedavgSettings, lipschitz: float, context: BuildContext):
+    self.q = float(settings.q)
     self.lipschitz = float(lipschitz)
     self.last_losses: dict[int, float] = {}
-    self.rounds = SynchronousScheduler(
-      cohort_size,
-      local_work,
-      'uniform',
-      num_selected=num_selected,
-      deadline=deadline,
-      min_responses=min_responses,
-      round_closing=self._round_closing,
-    )
+    self.rounds = synchronous_scheduler(settings, context, round_closing=self._round_closing)
 
   def _round_closing(self, sim: SchedulerContext, closing: ClosingRound) -> list[float]:
     batch = sim.updates(closing.aggregated, closing.weights)
@@ -130,15 +115,7 @@ class QffedavgSettings(DeadlineSettings, LocalWorkSettings, ServerEmaSettings):
 @register('qffedavg', QffedavgSettings)
 def qffedavg_algorithm(settings: QffedavgSettings, context: BuildContext) -> Algorithm:
   lipschitz = settings.lipschitz or 1.0 / context.run.client_learning_rate
-  scheduler = QffedavgScheduler(
-    settings.q,
-    lipschitz,
-    settings.cohort_size,
-    settings.local_work(context),
-    num_selected=settings.num_selected,
-    deadline=settings.deadline,
-    min_responses=settings.min_responses,
-  )
+  scheduler = QffedavgScheduler(settings, lipschitz, context)
   return Algorithm(
     scheduler=scheduler,
     aggregator=settings.with_ema(server_update(optax.sgd(1.0), weighted_sum())),

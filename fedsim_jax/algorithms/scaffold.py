@@ -58,6 +58,7 @@ from fedsim_jax.algorithms.groups import (
   LocalWorkSettings,
   ServerEmaSettings,
   ServerOptimizerSettings,
+  synchronous_scheduler,
 )
 from fedsim_jax.client.local_update import local_update
 from fedsim_jax.client.objective import Term, TermInputs, cross_entropy
@@ -67,14 +68,8 @@ from fedsim_jax.runtime.scheduler_context import SchedulerContext
 from fedsim_jax.settings import ConfigError, one_of, setting
 from fedsim_jax.str_enum import StrEnum
 from fedsim_jax.strategy import client_table
-from fedsim_jax.strategy.local_work import LocalWork
 from fedsim_jax.strategy.server_step import server_update
-from fedsim_jax.strategy.synchronous import (
-  WEIGHTINGS,
-  AroundRounds,
-  ClosingRound,
-  SynchronousScheduler,
-)
+from fedsim_jax.strategy.synchronous import WEIGHTINGS, AroundRounds, ClosingRound
 from fedsim_jax.tree import row
 
 
@@ -166,41 +161,21 @@ class ScaffoldScheduler(AroundRounds):
   """Synchronous rounds with SCAFFOLD's control variates (module docstring).
 
   Args:
-    option: `ControlVariateOption` ('I' or 'II').
-    learning_rate: eta_l (option II).
-    cohort_size, local_work, weighting, num_selected, deadline, min_responses: as in
-      `SynchronousScheduler`.
+    settings: the algorithm's (`control_variate` and the rounds' settings).
+    context: the run (eta_l is `client.learning_rate`, option II).
 
   Attributes:
     control: the server control variate c (None before the run starts).
     client_controls: every client's c_i, a `ClientTable` (None before the run starts).
   """
 
-  def __init__(
-    self,
-    option: str,
-    learning_rate: float,
-    cohort_size: int,
-    local_work: LocalWork,
-    weighting: str = 'uniform',
-    *,
-    num_selected: int | None = None,
-    deadline: float | None = None,
-    min_responses: int = 1,
-  ):
-    self.option = ControlVariateOption(option)
-    self.learning_rate = float(learning_rate)
+  def __init__(self, settings: ScaffoldSettings, context: BuildContext):
+    self.option = ControlVariateOption(settings.control_variate)
+    self.learning_rate = float(context.run.client_learning_rate)
     self.control: Params | None = None
     self.client_controls: client_table.ClientTable | None = None
-    self.rounds = SynchronousScheduler(
-      cohort_size,
-      local_work,
-      weighting,
-      num_selected=num_selected,
-      deadline=deadline,
-      min_responses=min_responses,
-      task_inputs=self._task_inputs,
-      round_closing=self._round_closing,
+    self.rounds = synchronous_scheduler(
+      settings, context, task_inputs=self._task_inputs, round_closing=self._round_closing
     )
 
   def start(self, sim: SchedulerContext) -> None:
@@ -263,16 +238,7 @@ class ScaffoldSettings(
 
 @register('scaffold', ScaffoldSettings)
 def scaffold_algorithm(settings: ScaffoldSettings, context: BuildContext) -> Algorithm:
-  scheduler = ScaffoldScheduler(
-    settings.control_variate,
-    context.run.client_learning_rate,
-    settings.cohort_size,
-    settings.local_work(context),
-    settings.weighting,
-    num_selected=settings.num_selected,
-    deadline=settings.deadline,
-    min_responses=settings.min_responses,
-  )
+  scheduler = ScaffoldScheduler(settings, context)
   record = settings.control_variate == ControlVariateOption.GRADIENT
   return Algorithm(
     scheduler=scheduler,
