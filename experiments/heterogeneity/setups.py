@@ -35,6 +35,10 @@ PARTITIONS: dict[str, tuple[str, dict[str, Any]]] = {
   'dirichlet0.1': ('dirichlet', {'concentration': 0.1}),
   'two_classes': ('two_classes', {}),
 }
+# Partitions whose clients differ in size, so that one local epoch is a different number of
+# steps per client (two classes per client gives every client 600 examples: equal steps, where
+# FedNova is FedAvg).
+UNEQUAL_STEPS = ('dirichlet0.1',)
 BN_MLP = {'norm': 'batch'}  # the MLP with BatchNorm after each hidden layer
 
 # name -> (algorithm, algorithm.kwargs, model name, model kwargs)

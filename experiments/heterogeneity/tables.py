@@ -130,7 +130,7 @@ def claims(records: Iterable[Record]) -> dict[str, list[agreement.Claim]]:
           differ('scaffold', 'fedavg', 'final_accuracy'),
         )
       )
-    if runs('fednova') and runs('fedavg'):
+    if runs('fednova') and runs('fedavg') and partition in setups.UNEQUAL_STEPS:
       listed.append(
         _claim(
           'FedNova is more accurate than FedAvg with heterogeneous local steps',
