@@ -495,12 +495,12 @@ _UNREADABLE_DATASET = """
 _CTRL_C_IN_THE_DATA_LOAD = """
   import os, signal, time
   import fedsim_jax.build as build
+  # As a binary started from a shell has it: a process started by a test worker that ignores
+  # SIGINT (pytest-xdist's) inherits the ignore, and Python then raises no KeyboardInterrupt.
+  signal.signal(signal.SIGINT, signal.default_int_handler)
   def build_federated_dataset(config):
     os.kill(os.getpid(), signal.SIGINT)
-    # The handler runs at the main thread's next check, which a loaded machine may delay past
-    # this function's return when the kernel hands the signal to another (JAX) thread: wait
-    # for it here, as a data load in progress would.
-    time.sleep(30)
+    time.sleep(30)  # a data load in progress: the KeyboardInterrupt arrives within it
   build.build_federated_dataset = build_federated_dataset
 """
 

@@ -129,7 +129,9 @@ LOCAL_STEP = [
   ('fedasmu_cnn', (32, 32, 3), 10, {}),
   ('emnist_cnn', (28, 28, 1), 62, {}),
   ('fedavg_cnn', (28, 28, 1), 10, {}),
-  ('resnet20', (16, 16, 3), 10, {'norm': 'group'}),  # BatchNorm: the resnet18 tests below
+  # ResNet-20 with GroupNorm: 7 s, in `make test-slow`; ResNet blocks with BatchNorm: the
+  # resnet18 tests below.
+  pytest.param('resnet20', (16, 16, 3), 10, {'norm': 'group'}, marks=pytest.mark.slow),
   ('alexnet', (32, 32, 3), 10, {}),
   ('char_lstm', (12,), 90, {}),  # word_lstm: same layers (embed, LSTM, dense), slow set
   ('text_cnn', (12,), 2, {'vocab_size': 50}),

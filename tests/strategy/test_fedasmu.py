@@ -377,7 +377,16 @@ def _tree_dot(a, b):
   )
 
 
-@pytest.mark.parametrize('backend,deferred', [('vmap', True), ('loop', False)])
+@pytest.mark.parametrize(
+  'backend,deferred',
+  [
+    # vmap with deferred batches: 27 s, in `make test-slow`; the loop case checks the same
+    # equality in `make test`, and the vmap backend's batching of tasks has its own tests
+    # (tests/executor).
+    pytest.param('vmap', True, marks=pytest.mark.slow),
+    ('loop', False),
+  ],
+)
 def test_two_segment_tasks_equal_an_eager_blend_at_the_fetch_time(backend, deferred):
   fed, model, latency, policy, scheduler, sim, record = _fedasmu_run(backend, deferred)
   data = fed.device_arrays()
