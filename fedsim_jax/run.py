@@ -37,6 +37,7 @@ from typing import Any
 from absl import app, flags
 
 from fedsim_jax import cli
+from fedsim_jax.flag_help import show_flags_in_help
 from fedsim_jax.workdir import RunStatus
 
 
@@ -194,6 +195,7 @@ def run_main() -> None:
   # directory, as with `python -m`.
   sys.path.insert(0, os.getcwd())
   define_flags()
+  show_flags_in_help(__name__)
   try:
     app.run(main, flags_parser=cli.parse_flags)
   except KeyboardInterrupt:

@@ -62,3 +62,23 @@ def test_the_flag_parser_loads_a_config_module_by_name():
     flags.FLAGS = original
   assert values['config'].value.algorithm.name == 'fedbuff'
   assert values['config'].config_filename == os.path.join(_PACKAGED, 'fedbuff_fashion_mnist.py')
+
+
+@pytest.mark.parametrize(
+  'module, expected',
+  [
+    ('fedsim_jax.run', ('--config', '--workdir', '--resume', '--describe')),
+    ('fedsim_jax.data.prepare', ('--dataset', '--data_dir')),
+  ],
+)
+def test_help_lists_the_tools_own_flags(module, expected):
+  import subprocess
+  import sys
+
+  result = subprocess.run(
+    [sys.executable, '-m', module, '--help'], capture_output=True, text=True, timeout=120
+  )
+  assert result.returncode == 1, result.stderr[-2000:]  # absl's --help exits with 1
+  for flag in expected:  # booleans show as --[no]<name>
+    name = flag.removeprefix('--')
+    assert f'  --{name}:' in result.stdout or f'  --[no]{name}:' in result.stdout, flag

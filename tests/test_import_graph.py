@@ -20,7 +20,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / 'fedsim_jax'
 # Bottom to top. `__init__` is the package's own module (its version): anyone may import it.
 # `algorithms` may not exist yet; a tier lists it so that it lands above `strategy`.
 TIERS = (
-  ('settings', 'str_enum', 'tree'),
+  ('settings', 'str_enum', 'tree', 'flag_help'),
   ('registry',),  # named plugins with typed settings (builds on settings)
   ('checkpointing', 'distributed', 'interrupts', 'provenance', 'workdir'),
   ('data', 'models'),

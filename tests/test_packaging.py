@@ -192,3 +192,22 @@ def test_shipped_configs_import_only_the_package(name):
       continue
     for module in modules:
       assert module.split('.')[0] in ('fedsim_jax', '__future__'), f'{name} imports {module}'
+
+
+def test_the_license_and_citation_match_pyproject():
+  import tomllib
+  import yaml
+
+  with open(os.path.join(ROOT, 'pyproject.toml'), 'rb') as f:
+    project = tomllib.load(f)['project']
+  with open(os.path.join(ROOT, 'LICENSE'), encoding='utf-8') as f:
+    license_text = f.read()
+  assert project['license'] == 'Apache-2.0'
+  assert 'Apache License' in license_text and 'Version 2.0, January 2004' in license_text
+  assert 'END OF TERMS AND CONDITIONS' in license_text
+  with open(os.path.join(ROOT, 'CITATION.cff'), encoding='utf-8') as f:
+    citation = yaml.safe_load(f)
+  assert citation['cff-version'] == '1.2.0'
+  assert citation['version'] == project['version']
+  assert citation['license'] == project['license']
+  assert citation['title'].startswith(project['name'])

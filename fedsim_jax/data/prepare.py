@@ -49,6 +49,7 @@ from fedsim_jax.data.errors import DatasetNotFoundError
 from fedsim_jax.data.loading import default_data_dir
 from fedsim_jax.data.manifest import MANIFEST, write_manifest
 from fedsim_jax.data.sources import SOURCES, CentralizedDataset
+from fedsim_jax.flag_help import show_flags_in_help
 
 DATASET_VERSION = '1.0.0'
 
@@ -399,6 +400,7 @@ def _main(argv: list[str]) -> None:
 def run_main() -> None:
   """Console entry point (`fedsim-prepare` and `python -m fedsim_jax.data.prepare`)."""
   _define_flags()
+  show_flags_in_help(__name__)
   app.run(_main)
 
 
