@@ -267,6 +267,26 @@ def prepare_from_tfds(
   return out
 
 
+# Where `--from_tfds` first checks that downloads can succeed: tfds's own mirror of prepared
+# datasets (`host:port`; the tests point it at a closed loopback port).
+DOWNLOAD_PROBE = os.environ.get('FEDSIM_DOWNLOAD_PROBE', 'storage.googleapis.com:443')
+PROBE_SECONDS = 5.0
+
+
+def download_problem(probe: str = '', seconds: float = PROBE_SECONDS) -> str | None:
+  """Why a download would fail at once (the probe host cannot be reached within `seconds`),
+  or None. tfds itself retries an unreachable host for minutes before it gives up."""
+  import socket
+
+  host, _, port = (probe or DOWNLOAD_PROBE).rpartition(':')
+  try:
+    with socket.create_connection((host, int(port)), timeout=seconds):
+      return None
+  except (OSError, ValueError) as error:
+    reason = getattr(error, 'strerror', None) or str(error) or type(error).__name__
+    return f'cannot reach {host}:{port} ({reason}) within {seconds:g} s'
+
+
 def prepare(
   name: str,
   data_dir: str | os.PathLike[str],
@@ -375,6 +395,13 @@ def _main(argv: list[str]) -> None:
       _usage_error(f'--from_tfds needs --dataset in: {", ".join(with_tfds)}; got {name!r}')
     if flag_values.source is not None:
       _usage_error('--source cannot be combined with --from_tfds')
+    problem = download_problem()
+    if problem is not None:
+      _usage_error(
+        f'--from_tfds downloads, and {problem}; prepare --dataset={name} where the internet '
+        'is reachable and copy the data dir here, or use an offline source (fedsim-prepare '
+        '--help)'
+      )
   elif name != 'all' and name not in SOURCES:
     how = catalog.DATASETS[name].how_to_prepare.replace('DIR', os.fspath(data_dir))
     _usage_error(f'--dataset={name} has no offline source here; {how}')

@@ -217,3 +217,23 @@ def test_only_the_latest_datasets_stay_loaded(tmp_path: Path) -> None:
   loaded = [load_dataset('digits', prepare('digits', d).parents[1]) for d in dirs]
   assert load_dataset('digits', dirs[-1]) is loaded[-1]
   assert load_dataset('digits', dirs[0]) is not loaded[0]  # evicted, read again
+
+
+def test_cli_from_tfds_without_a_network_fails_at_once_with_one_line(tmp_path: Path) -> None:
+  import os
+  import socket
+
+  with socket.socket() as probe:  # a loopback port nothing listens on: refused at once
+    probe.bind(('127.0.0.1', 0))
+    port = probe.getsockname()[1]
+  result = subprocess.run(
+    [sys.executable, '-m', 'fedsim_jax.data.prepare', '--dataset=cifar10', '--from_tfds',
+     f'--data_dir={tmp_path}'],
+    cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+    env={**os.environ, 'FEDSIM_DOWNLOAD_PROBE': f'127.0.0.1:{port}'},
+  )  # fmt: skip
+  assert result.returncode == 2, result.stderr
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith('error: --from_tfds downloads, and cannot reach')
+  assert f'127.0.0.1:{port}' in lines[0] and '--dataset=cifar10' in lines[0]
+  assert not list(tmp_path.iterdir())  # nothing written
