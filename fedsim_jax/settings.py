@@ -92,13 +92,15 @@ def decay() -> Check:
 
 def one_of(allowed: Iterable[Any], *, optional: bool = False) -> Check:
   allowed = tuple(allowed)
+  # A `StrEnum`'s members are listed by their values ('batch'), not their reprs.
+  shown = sorted(str(v) if isinstance(v, str) else v for v in allowed)
 
-  @_describes(f'{sorted(allowed)}' + (' or None' if optional else ''))
+  @_describes(f'{shown}' + (' or None' if optional else ''))
   def check(name: str, value: Any) -> None:
     if value is None and optional:
       return
     if value not in allowed:
-      raise ConfigError(f'{name}={value!r} is not allowed; allowed values: {sorted(allowed)}')
+      raise ConfigError(f'{name}={value!r} is not allowed; allowed values: {shown}')
 
   return check
 
