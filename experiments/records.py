@@ -12,6 +12,21 @@ Record = Mapping[str, Any]
 PerSeed = dict[int, 'agreement.Value | None']
 
 
+def base_record(cell: Any, seed: int, summary: Mapping[str, Any], run_dir: str) -> dict[str, Any]:
+  """What every study kit records of a run: its cell's fields, seed, status, final and best
+  accuracy, and where it came from (host seconds, code, run directory); kits add their own."""
+  return dict(
+    cell.record(),
+    seed=seed,
+    status=summary.get('status'),
+    final_accuracy=summary.get('final_accuracy'),
+    best_accuracy=summary.get('best_accuracy'),
+    host_seconds=sweep.host_seconds(dict(summary)),
+    code=sweep.run_code(dict(summary)),
+    workdir=run_dir,
+  )
+
+
 def group(records: Iterable[Record], key: Callable[[Record], Any]) -> dict[Any, list[Record]]:
   """`records` grouped by `key`, in first-seen order."""
   groups: dict[Any, list[Record]] = {}

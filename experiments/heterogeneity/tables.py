@@ -45,18 +45,11 @@ def run_record(cell: setups.Cell, seed: int, summary: dict[str, Any], run_dir: s
   """One run's record (see the module's docstring)."""
   clients = summary.get('client_evaluation') or {}
   return dict(
-    cell.record(),
-    seed=seed,
-    status=summary.get('status'),
-    final_accuracy=summary.get('final_accuracy'),
-    best_accuracy=summary.get('best_accuracy'),
+    records_lib.base_record(cell, seed, summary, run_dir),
     time_to_target=summary.get('time_to_target'),
     final_virtual_time=summary.get('final_virtual_time'),
     target_accuracy=summary.get('target_accuracy'),
     **{field: clients.get(field) for field in CLIENT_FIELDS},
-    host_seconds=sweep.host_seconds(summary),
-    code=sweep.run_code(summary),
-    workdir=run_dir,
   )
 
 

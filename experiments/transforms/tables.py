@@ -73,17 +73,8 @@ def run_record(
 ) -> dict[str, Any]:
   """One run's record (see the module's docstring): what every experiment's tables read, and
   each experiment's own figures (the result files stay small)."""
-  record = dict(
-    cell.record(),
-    seed=seed,
-    status=summary.get('status'),
-    final_accuracy=summary.get('final_accuracy'),
-    best_accuracy=summary.get('best_accuracy'),
-    final_version=summary.get('final_version'),
-    host_seconds=sweep.host_seconds(summary),
-    code=sweep.run_code(summary),
-    workdir=run_dir,
-  )
+  record = records_lib.base_record(cell, seed, summary, run_dir)
+  record['final_version'] = summary.get('final_version')
   transforms = summary.get('transforms') or {}
   if cell.experiment == 'privacy':
     privacy = summary.get('privacy') or {}
