@@ -1,5 +1,6 @@
 """What every reproduction binary shares: flag-list parsing, resumable runs, output files and
-`main`.
+`main`. Where runs stand and how settings paths are set and checked is `fedsim_jax.sweep`'s, the
+machinery `fedsim-sweep` runs on.
 
 A reproduction binary defines its flags, a `parse_settings() -> dict` that raises `FlagError`,
 a `run_sweep(settings, workdir, data_dir) -> records` built on `load_or_run`, and a table
@@ -11,7 +12,6 @@ writer (`markdown_table`, `write_results`, `write_text`, and the statistics `mea
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import io
 import json
 import math
@@ -25,8 +25,25 @@ from typing import Any
 from absl import flags
 
 from fedsim_jax import cli
-from fedsim_jax import workdir as workdir_lib
 from fedsim_jax.cli import FlagError, parse_list
+from fedsim_jax.sweep.paths import (  # noqa: F401 - the kits' settings paths
+  KWARGS_PREFIX,
+  PARTITION_PREFIX,
+  PLUGIN_KWARGS_PREFIXES,
+  set_existing,
+  setting_value,
+  stale_setting,
+)
+from fedsim_jax.sweep.runs import (  # noqa: F401 - the kits' run states, shared with fedsim-sweep
+  FINAL_STATUSES,
+  RunState,
+  ended,
+  host_seconds,
+  markdown_table,
+  run_code,
+  run_state,
+  status_table,
+)
 
 _STATUS = flags.DEFINE_bool(
   'status',
@@ -41,101 +58,10 @@ _EXPORT = flags.DEFINE_string(
   'docs/results/data/fedasmu_600s.json): the file experiments/results_docs.py renders the '
   'tables of docs/results/ from. With --only_existing it exports the finished runs.',
 )
-FINAL_STATUSES = ('completed', 'diverged', 'failed')
-
-
-def ended(summary: dict[str, Any]) -> bool:
-  """Whether a run's summary is its result: completed, diverged, or failed by the run's own
-  rules (a stall); not a run that an error in the code stopped (`summary['error']`), which the
-  next sweep runs again from its newest checkpoint."""
-  return summary.get('status', 'completed') in FINAL_STATUSES and 'error' not in summary
-
-
-@dataclasses.dataclass(frozen=True)
-class RunState:
-  """Where one run of a sweep stands.
-
-  `state`: 'done' (it ended: `ended`), 'running' (a process holds its workdir), 'resumable'
-  (interrupted, killed or stopped by an error: the next sweep continues it from its newest
-  checkpoint) or 'pending' (not started)."""
-
-  run_dir: str
-  state: str
-  status: str | None = None
-  host_seconds: float | None = None
-  version: int | None = None
-
-
-def host_seconds(summary: dict[str, Any]) -> float | None:
-  """The host seconds a run's result cost, over every process that ran it
-  (`host.total_seconds`); for a run that predates that record, or resumed from a checkpoint
-  that did, the last process's (`host.seconds`)."""
-  host = summary.get('host', {})
-  total = host.get('total_seconds')
-  return host.get('seconds') if total is None else total
-
-
-def run_code(summary: dict[str, Any]) -> dict[str, Any] | None:
-  """The code a run ran on, as its summary records it (`summary['host']['code']`: the commit,
-  whether the checkout had uncommitted changes, the package version; `fedsim_jax.provenance`);
-  None for a run that predates the record."""
-  return summary.get('host', {}).get('code')
-
-
-def run_state(run_dir: str) -> RunState:
-  """The `RunState` of the run in `run_dir`, read from its files (nothing is run)."""
-  summary_path = os.path.join(run_dir, 'summary.json')
-  summary = None
-  if os.path.exists(summary_path):
-    with open(summary_path, encoding='utf-8') as f:
-      summary = json.load(f)
-  version = None
-  metrics_path = os.path.join(run_dir, 'metrics.jsonl')
-  if os.path.exists(metrics_path):
-    from fedsim_jax.metrics.writers import read_metrics
-
-    rows = read_metrics(metrics_path)
-    version = rows[-1]['version'] if rows else None
-  seconds = None if summary is None else host_seconds(summary)
-  status = None if summary is None else summary.get('status', 'completed')
-  if summary is not None and ended(summary):
-    state = 'done'
-  elif os.path.isdir(run_dir) and workdir_lib.in_use(run_dir):
-    state = 'running'
-  elif os.path.isdir(run_dir) and workdir_lib.holds_results(run_dir):
-    state = 'resumable'
-  else:
-    state = 'pending'
-  return RunState(run_dir, state, status, seconds, version)
-
 
 # Under --status (set by `sweep_main`), `load_or_run` records each run's state here instead of
 # running it.
 _STATES: list[RunState] | None = None
-
-
-def status_table(states: Sequence[RunState], root: str) -> str:
-  """A markdown table of `states` and a line of counts per state."""
-  rows = [
-    [
-      os.path.relpath(s.run_dir, root),
-      s.state if s.status in (None, 'completed') else f'{s.state} ({s.status})',
-      '-' if s.host_seconds is None else f'{s.host_seconds:,.0f}',
-      '-' if s.version is None else str(s.version),
-    ]
-    for s in states
-  ]
-  counts = {
-    state: sum(s.state == state for s in states)
-    for state in ('done', 'running', 'resumable', 'pending')
-  }
-  total = sum(s.host_seconds or 0.0 for s in states)
-  return (
-    markdown_table(['run', 'state', 'host s', 'last evaluated version'], rows)
-    + '\n\n'
-    + ', '.join(f'{n} {state}' for state, n in counts.items())
-    + f' of {len(states)} runs; host time so far {total:,.0f} s'
-  )
 
 
 def check_choice(name: str, value: Any, allowed: Sequence[Any]) -> None:
@@ -144,87 +70,6 @@ def check_choice(name: str, value: Any, allowed: Sequence[Any]) -> None:
     from fedsim_jax.config import ConfigError  # Deferred: keeps this module free of JAX.
 
     raise ConfigError(f'{name}={value!r} is not allowed; allowed values: {list(allowed)}')
-
-
-KWARGS_PREFIX = 'algorithm.kwargs.'
-# Settings of the selected model, latency and availability models (checked when resolved).
-PLUGIN_KWARGS_PREFIXES = ('model.kwargs.', 'latency.kwargs.', 'availability.kwargs.')
-
-
-def _algorithm_settings(config: Any) -> Any:
-  """The settings dataclass of `config`'s algorithm (importing `algorithm.module` first)."""
-  from fedsim_jax import algorithms  # Deferred: keeps this module free of JAX.
-
-  algorithms.import_module(config.algorithm.module)
-  return algorithms.get_spec(config.algorithm.name).settings
-
-
-PARTITION_PREFIX = 'partition.kwargs.'
-
-
-def _partition_settings(config: Any) -> Any:
-  """The settings dataclass of `config`'s partitioner (importing `partition.module` first)."""
-  from fedsim_jax.data.partitioners import PARTITIONERS  # Deferred: keeps this module light.
-
-  PARTITIONERS.import_module(config.partition.module)
-  return PARTITIONERS.get(config.partition.name).settings
-
-
-def _entry_settings(config: Any, path: str) -> Any:
-  """The settings dataclass whose field `path` names ('algorithm.kwargs.<f>',
-  'partition.kwargs.<f>'), or None for another path."""
-  if path.startswith(KWARGS_PREFIX):
-    return _algorithm_settings(config)
-  if path.startswith(PARTITION_PREFIX):
-    return _partition_settings(config)
-  return None
-
-
-def set_existing(config: Any, path: str, value: Any) -> None:
-  """Sets the dotted setting `path` (e.g. 'client.learning_rate') of `config` to `value`, like
-  `fedsim_jax.config.set_by_path`, but only a setting `config` has: a misspelt name, or a
-  section this build lacks, raises `ConfigError` instead of adding a new setting (naming its
-  new place if it moved). An 'algorithm.kwargs.<field>' ('partition.kwargs.<field>') path must
-  name a field of the algorithm's (partitioner's) settings dataclass; a 'model.kwargs.<field>'
-  (latency, availability) one is checked when the config is validated."""
-  import ml_collections
-
-  from fedsim_jax.config import (  # Deferred: keeps this module JAX-free.
-    ConfigError,
-    moved_setting,
-    set_by_path,
-  )
-
-  settings = _entry_settings(config, path)
-  if settings is not None:
-    from fedsim_jax.settings import closest
-
-    section, _, field = path.rpartition('.')
-    owner = section.split('.')[0]
-    names = settings.field_names()
-    if field not in names:
-      raise ConfigError(
-        f'{path} is not a setting of {settings.__name__} ({owner}.name='
-        f'{config[owner].name!r}){closest(field, names)}; allowed: {sorted(names)}'
-      )
-    set_by_path(config, path, value)
-    return
-  if path.startswith(PLUGIN_KWARGS_PREFIXES):  # checked by the selected entry's settings
-    set_by_path(config, path, value)
-    return
-  node = config
-  *parents, leaf = path.split('.')
-  for part in parents:
-    node = node.get(part) if isinstance(node, ml_collections.ConfigDict) else None
-  if not isinstance(node, ml_collections.ConfigDict) or leaf not in node:
-    moved = moved_setting(path)
-    if moved is not None:
-      raise ConfigError(f'{path} is not a setting; it is now {moved}')
-    raise ConfigError(
-      f'{path}: no such setting in this build; allowed values: the settings of '
-      'fedsim_jax.config.base_config'
-    )
-  set_by_path(config, path, value)
 
 
 Override = tuple[str | None, str, Any]  # (algorithm or None for every run, setting, value)
@@ -399,47 +244,6 @@ def run_cells(
   return records
 
 
-def _setting_value(config: Any, path: str) -> Any:
-  """`config`'s value at the dotted `path`; an 'algorithm.kwargs.<field>' (or
-  'partition.kwargs.<field>') the config does not set takes the algorithm's (partitioner's)
-  default (config.json records every field)."""
-  settings = _entry_settings(config, path)
-  if settings is not None:
-    section, _, field = path.rpartition('.')
-    kwargs = config[section.split('.')[0]].kwargs
-    return kwargs[field] if field in kwargs else getattr(settings(), field)
-  value = config
-  for part in path.split('.'):
-    value = value[part]
-  return value
-
-
-def stale_setting(run_dir: str, config: Any, paths: Sequence[str]) -> str | None:
-  """Why the finished run in `run_dir` does not match `config`: 'path=saved value' for the first
-  dotted path (e.g. 'run.eval_every') whose value in its `config.json` differs, else None (also
-  when there is no readable `config.json`). An 'algorithm.kwargs.<field>' path is compared only
-  when the algorithm has that field (a 'partition.kwargs.<field>' when the partitioner has it).
-  Resumed sweeps warn with it instead of silently reusing a run made with other settings; a
-  run's config.json of an earlier layout is read in the current one."""
-  from fedsim_jax.config import upgrade_layout  # Deferred: keeps this module free of JAX.
-
-  try:
-    with open(os.path.join(run_dir, 'config.json'), encoding='utf-8') as f:
-      saved = upgrade_layout(json.load(f))
-  except (OSError, ValueError):
-    return None
-  for path in paths:
-    settings = _entry_settings(config, path)
-    if settings is not None and path.rpartition('.')[2] not in settings.field_names():
-      continue
-    value = saved
-    for part in path.split('.'):
-      value = value.get(part) if isinstance(value, dict) else None
-    if value != _setting_value(config, path):
-      return f'{path}={value!r}'
-  return None
-
-
 class LastFederation:
   """Holds the most recently built federation (sweeps order runs that share one together)."""
 
@@ -453,13 +257,6 @@ class LastFederation:
       self._dataset = None  # Release the old arrays before building the next.
       self._dataset, self._key = build(), key
     return self._dataset
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-  """A markdown table: the header row, the separator and one line per row of cells."""
-  lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
-  lines += ['| ' + ' | '.join(row) + ' |' for row in rows]
-  return '\n'.join(lines)
 
 
 def table_row(markdown: str, name: str) -> list[str]:

@@ -8,7 +8,7 @@ import logging as pylogging
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from absl import flags, logging
@@ -55,7 +55,7 @@ def _without_none_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
   return kept, none_paths
 
 
-def _override_paths(argv: list[str]) -> list[str]:
+def override_paths(argv: Sequence[str]) -> list[str]:
   """The setting paths of the `--config.<path>=...` overrides in `argv` (booleans may be given
   as `--config.<path>` or `--noconfig.<path>`)."""
   paths = []
@@ -136,7 +136,7 @@ def parse_flags(argv: list[str]) -> list[str]:
   argv, none_paths = _without_none_overrides(argv)
   if 'config' in flags.FLAGS and isinstance(flags.FLAGS['config'].parser, ConfigFileFlagParser):
     argv = _with_config_files(argv)
-    for path in [*_override_paths(argv), *none_paths]:
+    for path in [*override_paths(argv), *none_paths]:
       try:
         check_override_path(path)
       except ConfigError as error:
@@ -146,7 +146,7 @@ def parse_flags(argv: list[str]) -> list[str]:
   except KeyError as error:  # ml_collections: a section of an override is missing
     quoted = re.search(r"'(\w+)'", str(error.args[0]) if error.args else '')
     missing = quoted.group(1) if quoted else '?'
-    paths = _override_paths(argv)
+    paths = override_paths(argv)
     path = next((p for p in paths if missing in p.split('.')), paths[0] if paths else '?')
     parent = path.split(f'.{missing}')[0] if f'.{missing}' in path else ''
     sections = existing_sections(parent)

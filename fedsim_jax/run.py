@@ -41,10 +41,10 @@ from fedsim_jax.flag_help import show_flags_in_help
 from fedsim_jax.workdir import RunStatus
 
 
-def define_flags() -> None:
-  """Defines the binary's flags in absl's global flags: `--config`, `--workdir`, `--seeds`,
-  `--resume`, `--overwrite`, `--describe`, `--quiet`. Called by `run_main`, never at import, so
-  that importing this module never clashes with other programs' flags."""
+def define_config_flag() -> None:
+  """Defines `--config` (a config file or module, overridable field by field with
+  `--config.<section>.<field>=<value>`) in absl's global flags; `fedsim-run`'s and
+  `fedsim-sweep`'s."""
   from ml_collections import config_flags
 
   # New attributes are accepted so that `--config.algorithm.kwargs.<field>=...` can set any
@@ -59,6 +59,13 @@ def define_flags() -> None:
     lock_config=False,
     accept_new_attributes=True,
   )
+
+
+def define_flags() -> None:
+  """Defines the binary's flags in absl's global flags: `--config`, `--workdir`, `--seeds`,
+  `--resume`, `--overwrite`, `--describe`, `--quiet`. Called by `run_main`, never at import, so
+  that importing this module never clashes with other programs' flags."""
+  define_config_flag()
   flags.DEFINE_string('workdir', None, 'Run directory (default: runs/<config name>/seed<seed>).')
   flags.DEFINE_string(
     'seeds',
@@ -150,10 +157,10 @@ def main(argv: list[str]) -> None:
     cli.fail(str(error))
   except OSError as error:  # e.g. a full disk as the run writes its first files
     cli.fail(f'cannot write {error.filename or "the outputs"}: {error.strerror or error}')
-  sys.exit(_report(runs, name_runs=values.seeds is not None))
+  sys.exit(report(runs, name_runs=values.seeds is not None))
 
 
-def _report(runs: list[tuple[str, dict[str, Any]]], *, name_runs: bool = False) -> int:
+def report(runs: list[tuple[str, dict[str, Any]]], *, name_runs: bool = False) -> int:
   """Prints one line per run, its final accuracy (stdout) or the error it ended with (stderr,
   prefixed with its workdir if `name_runs`), then how to resume if any run was interrupted;
   returns the exit code: 128 + the signal if a run was interrupted, else 2 if one failed, else

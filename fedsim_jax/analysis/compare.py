@@ -183,12 +183,13 @@ def _cell(text: str) -> str:
   return text.replace('|', '\\|')
 
 
-def format_table(rows: Sequence[dict[str, Any]]) -> str:
-  """`rows` of `compare` as a markdown table followed by its caption."""
+def format_table(rows: Sequence[dict[str, Any]], label_header: str = 'algorithm') -> str:
+  """`rows` of `compare` as a markdown table followed by its caption; `label_header` heads the
+  column of the groups' labels."""
   if not rows:
     return ''
   target, base = rows[0]['target_accuracy'], rows[0]['baseline']
-  header = ['algorithm', 'seeds', 'final accuracy', 'best accuracy']
+  header = [label_header, 'seeds', 'final accuracy', 'best accuracy']
   if target is not None:
     header += [
       f'time to {target:g} (s)',

@@ -266,7 +266,7 @@ def test_run_state_tells_done_running_resumable_and_pending_runs(tmp_path):
     lock.release()
   assert [(s.state, s.status, s.host_seconds, s.version) for s in states] == [
     ('done', 'completed', 12.5, 40),
-    ('done', 'diverged', 3.0, 7),
+    ('failed', 'diverged', 3.0, 7),
     ('resumable', 'interrupted', 4.0, None),
     ('resumable', None, None, 10),
     ('resumable', 'failed', None, 5),
@@ -275,9 +275,9 @@ def test_run_state_tells_done_running_resumable_and_pending_runs(tmp_path):
   ]
   assert sweep.run_state(running).state == 'resumable'  # the lock is released
   table = sweep.status_table(states, str(tmp_path))
-  assert '| diverged | done (diverged) | 3 | 7 |' in table
+  assert '| diverged | failed (diverged) | 3 | 7 |' in table
   assert table.endswith(
-    '2 done, 1 running, 3 resumable, 1 pending of 7 runs; host time so far 20 s'
+    '1 done, 1 failed, 1 running, 3 resumable, 1 pending of 7 runs; host time so far 20 s'
   )
 
 
