@@ -229,6 +229,14 @@ def test_every_outcome_of_a_synthetic_run_is_counted(tmp_path):
   assert {'discarded: stale', 'discarded: offline', 'skipped', 'waiting'} <= {
     e['name'] for e in by_phase['X']
   }
+  # Every aggregated record here made version 1: one instant counting them all, at the first.
+  aggregated = [r for r in records if r['outcome'] == 'aggregated']
+  (instant,) = by_phase['i']
+  assert instant['args'] == {
+    'version': 1,
+    'updates': len(aggregated),
+    'virtual_time': min(r['aggregation_time'] for r in aggregated),
+  }
 
 
 def test_cli_writes_the_trace_and_no_figures(compass_run, tmp_path, capsys):
