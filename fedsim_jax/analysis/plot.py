@@ -8,8 +8,12 @@ per-client accuracy distribution over time); prints each path written. A
 figure whose data a run does not record is skipped with one line on stderr. Runs that have not
 completed (killed, interrupted, failed, diverged, still running, or killed while `--resume`
 extended them) are left out, each named in one line on stderr; `--include_unfinished` keeps them,
-marked unfinished in legends and titles. Exit codes: 0 done; 2 a path that holds no run, no
-completed run, or an invalid option (one line on stderr).
+marked unfinished in legends and titles.
+
+`--perfetto OUT.json` writes instead the task timeline of one run (the first seed of a sweep
+root) as a Chrome trace that ui.perfetto.dev opens (`analysis.perfetto`); figures as well only
+when `--kinds` names them. Exit codes: 0 done; 2 a path that holds no run, no completed run, an
+invalid option, or `--perfetto` of a run without tasks.jsonl (one line on stderr).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from collections.abc import Callable, Sequence
 import matplotlib
 from matplotlib.figure import Figure
 
-from fedsim_jax.analysis import plots
+from fedsim_jax.analysis import perfetto, plots
 from fedsim_jax.analysis.command import groups_of, parser_for, run_command
 from fedsim_jax.analysis.run_files import RunFiles, group_label, slug
 
@@ -66,6 +70,19 @@ def build_parser() -> argparse.ArgumentParser:
   parser.add_argument('--band', choices=plots.BANDS, default='minmax', help='accuracy band')
   parser.add_argument(
     '--max_rows', type=_positive, default=100, help='timeline rows; more clients are sampled'
+  )
+  parser.add_argument(
+    '--perfetto',
+    metavar='OUT.json',
+    help="write the first run's task timeline as a Chrome/Perfetto trace (ui.perfetto.dev) to "
+    'OUT.json; figures only with --kinds',
+  )
+  parser.add_argument(
+    '--client_tracks',
+    type=_positive,
+    default=perfetto.MAX_CLIENT_TRACKS,
+    help='--perfetto: one track per client up to this many clients; above, '
+    f'{perfetto.CLIENT_GROUPS} tracks of consecutive client ids',
   )
   return parser
 
@@ -122,9 +139,19 @@ def main(argv: Sequence[str] | None = None) -> int:
   matplotlib.use('Agg')
 
   def body(args: argparse.Namespace) -> None:
+    if args.perfetto and len(args.dirs) > 1:
+      raise perfetto.TraceError(
+        f'--perfetto exports one run: name one DIR ({len(args.dirs)} given)'
+      )
+    groups = groups_of(args, 'fedsim-plot')
+    if args.perfetto:
+      path = perfetto.write_trace(groups[0][0], args.perfetto, max_client_tracks=args.client_tracks)
+      print(path)
+      if args.kinds is None:
+        return
     out = pathlib.Path(args.out) if args.out else pathlib.Path(args.dirs[0]) / 'plots'
     write_plots(
-      groups_of(args, 'fedsim-plot'),
+      groups,
       out,
       args.kinds,
       args.format,
@@ -133,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
       args.target,
     )
 
-  return run_command(build_parser(), argv, body)
+  return run_command(build_parser(), argv, body, (perfetto.TraceError,))
 
 
 if __name__ == '__main__':
