@@ -181,7 +181,7 @@ FULL_SIZES: dict[str, Any] = {
     min_seconds=15.0,
     max_rounds=40,
   ),
-  # The CNN trains ~10x slower inside `lax.scan` on XLA:CPU (docs/results/performance.md)
+  # The CNN trains ~20x slower inside `lax.scan` on XLA:CPU (docs/results/performance.md)
   # and slower still under vmap (per-task weights make grouped convolutions): a vmap round of
   # 100 clients would take many minutes on 2 cores, so its rounds have 4 clients.
   'sync_cnn': SyncSizes(

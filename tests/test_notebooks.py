@@ -15,12 +15,18 @@ import re
 import sys
 
 import pytest
+import tomllib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, 'notebooks', '*.ipynb')))
 FASHION_MNIST_SOURCE = '/usr/share/datasets/fashion-mnist'
 pytest.importorskip('nbclient', reason="the 'notebooks' extra (nbclient, nbformat, ipykernel)")
-COLAB_URL = 'https://colab.research.google.com/github/fedsim-jax/fedsim_jax/blob/main/notebooks/'
+with open(os.path.join(ROOT, 'pyproject.toml'), 'rb') as _f:  # the repository's one address
+  _REPOSITORY = tomllib.load(_f)['project']['urls']['Repository']
+COLAB_URL = (
+  _REPOSITORY.replace('https://github.com/', 'https://colab.research.google.com/github/', 1)
+  + '/blob/main/notebooks/'
+)
 
 
 def _load_execute():

@@ -8,11 +8,11 @@ docs/results/performance.md):
   over tasks, steps in `lax.scan`. One program trains the whole batch; this is what the
   accelerator is for, and the only backend that shards.
 - On XLA:CPU: the loop backend (one jitted program per task, called in a Python loop). On the
-  2-core CPU it beat vmap in every measured case: sync FedAvg MLP 92k against 42k client
-  examples/s, FedCompass silos 78k against 8.2k (vmap pads every task to the batch's longest),
-  FedBuff 71k against 30k, time-limited FedAvg 17.5k against 16.0k, the MNIST CNN 8.3k
-  against 238 (vmap over clients with distinct weights becomes a grouped convolution, slow on
-  CPU).
+  2-core CPU it beat vmap in every measured case: sync FedAvg MLP 213k against 83k client
+  examples/s, FedCompass silos 211k against 18.6k (vmap pads every task to the batch's
+  longest), FedBuff 212k against 92k, the MNIST CNN 8.3k against 238 (vmap over clients with
+  distinct weights becomes a grouped convolution, slow on CPU; `make bench` of 26 November
+  2026), time-limited FedAvg 17.5k against 16.0k.
 - Steps of a model with convolutions on XLA:CPU are driven from the host, one jitted step at a
   time (`step_loop='host'`): a convolutional step inside `lax.scan` ran about 20x slower (406
   against 8,252 examples/s for the MNIST CNN, `make bench` of 26 November 2026). Other models
