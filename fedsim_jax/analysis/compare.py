@@ -25,6 +25,7 @@ import numpy as np
 
 from fedsim_jax.analysis import measures
 from fedsim_jax.analysis.command import groups_of, parser_for, run_command
+from fedsim_jax.analysis.frame import flatten, run_rows
 from fedsim_jax.analysis.run_files import RunFiles, group_label
 
 # The keys of each row of `compare`, in the CSV's column order.
@@ -82,22 +83,110 @@ def mean_std(values: Sequence[float | None]) -> tuple[float | None, float | None
   return float(known.mean()), std
 
 
-def _mean(values: Sequence[float | None]) -> float | None:
-  return mean_std(values)[0]
-
-
 def _ratio(value: float | None, baseline: float | None) -> float | None:
   if value is None or baseline is None or baseline == 0:
     return None
   return value / baseline
 
 
-def _group_row(group: Sequence[RunFiles], target: float | None) -> dict[str, Any]:
+def _numbers(frame: Any, column: str) -> Any:
+  """`frame[column]` as floats, NaN where absent, null, not a number or infinite."""
+  import pandas as pd
+
+  if column not in frame:
+    return pd.Series(np.nan, index=frame.index)
+  values = pd.to_numeric(frame[column].where(frame[column].map(_is_number)), errors='coerce')
+  return values.where(np.isfinite(values.astype(float)))
+
+
+def _is_number(value: Any) -> bool:
+  return measures.as_number(value) is not None
+
+
+def _last_known(frame: Any, column: str) -> Any:
+  """Per run: the last non-missing value of `column` (NaN if none)."""
+  return _numbers(frame, column).groupby(frame['run'], sort=False).last()
+
+
+def _statistic(frame: Any, key: str) -> Any:
+  """Per run, as `measures.statistic` reads it: the summary's `statistics.<key>`, else the
+  summary's `<key>`, else the last metrics row that has it."""
+  value = _last_known(frame, f'summary.statistics.{key}')
+  for fallback in (_last_known(frame, f'summary.{key}'), _last_known(frame, key)):
+    value = value.fillna(fallback)
+  return value
+
+
+def run_measures(frame: Any, target: float | None) -> Any:
+  """One row per run of a `load_runs`-style DataFrame (metrics rows with `run`, `summary.*`
+  columns): final and best accuracy, the virtual time and client updates of the first
+  evaluation of a finite model at or above `target`, wasted fraction, mean staleness and the
+  per-client columns (NaN where a run lacks them). Rows marked `diverged` count for the final
+  accuracy but not for the best or the target."""
+  import pandas as pd
+
+  runs = frame['run']
+  accuracy = _numbers(frame, 'test_accuracy')
+  timed = accuracy.where(_numbers(frame, 'virtual_time').notna())
+  finite = (
+    ~frame['diverged'].fillna(False).astype(bool)
+    if 'diverged' in frame
+    else pd.Series(True, index=frame.index)
+  )
+  table = pd.DataFrame(
+    {
+      'final_accuracy': timed.groupby(runs, sort=False).last(),
+      'best_accuracy': accuracy.where(finite).groupby(runs, sort=False).max(),
+      'wasted_fraction': _statistic(frame, 'wasted_fraction'),
+      'staleness_mean': _statistic(frame, 'staleness_mean'),
+      **{key: _last_known(frame, key) for key in CLIENT_COLUMNS},
+    }
+  )
+  table['reached'] = False
+  table['time_to_target'] = np.nan
+  table['client_updates_to_target'] = np.nan
+  if target is not None:
+    hits = frame[finite & (accuracy >= target)].groupby(runs, sort=False).head(1)
+    hits = hits.set_index('run')
+    table.loc[hits.index, 'reached'] = True
+    table.loc[hits.index, 'time_to_target'] = _numbers(hits, 'virtual_time')
+    table.loc[hits.index, 'client_updates_to_target'] = _numbers(hits, 'client_updates')
+  return table
+
+
+def _runs_frame(groups: Sequence[Sequence[RunFiles]]) -> Any:
+  """The metrics rows of every run of `groups` (`fedsim_jax.analysis.frame.run_rows`)."""
+  import pandas as pd
+
+  rows = [row for group in groups for run in group for row in run_rows(run)]
+  return pd.DataFrame.from_records(rows, columns=None if rows else ['run'])
+
+
+def _tasks_staleness(run: RunFiles) -> float | None:
+  """Mean staleness from tasks.jsonl, for runs whose summary and rows do not record it."""
+  stale = [measures.as_number(t.get('staleness')) for t in measures.aggregated_tasks(run)]
+  known = [s for s in stale if s is not None]
+  return float(np.mean(known)) if known else None
+
+
+def _known(value: Any) -> float | None:
+  return None if value is None or (isinstance(value, float) and np.isnan(value)) else float(value)
+
+
+def _group_row(group: Sequence[RunFiles], table: Any, target: float | None) -> dict[str, Any]:
   first = group[0]
-  final_mean, final_std = mean_std([measures.final_accuracy(run) for run in group])
-  best_mean, best_std = mean_std([measures.best_accuracy(run) for run in group])
-  hits = [measures.first_reaching(run, target) for run in group] if target is not None else []
-  reached = [hit for hit in hits if hit is not None]
+  measured = table.reindex([str(run.workdir) for run in group])
+  staleness = [
+    _known(value) if _known(value) is not None else _tasks_staleness(run)
+    for run, value in zip(group, measured['staleness_mean'])
+  ]
+  reached = measured[measured['reached'].fillna(False).astype(bool)]
+
+  def mean_of(values: Any) -> float | None:
+    return mean_std([_known(v) for v in values])[0]
+
+  final_mean, final_std = mean_std([_known(v) for v in measured['final_accuracy']])
+  best_mean, best_std = mean_std([_known(v) for v in measured['best_accuracy']])
   return {
     'label': group_label(group),
     'algorithm': first.algorithm,
@@ -110,13 +199,11 @@ def _group_row(group: Sequence[RunFiles], target: float | None) -> dict[str, Any
     'best_accuracy_std': best_std,
     'target_accuracy': target,
     'reached': len(reached) if target is not None else None,
-    'time_to_target_mean': _mean([measures.as_number(hit.get('virtual_time')) for hit in reached]),
-    'client_updates_to_target_mean': _mean(
-      [measures.as_number(hit.get('client_updates')) for hit in reached]
-    ),
-    'wasted_fraction_mean': _mean([measures.statistic(run, 'wasted_fraction') for run in group]),
-    'staleness_mean': _mean([measures.mean_staleness(run) for run in group]),
-    **{key: _mean([measures.final_value(run, key) for run in group]) for key in CLIENT_COLUMNS},
+    'time_to_target_mean': mean_of(reached['time_to_target']),
+    'client_updates_to_target_mean': mean_of(reached['client_updates_to_target']),
+    'wasted_fraction_mean': mean_of(measured['wasted_fraction']),
+    'staleness_mean': mean_std(staleness)[0],
+    **{key: mean_of(measured[key]) for key in CLIENT_COLUMNS},
   }
 
 
@@ -147,7 +234,8 @@ def compare(
     target = measures.resolve_target(groups, target)
   except ValueError as e:
     raise CompareError(str(e)) from None
-  rows = [_group_row(group, target) for group in groups]
+  table = run_measures(_runs_frame(groups), target)
+  rows = [_group_row(group, table, target) for group in groups]
   labels = [row['label'] for row in rows]
   if baseline is not None and baseline not in labels:
     raise CompareError(f'--baseline {baseline!r} names no group; the groups: {", ".join(labels)}')
@@ -266,6 +354,37 @@ def format_csv(rows: Sequence[dict[str, Any]]) -> str:
   return out.getvalue()
 
 
+def regroup_by(groups: Sequence[Sequence[RunFiles]], setting: str) -> list[list[RunFiles]]:
+  """The runs of `groups` regrouped by the value of a dotted setting of their config.json
+  (`client.learning_rate`; a `config.` prefix is allowed), labelled `<setting>=<value>`, in
+  order of value.
+
+  Raises:
+    CompareError: a run whose config does not have the setting.
+  """
+  path = setting.removeprefix('config.')
+  by_value: dict[str, list[RunFiles]] = {}
+  values: dict[str, Any] = {}
+  for run in (run for group in groups for run in group):
+    settings = flatten(run.config)
+    if path not in settings:
+      raise CompareError(f'--by {setting}: {run.workdir} has no such setting in its config.json')
+    key = repr(settings[path])
+    by_value.setdefault(key, []).append(run)
+    values[key] = settings[path]
+  try:
+    keys = sorted(by_value, key=lambda k: values[k])
+  except TypeError:  # values of different kinds: first seen first
+    keys = list(by_value)
+  regrouped = []
+  for key in keys:
+    label = f'{path}={values[key]}'
+    for run in by_value[key]:
+      run.label = label
+    regrouped.append(by_value[key])
+  return regrouped
+
+
 def build_parser() -> argparse.ArgumentParser:
   """The command line of `fedsim-compare`."""
   parser = parser_for(
@@ -274,6 +393,12 @@ def build_parser() -> argparse.ArgumentParser:
     "target accuracy (the runs' config)",
   )
   parser.add_argument('--baseline', metavar='LABEL', help='the group ratios divide by (first)')
+  parser.add_argument(
+    '--by',
+    metavar='SETTING',
+    help="group the runs by a setting's value (client.learning_rate, algorithm.name) instead "
+    'of by DIR',
+  )
   parser.add_argument('--markdown', metavar='FILE', help='also write the table to FILE')
   parser.add_argument('--csv', metavar='FILE', help='also write the numbers as CSV to FILE')
   return parser
@@ -285,8 +410,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
   def body(args: argparse.Namespace) -> None:
     groups = groups_of(args, 'fedsim-compare')
+    if args.by:
+      groups = regroup_by(groups, args.by)
     rows = compare(groups, baseline=args.baseline, target=args.target)
-    table = format_table(rows)
+    table = format_table(rows, label_header=args.by or 'algorithm')
     if args.markdown:
       pathlib.Path(args.markdown).write_text(table, encoding='utf-8')
     if args.csv:

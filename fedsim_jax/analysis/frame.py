@@ -21,10 +21,8 @@ import pathlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from fedsim_jax.analysis.run_files import RunFiles, RunFilesError, is_workdir, load
+from fedsim_jax.analysis.run_files import POINT_FILE, RunFiles, RunFilesError, is_workdir, load
 
-# The file a `fedsim-sweep` point folder holds (its settings), above its seed<s>/ workdirs.
-POINT_FILE = 'point.json'
 IDENTITY_COLUMNS = ('run', 'point', 'seed', 'status', 'finished')
 
 

@@ -16,6 +16,8 @@ from fedsim_jax import workdir as workdir_lib
 from fedsim_jax.metrics.writers import read_metrics
 
 METRICS = 'metrics.jsonl'
+# The file a `fedsim-sweep` point folder holds (its settings), above its seed<s>/ workdirs.
+POINT_FILE = 'point.json'
 
 
 class RunFilesError(ValueError):
@@ -198,36 +200,62 @@ def _sweep_members(root: pathlib.Path) -> list[pathlib.Path]:
   return sorted(members, key=lambda p: (_seed_of_folder(p) is None, _seed_of_folder(p), p.name))
 
 
+def sweep_points(root: pathlib.Path) -> list[pathlib.Path]:
+  """The point folders of a `fedsim-sweep` folder (those holding `point.json` and a workdir),
+  in name order."""
+  if not root.is_dir():
+    return []
+  return sorted(p for p in root.iterdir() if (p / POINT_FILE).is_file() and _sweep_members(p))
+
+
 def discover(
   paths: Sequence[str | os.PathLike], labels: Sequence[str] | None = None
 ) -> list[list[RunFiles]]:
-  """The runs named by `paths`, one group per path.
+  """The runs named by `paths`, one group per path, or per point of a `fedsim-sweep` folder.
 
-  A path is either a workdir (a group of one run) or a sweep root whose `seed*/` folders are
-  workdirs (a group of its seeds, in seed order). A group's label is `labels[i]` when given,
-  else its first run's algorithm name; groups whose default labels coincide are told apart by
-  their folder's name, `fedavg (lr0.1)`.
+  A path is a workdir (a group of one run), a sweep root whose `seed*/` folders are workdirs (a
+  group of its seeds, in seed order), or a `fedsim-sweep` folder (a group per point, labelled by
+  the point's name). A group's label is `labels[i]` when given, else its first run's algorithm
+  name; groups whose default labels coincide are told apart by their folder's name,
+  `fedavg (lr0.1)`.
 
   Raises:
-    RunFilesError: a path that is neither, a run that does not load, or `labels` of the wrong
-      length.
+    RunFilesError: a path that is none of these, a run that does not load, or `labels` of the
+      wrong length (or given with a `fedsim-sweep` folder).
   """
   if labels is not None and len(labels) != len(paths):
     raise RunFilesError(f'{len(labels)} labels given for {len(paths)} run directories')
   groups: list[list[RunFiles]] = []
+  folders: list[pathlib.Path] = []  # each group's folder, which tells equal labels apart
+  point_labels: dict[int, str] = {}
   for path in map(pathlib.Path, paths):
     if not path.is_dir():
       raise RunFilesError(f'{path}: no such directory')
     if is_workdir(path):
       groups.append([load(path)])
+      folders.append(path)
       continue
     members = _sweep_members(path)
-    if not members:
+    points = [] if members else sweep_points(path)
+    if not members and not points:
       raise RunFilesError(
-        f'{path}: neither a run directory ({METRICS}) nor a sweep root (seed*/{METRICS})'
+        f'{path}: neither a run directory ({METRICS}), a sweep root (seed*/{METRICS}) nor a '
+        f'fedsim-sweep folder (<point>/{POINT_FILE})'
       )
-    groups.append([load(member) for member in members])
-  names = [str(labels[i]) for i in range(len(groups))] if labels else _default_labels(paths, groups)
+    if points and labels:
+      raise RunFilesError(f'{path}: a fedsim-sweep folder labels its points; drop --labels')
+    for point in points:
+      point_labels[len(groups)] = point.name
+      groups.append([load(member) for member in _sweep_members(point)])
+      folders.append(point)
+    if members:
+      groups.append([load(member) for member in members])
+      folders.append(path)
+  if labels:
+    names = [str(label) for label in labels]
+  else:
+    names = _default_labels(folders, groups)
+    names = [point_labels.get(i, name) for i, name in enumerate(names)]
   for group, name in zip(groups, names):
     for run in group:
       run.label = name

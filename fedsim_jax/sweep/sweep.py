@@ -18,7 +18,7 @@ from typing import Any
 
 from fedsim_jax import cli
 from fedsim_jax import workdir as workdir_lib
-from fedsim_jax.analysis.frame import POINT_FILE
+from fedsim_jax.analysis.run_files import POINT_FILE
 from fedsim_jax.metrics.writers import write_json, write_text
 from fedsim_jax.settings import ConfigError
 from fedsim_jax.sweep.jobs import Job, JobPool, Outcome, PlannedRun, lockstep_jobs, write_job
