@@ -18,7 +18,8 @@ package itself loads no JAX):
                     fs.get_model, fs.Model
   experiments       fs.base_config, fs.RunSpec (a config resolved: what runs are built from),
                     fs.run_experiment, fs.run_experiments_lockstep, fs.load_run,
-                    fs.algorithms (the registry module), fs.Settings, fs.setting, fs.ConfigError
+                    fs.algorithms (the registry module), fs.Settings, fs.setting, fs.ConfigError,
+                    fs.RunWriter and fs.RunInfo (a tracker of one's own: docs/logging.md)
 
 Layers, bottom to top; a layer imports only the rows below it (tests/test_import_graph.py):
   settings, str_enum, tree     (ConfigError and typed settings, option enums; pytree helpers)
@@ -166,6 +167,7 @@ _EXPORTS: dict[str, str] = {
   'RunSpec': 'run_spec',
   **dict.fromkeys(('run_experiment', 'run_experiments_lockstep'), 'experiment'),
   'load_run': 'saved_run',
+  **dict.fromkeys(('RunWriter', 'RunInfo'), 'metrics.run_writer'),
 }
 _SUBMODULES = ('algorithms',)
 

@@ -59,6 +59,7 @@ from fedsim_jax.lifecycle import (  # noqa: F401 - the lifecycle's public names,
 )
 from fedsim_jax.lifecycle.lockstep import check_sweep, run_together
 from fedsim_jax.lifecycle.summary import host_facts
+from fedsim_jax.metrics.run_writer import WriterFactory
 from fedsim_jax.run_spec import RunSpec, as_spec
 
 
@@ -109,6 +110,7 @@ class PreparedRun(RunLifecycle):
     resume: bool = False,
     overwrite: bool = False,
     host_threads: int = 1,
+    writers: Sequence[WriterFactory] = (),
   ) -> None:
     spec = as_spec(config)  # validated: nothing is written for an invalid config
     run = spec.run
@@ -128,7 +130,12 @@ class PreparedRun(RunLifecycle):
       self.spec = built.spec
       host_extra = host_facts(built.parts.simulation, cache_dir)
       super().__init__(
-        workspace, built.parts, resume=resume, host_start=host_start, host_extra=host_extra
+        workspace,
+        built.parts,
+        resume=resume,
+        host_start=host_start,
+        host_extra=host_extra,
+        writers=writers,
       )
       _log_run(built)
       self.start()
@@ -144,6 +151,7 @@ def run_experiment(
   *,
   resume: bool = False,
   overwrite: bool = False,
+  writers: Sequence[WriterFactory] = (),
 ) -> dict[str, Any]:
   """Runs the experiment described by `config`, writing its outputs into `workdir`.
 
@@ -154,6 +162,9 @@ def run_experiment(
     resume: continue the run in `workdir` from its newest checkpoint (from the start if it
       has none); the config may differ only in `RESUMABLE_CHANGES` (e.g. a longer run).
     overwrite: replace the run in `workdir`.
+    writers: where else the metrics rows and summary go, besides those `run.tensorboard` and
+      `run.mlflow` ask for: each a `WriterFactory` (e.g. a `RunWriter` class) called with the
+      run's `RunInfo` (`fedsim_jax.metrics.run_writer`, docs/logging.md).
 
   Returns:
     The summary dict also written to `summary.json`; `summary['status']` is 'completed',
@@ -164,7 +175,9 @@ def run_experiment(
     ConfigError: an invalid setting or workdir (before anything is written).
     DatasetNotFoundError / CorruptDatasetError: the dataset is not prepared or unreadable.
   """
-  return PreparedRun(config, workdir, dataset, resume=resume, overwrite=overwrite).run()
+  return PreparedRun(
+    config, workdir, dataset, resume=resume, overwrite=overwrite, writers=writers
+  ).run()
 
 
 def run_experiments_lockstep(
@@ -174,6 +187,7 @@ def run_experiments_lockstep(
   *,
   resume: bool = False,
   overwrite: bool = False,
+  writers: Sequence[WriterFactory] = (),
 ) -> list[dict[str, Any]]:
   """Runs several experiments that differ only in their seeds together
   (`fedsim_jax.lifecycle.lockstep.run_together`); each run directory gets exactly what
@@ -183,9 +197,9 @@ def run_experiments_lockstep(
   into its own directory (periodically, at the end and on SIGINT/SIGTERM), and `resume` and
   `overwrite` apply to every run directory as in `run_experiment`. A run that diverges or
   stalls ends with its own summary while the others run on; SIGINT/SIGTERM stop every run
-  with a checkpoint and an `interrupted` summary. `summary['host']['lockstep']` says how the
-  simulations ran (`execution`: in shared batches with the vmap backend, at once with the loop
-  backend).
+  with a checkpoint and an `interrupted` summary. `writers` are opened for every run (see
+  `run_experiment`). `summary['host']['lockstep']` says how the simulations ran (`execution`:
+  in shared batches with the vmap backend, at once with the loop backend).
 
   Returns:
     Each run's summary, in the order of `configs` (see `run_experiment`).
@@ -201,7 +215,9 @@ def run_experiments_lockstep(
   # hands every seed the same arrays, which a shared batch's union then holds once.
   datasets = list(datasets) if datasets is not None else [None] * len(configs)
   runs = [
-    PreparedRun(s, w, d, resume=resume, overwrite=overwrite, host_threads=len(specs))
+    PreparedRun(
+      s, w, d, resume=resume, overwrite=overwrite, host_threads=len(specs), writers=writers
+    )
     for s, w, d in zip(specs, workdirs, datasets)
   ]
   return run_together(runs)

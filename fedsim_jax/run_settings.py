@@ -15,6 +15,7 @@ from fedsim_jax.client.local_update import CLIENT_OPTIMIZERS
 from fedsim_jax.data.client_test import ClientTestData
 from fedsim_jax.data.federated import SAMPLING_MODES
 from fedsim_jax.executor.choice import BACKEND_SETTINGS, STEP_LOOP_SETTINGS, Backend, StepLoop
+from fedsim_jax.metrics.mlflow_writer import DEFAULT_EXPERIMENT, mlflow_available
 from fedsim_jax.settings import (
   Check,
   ConfigError,
@@ -112,6 +113,24 @@ def _coordinator_address(name: str, value: Any) -> None:
 
 
 _coordinator_address.allowed = 'host:port with a port 1..65535, or None'  # type: ignore[attr-defined]
+
+
+_MLFLOW_ALLOWED = "an MLflow tracking URI ('file:runs/mlruns', a path, 'http://host:5000') or None"
+
+
+def _mlflow_uri(name: str, value: Any) -> None:
+  if value is None:
+    return
+  if not isinstance(value, str) or not value.strip():
+    raise ConfigError(f'{name}={value!r} is invalid; allowed values: {_MLFLOW_ALLOWED}')
+  if not mlflow_available():
+    raise ConfigError(
+      f'{name}={value!r} needs the MLflow client, which is not installed (pip install '
+      "'fedsim_jax[mlflow]'); allowed values: None without it"
+    )
+
+
+_mlflow_uri.allowed = _MLFLOW_ALLOWED  # type: ignore[attr-defined]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,6 +279,14 @@ class RunSettings(Settings):
     boolean,
     'write TensorBoard scalars of every metric to <workdir>/tensorboard (when tensorboardX '
     'is installed)',
+  )
+  mlflow: str | None = setting(
+    None,
+    _mlflow_uri,
+    'also log params, metrics and the summary to this MLflow tracking URI (docs/logging.md)',
+  )
+  mlflow_experiment: str = setting(
+    DEFAULT_EXPERIMENT, text(), 'the MLflow experiment a run with run.mlflow logs into'
   )
   distributed: bool = setting(
     False,

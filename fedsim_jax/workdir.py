@@ -31,6 +31,7 @@ RESULT_FILES = (
   'models',
   'tasks.jsonl',
   'tensorboard',
+  'mlflow_run.json',
 )
 LOCK_FILE = '.lock'
 

@@ -1,6 +1,6 @@
 """What a run writes to be looked at: the task trace agrees exactly with summary.json and
-clients.json, metrics rows and the summary carry the statistics, and the TensorBoard log reads
-back with TensorBoard's own reader."""
+clients.json, metrics rows and the summary carry the statistics, and the TensorBoard log (by
+version and by virtual time) reads back with TensorBoard's own reader."""
 
 import collections
 import json
@@ -88,6 +88,15 @@ def test_tensorboard_scalars_read_back_with_tensorboards_reader(digits_data_dir,
   times = log.Scalars('virtual_time')
   np.testing.assert_allclose([e.value for e in times], [r['virtual_time'] for r in rows])
   assert 'staleness_mean' in log.Tags()['scalars']
+  # every scalar again against virtual time, in integer milliseconds
+  by_time = log.Scalars('by_virtual_time/test_accuracy')
+  assert [e.step for e in by_time] == [round(r['virtual_time'] * 1000) for r in rows]
+  assert len({e.step for e in by_time}) == len(rows) > 1
+  np.testing.assert_allclose([e.value for e in by_time], [r['test_accuracy'] for r in rows])
+  versions = log.Scalars('by_virtual_time/version')
+  assert [e.value for e in versions] == [r['version'] for r in rows]
+  assert 'by_virtual_time/staleness_mean' in log.Tags()['scalars']
+  assert 'by_virtual_time/virtual_time' not in log.Tags()['scalars']
 
 
 def test_trace_and_tensorboard_can_be_turned_off(digits_data_dir, tmp_path):

@@ -44,6 +44,8 @@ class RunOptions:
   keep_checkpoints: int
   write_tasks: bool
   tensorboard: bool
+  mlflow: str | None  # the tracking URI, or None
+  mlflow_experiment: str
   on_divergence: OnDivergence
   distributed: bool
   target_accuracy: float | None
@@ -62,6 +64,8 @@ class RunOptions:
       keep_checkpoints=run.keep_checkpoints,
       write_tasks=run.write_tasks,
       tensorboard=run.tensorboard,
+      mlflow=run.mlflow,
+      mlflow_experiment=run.mlflow_experiment,
       on_divergence=OnDivergence(run.on_divergence),
       distributed=run.distributed,
       target_accuracy=run.target_accuracy,

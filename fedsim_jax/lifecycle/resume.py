@@ -30,6 +30,8 @@ RESUMABLE_CHANGES = (
   'run.target_accuracy',
   'run.check_memory',
   'run.tensorboard',
+  'run.mlflow',  # another tracking URI starts a new MLflow run (metrics/mlflow_writer.py)
+  'run.mlflow_experiment',
   'run.write_tasks',  # turned off, or on, a run goes on without its task trace
   'run.distributed',
   'run.coordinator_address',

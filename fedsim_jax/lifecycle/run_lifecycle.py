@@ -16,7 +16,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -37,12 +37,14 @@ from fedsim_jax.lifecycle.summary import (
 )
 from fedsim_jax.lifecycle.workspace import Workspace
 from fedsim_jax.metrics import MetricsWriter, write_json
+from fedsim_jax.metrics.mlflow_writer import MlflowWriter
+from fedsim_jax.metrics.run_writer import RunInfo, RunWriter, WriterFactory
 from fedsim_jax.metrics.tensorboard import TensorBoardWriter, tensorboard_available
 from fedsim_jax.provenance import code_record, code_version
 from fedsim_jax.runtime import Simulation, SimulationStalled
 from fedsim_jax.runtime.statistics import statistics
 from fedsim_jax.runtime.task_trace import AnnotatedTaskLog
-from fedsim_jax.saved_run import save_models
+from fedsim_jax.saved_run import MODELS_DIR, save_models
 from fedsim_jax.transforms.accounting import BudgetExhausted
 from fedsim_jax.workdir import RunStatus
 
@@ -87,6 +89,7 @@ class RunLifecycle:
     resume: bool,
     host_start: float,
     host_extra: Mapping[str, Any] | None = None,
+    writers: Sequence[WriterFactory] = (),
   ) -> None:
     self.primary = workspace.primary
     self.workdir = workspace.path
@@ -133,12 +136,13 @@ class RunLifecycle:
     self.task_trace = task_trace_writer(
       self.workdir, primary=self.primary, write_tasks=options.write_tasks, restored=restored
     )
-    self.tensorboard: TensorBoardWriter | None = None
-    if options.tensorboard:
-      if tensorboard_available():
-        self.tensorboard = TensorBoardWriter(self.workdir, rows=self.writer.rows)
-      else:
-        logging.info('run.tensorboard: tensorboardX is not installed; no TensorBoard log')
+    # Where the rows and summary go besides metrics.jsonl and summary.json (process 0's only:
+    # another process's workdir is temporary, and a tracker would count its run twice).
+    self.writers: list[RunWriter] = []
+    if self.primary:
+      run_info = RunInfo(os.path.abspath(self.workdir), self._resolved_config, self.writer.rows)
+      self.writers = [factory(run_info) for factory in (*self._standard_writers(), *writers)]
+    self._writers_ended = False
     self._client_classes = (
       None
       if dataset.straggler_mask is None
@@ -174,6 +178,20 @@ class RunLifecycle:
       if self.task_trace is None or parts.annotate_task is None
       else AnnotatedTaskLog(self.task_trace, parts.annotate_task)
     )
+
+  def _standard_writers(self) -> list[WriterFactory]:
+    """The writers the run's settings ask for (`run.tensorboard`, `run.mlflow`)."""
+    options = self.options
+    factories: list[WriterFactory] = []
+    if options.tensorboard:
+      if tensorboard_available():
+        factories.append(TensorBoardWriter.for_run)
+      else:
+        logging.info('run.tensorboard: tensorboardX is not installed; no TensorBoard log')
+    if options.mlflow is not None:
+      uri, experiment = options.mlflow, options.mlflow_experiment
+      factories.append(lambda run: MlflowWriter(run, uri, experiment))
+    return factories
 
   def start(self) -> None:
     """Starts the simulation's clock: records the first evaluation of a new run, or restores a
@@ -243,8 +261,8 @@ class RunLifecycle:
       self.checkpoints.save(
         state, {'version': sim.version, 'virtual_time': sim.now, 'config': self._resolved_config}
       )
-    if self.tensorboard is not None:
-      self.tensorboard.flush()
+    for writer in self.writers:
+      writer.flush()
     self._checkpoint_requested = False
     self._last_checkpoint_time = time.perf_counter()
     self.checkpoint_seconds += self._last_checkpoint_time - start
@@ -289,8 +307,8 @@ class RunLifecycle:
     sim.reset_window()
     row = {name: finite_or_none(value) for name, value in row.items()}
     self.writer.write(row)
-    if self.tensorboard is not None:
-      self.tensorboard.write(row)
+    for writer in self.writers:
+      writer.write_metrics(row)
     logging.info(
       '%s  virtual time %.1fs  client updates %d  test accuracy %.4f  loss %.4f  host %.1fs%s',
       self._version_progress(sim),
@@ -381,8 +399,10 @@ class RunLifecycle:
   def _fail(self, error: Exception) -> None:
     """Ends a run on an unexpected error (raised on by the caller): a `failed` summary, if it
     can be written, and the workdir's lock released."""
+    summary = self._summary(RunStatus.FAILED, error=f'{type(error).__name__}: {error}')
     with contextlib.suppress(OSError):
-      self._write_summary(self._summary(RunStatus.FAILED, error=f'{type(error).__name__}: {error}'))
+      self._write_summary(summary)
+    self._end_writers(summary)
     self._lock.release()
 
   def _stopped_at_once(self, signum: int) -> dict[str, Any]:
@@ -398,6 +418,7 @@ class RunLifecycle:
     )
     with contextlib.suppress(OSError):
       self._write_summary(summary)
+    self._end_writers(summary)
     self._lock.release()
     return summary
 
@@ -443,10 +464,28 @@ class RunLifecycle:
   def _write_summary(self, summary: dict[str, Any]) -> None:
     write_json(os.path.join(self.workdir, 'summary.json'), summary)
 
+  def _end_writers(self, summary: Mapping[str, Any], artifacts: Sequence[str] = ()) -> None:
+    """Hands each writer the run's `artifacts` and final summary, and closes it, once. The
+    run's own outputs are written by then: a writer that fails is a warning, not a failed
+    run (its tracker misses the rest)."""
+    if self._writers_ended:
+      return
+    self._writers_ended = True
+    for writer in self.writers:
+      try:
+        for path in artifacts:
+          writer.log_artifact(path)
+        writer.write_summary(summary)
+        writer.close()
+      except Exception as error:  # noqa: BLE001 - any tracker's error: the run has ended
+        logging.warning(
+          '%s could not end: %s: %s', type(writer).__name__, type(error).__name__, error
+        )
+
   def _close_outputs(self, unresolved_tasks: bool = True) -> OSError | None:
-    """Closes metrics.jsonl, tasks.jsonl (after the tasks still unresolved, unless not
-    `unresolved_tasks`) and the TensorBoard log, once; returns the error of one that could not
-    be written out (a full disk), if any."""
+    """Closes metrics.jsonl and tasks.jsonl (after the tasks still unresolved, unless not
+    `unresolved_tasks`) and flushes the writers (the TensorBoard log), once; returns the error
+    of one that could not be written out (a full disk), if any."""
     if self._outputs_closed:
       return None
     self._outputs_closed = True
@@ -458,8 +497,7 @@ class RunLifecycle:
       if unresolved_tasks:  # after the last checkpoint: a resumed run truncates them
         closes.append(self.simulation.write_unresolved_tasks)
       closes.append(self.task_trace.close)
-    if self.tensorboard is not None:
-      closes.append(self.tensorboard.close)
+    closes.extend(writer.flush for writer in self.writers)
     for close in closes:
       try:
         close()
@@ -467,8 +505,8 @@ class RunLifecycle:
         failure = failure or error
     return failure
 
-  def _write_final_outputs(self) -> None:
-    """`clients.json` and the saved models of a completed run."""
+  def _write_final_outputs(self) -> list[str]:
+    """Writes `clients.json` and the saved models of a completed run; returns their paths."""
     sim = self.simulation
     write_json(
       os.path.join(self.workdir, 'clients.json'),
@@ -488,6 +526,7 @@ class RunLifecycle:
       models = distributed.to_host(models)
     if self.primary:
       save_models(self.workdir, self.model_description, models)
+    return [os.path.join(self.workdir, name) for name in ('clients.json', MODELS_DIR)]
 
   def finish(self, status: str = RunStatus.COMPLETED, **extra: Any) -> dict[str, Any]:
     """Writes `summary.json` (and, for a completed run, the final evaluation, `clients.json`
@@ -501,9 +540,10 @@ class RunLifecycle:
     if finished and self._last_evaluated != sim.version:
       self.record(sim)
     failure = self._close_outputs()
+    artifacts: list[str] = []
     if finished and failure is None:
       try:
-        self._write_final_outputs()
+        artifacts = self._write_final_outputs()
       except OSError as error:
         failure = error
     if finished and failure is not None:
@@ -517,6 +557,7 @@ class RunLifecycle:
       else:
         logging.warning('cannot write %s (%s)', error.filename, error.strerror)
     self._final_summary = summary
+    self._end_writers(summary, artifacts if summary['status'] == status else ())
     self._lock.release()
     if not self.primary:
       shutil.rmtree(self.workdir, ignore_errors=True)
