@@ -226,3 +226,16 @@ def test_the_binary_refuses_an_empty_mlflow_uri_with_one_line_and_exit_2(tmp_pat
   (line,) = result.stderr.strip().splitlines()
   assert "run.mlflow='' is invalid" in line and 'allowed values' in line
   assert not workdir.exists()
+
+
+def test_a_tracking_store_that_cannot_be_written_stops_the_run_before_it_writes(
+  tmp_path, digits_data_dir
+):
+  (tmp_path / 'a_file').write_text('')
+  config = _config(digits_data_dir, str(tmp_path / 'a_file' / 'mlruns'))
+  with pytest.raises(ConfigError) as error:
+    run_experiment(config, tmp_path / 'run')
+  message = str(error.value)
+  assert message.startswith(f'run.mlflow={tmp_path / "a_file" / "mlruns"}: the tracking store')
+  assert 'allowed' in message and '\n' not in message
+  assert not (tmp_path / 'run').exists()

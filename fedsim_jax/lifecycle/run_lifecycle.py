@@ -118,12 +118,29 @@ class RunLifecycle:
     # Everything is checked: from here on the run writes.
     if restored is None:
       workdir_lib.clear_results(self.workdir)  # --overwrite, or nothing to resume
+    self._resolved_config = json.loads(json.dumps(resolved))
+    run_state = restored.state['run'] if restored is not None else {}
+    # Where the rows and summary go besides metrics.jsonl and summary.json (process 0's only:
+    # another process's workdir is temporary, and a tracker would count its run twice). Opened
+    # before the run's own files, so that a tracking store that cannot be opened stops the run
+    # (`WriterError`, one line) before it writes anything.
+    self.writers: list[RunWriter] = []
+    if self.primary:
+      run_info = RunInfo(
+        os.path.abspath(self.workdir), self._resolved_config, list(run_state.get('rows', ()))
+      )
+      for factory in (*self._standard_writers(), *writers):
+        try:
+          self.writers.append(factory(run_info))
+        except BaseException:
+          for opened in self.writers:
+            opened.close()
+          raise
+    self._writers_ended = False
     # At once, so that a run killed from here on (an extension of a finished run included)
     # never leaves an earlier end's summary beside newer metrics.
     self._write_summary({'status': RunStatus.RUNNING})
     write_json(os.path.join(self.workdir, 'config.json'), resolved)
-    self._resolved_config = json.loads(json.dumps(resolved))
-    run_state = restored.state['run'] if restored is not None else {}
     self.writer = MetricsWriter(self.workdir, rows=run_state.get('rows', ()))
     self.client_evaluate = parts.client_evaluate
     self.client_writer = (
@@ -136,13 +153,6 @@ class RunLifecycle:
     self.task_trace = task_trace_writer(
       self.workdir, primary=self.primary, write_tasks=options.write_tasks, restored=restored
     )
-    # Where the rows and summary go besides metrics.jsonl and summary.json (process 0's only:
-    # another process's workdir is temporary, and a tracker would count its run twice).
-    self.writers: list[RunWriter] = []
-    if self.primary:
-      run_info = RunInfo(os.path.abspath(self.workdir), self._resolved_config, self.writer.rows)
-      self.writers = [factory(run_info) for factory in (*self._standard_writers(), *writers)]
-    self._writers_ended = False
     self._client_classes = (
       None
       if dataset.straggler_mask is None
@@ -183,14 +193,14 @@ class RunLifecycle:
     """The writers the run's settings ask for (`run.tensorboard`, `run.mlflow`)."""
     options = self.options
     factories: list[WriterFactory] = []
+    if options.mlflow is not None:  # first: the one that may fail to open
+      uri, experiment = options.mlflow, options.mlflow_experiment
+      factories.append(lambda run: MlflowWriter(run, uri, experiment))
     if options.tensorboard:
       if tensorboard_available():
         factories.append(TensorBoardWriter.for_run)
       else:
         logging.info('run.tensorboard: tensorboardX is not installed; no TensorBoard log')
-    if options.mlflow is not None:
-      uri, experiment = options.mlflow, options.mlflow_experiment
-      factories.append(lambda run: MlflowWriter(run, uri, experiment))
     return factories
 
   def start(self) -> None:

@@ -43,6 +43,7 @@ from typing import Any
 
 from fedsim_jax.metrics.run_writer import RunInfo, RunWriter, flatten, numeric_fields
 from fedsim_jax.metrics.writers import write_json
+from fedsim_jax.settings import ConfigError
 
 STATE_FILE = 'mlflow_run.json'  # the MLflow run of a workdir, kept for a resumed run
 DEFAULT_EXPERIMENT = 'fedsim'
@@ -97,18 +98,27 @@ class MlflowWriter(RunWriter):
     from mlflow.tracking import MlflowClient
 
     self.tracking_uri = resolve_tracking_uri(tracking_uri)
-    self.client = MlflowClient(tracking_uri=self.tracking_uri)
     self._state_path = os.path.join(run.workdir, STATE_FILE)
-    state = self._earlier_state()
-    if state is not None:
-      self.run_id: str = state['run_id']
-      self.logged_through: int = state['logged_through']
-      self.client.update_run(self.run_id, status='RUNNING')
-    else:
-      self.run_id = self._create_run(run, experiment)
-      self.logged_through = -1
+    try:
+      self.client = MlflowClient(tracking_uri=self.tracking_uri)
+      state = self._earlier_state()
+      if state is not None:
+        self.run_id: str = state['run_id']
+        self.logged_through: int = state['logged_through']
+        self.client.update_run(self.run_id, status='RUNNING')
+      else:
+        self.run_id = self._create_run(run, experiment)
+        self.logged_through = -1
+      self._log_params(run.flat_config)
+    except Exception as error:  # noqa: BLE001 - whatever the store raises: one line, exit 2
+      detail = str(error).strip().splitlines()[0][:200] if str(error).strip() else ''
+      raise ConfigError(
+        f'run.mlflow={tracking_uri}: the tracking store cannot be written '
+        f'({type(error).__name__}: {detail}); allowed: a writable path or file: URI, or a '
+        'reachable tracking server'
+      ) from None
+    if state is None:
       self._save_state()
-    self._log_params(run.flat_config)
     for row in run.rows:
       self.write_metrics(row)
 
