@@ -141,6 +141,18 @@ def _check_per_client_evaluation(notebook, text):
   assert 'own model' not in lines['fedavg']
 
 
+def _check_sweeps_and_load_runs(notebook, text):
+  points = re.findall(r'^\| (learning_rate=[\d.]+,buffer_size=\d+) \| (\d) \|', text, re.MULTILINE)
+  assert len(points) == 4 and {seeds for _, seeds in points} == {'1'}, text[-3000:]  # quick: 2x2
+  best = re.search(r'best by final accuracy: (\S+) \(([01]\.\d+)', text)
+  assert best and best.group(1) in {name for name, _ in points}
+  assert '4 done, 0 failed, 0 running, 0 resumable, 0 pending of 4 runs' in text
+  counted = re.search(r'(\d+) evaluations of (\d+) runs', text)
+  assert counted and counted.groups() == ('12', '4'), text[-3000:]  # versions 0, 2, 4 each
+  assert 'config.client.learning_rate:' in text and 'by K:' in text
+  assert '| client.learning_rate=0.03 | 2 |' in text  # fedsim-compare --by
+
+
 CHECKS = {
   '01_quickstart.ipynb': _check_quickstart,
   '02_custom_aggregator.ipynb': _check_custom_aggregator,
@@ -149,6 +161,7 @@ CHECKS = {
   '05_reproduce_fedcompass.ipynb': _check_reproduce_fedcompass,
   '06_privacy_and_robustness.ipynb': _check_privacy_and_robustness,
   '07_per_client_evaluation.ipynb': _check_per_client_evaluation,
+  '08_sweeps_and_load_runs.ipynb': _check_sweeps_and_load_runs,
 }
 
 

@@ -96,7 +96,8 @@ def split_sweep_args(argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
 def config_args(argv: Sequence[str]) -> list[str]:
   """The `--config=...` and `--config.<path>=...` arguments of `argv` (the worker parses them
   as `fedsim-run` does; a `--config X` pair is joined)."""
-  args, pending = [], False
+  args: list[str] = []
+  pending = False
   for arg in argv[1:]:
     if pending:
       args[-1] += '=' + arg

@@ -123,7 +123,7 @@ def stale_setting(run_dir: str, config: Any, paths: Sequence[str]) -> str | None
     settings = _entry_settings(config, path)
     if settings is not None and path.rpartition('.')[2] not in settings.field_names():
       continue
-    value = saved
+    value: Any = saved
     for part in path.split('.'):
       value = value.get(part) if isinstance(value, dict) else None
     if value != setting_value(config, path):

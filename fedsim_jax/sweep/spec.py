@@ -35,7 +35,7 @@ import itertools
 import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import tomllib
@@ -158,7 +158,8 @@ class SweepSpec:
     search's as drawn."""
     paths = list(self.parameters)
     if self.search == Search.GRID:
-      combos = list(itertools.product(*(self.parameters[p] for p in paths)))  # type: ignore[misc]
+      lists = [cast(tuple[Any, ...], self.parameters[p]) for p in paths]  # no distributions
+      combos = list(itertools.product(*lists))
     else:
       combos = self._draws(paths)
     names = point_names(paths, combos)

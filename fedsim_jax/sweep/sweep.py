@@ -31,13 +31,6 @@ TABLE_MARKDOWN = 'table.md'
 TABLE_CSV = 'table.csv'
 
 
-def _fail_on_config_error(where: str, action: Callable[[], Any]) -> Any:
-  try:
-    return action()
-  except ConfigError as error:
-    cli.fail(f'{where}: {error}')
-
-
 class Sweep:
   """The sweep `spec` of `config` in the folder `root`.
 
@@ -75,13 +68,18 @@ class Sweep:
       point_config = config.copy_and_resolve_references()
       settings = (*spec.fixed.items(), *point.settings)
       for path, value in settings:
-        where = f'--sweep.{path}' if path in spec.parameters else path
-        _fail_on_config_error(where, lambda p=path, v=value: set_existing(point_config, p, v))
+        try:
+          set_existing(point_config, path, value)
+        except ConfigError as error:
+          cli.fail(f'{"--sweep." if path in spec.parameters else ""}{path}: {error}')
       for seed in spec.seeds:
         run_config = point_config.copy_and_resolve_references()
         run_config.seed = seed
         workdir = os.path.join(root, point.name, f'seed{seed}')
-        run_spec = _fail_on_config_error(f'point {point.name}', lambda c=run_config: as_spec(c))
+        try:
+          run_spec = as_spec(run_config)
+        except ConfigError as error:
+          cli.fail(f'point {point.name}: {error}')
         stale = stale_setting(workdir, run_config, checked) if _ended(workdir) else None
         if stale is not None:
           cli.fail(

@@ -28,7 +28,9 @@ def load_config(config_args: list[str]) -> Any:
   from fedsim_jax.run import define_config_flag
 
   define_config_flag()
-  cli.parse_flags(['fedsim-sweep-worker', *config_args])
+  argv = ['fedsim-sweep-worker', *config_args]
+  sys.argv = argv  # ml_collections finds the `--config.<path>` overrides in sys.argv
+  cli.parse_flags(argv)
   return flags.FLAGS['config'].value
 
 

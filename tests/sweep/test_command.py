@@ -32,11 +32,12 @@ def get_config():
   config.client.local_steps = 3
   config.algorithm.kwargs.concurrency = 3
   config.algorithm.kwargs.buffer_size = 2
-  config.run.num_rounds = 4
+  config.run.num_rounds = 6  # the sweep's --config.run.num_rounds=4 reaches every job
   config.run.eval_every = 2
   return config
 """
 SWEEP = [
+  '--config.run.num_rounds=4',
   '--sweep.client.learning_rate=0.05,0.1',
   '--sweep.algorithm.kwargs.buffer_size=1,2',
   '--seeds=0,1',
@@ -121,7 +122,7 @@ def test_a_sweep_killed_mid_way_resumes_to_every_point_completed_once(tmp_path, 
   assert status.returncode == 0, status.stderr
   assert f'| {POINTS[0]}/seed0 | done |' in status.stdout
   # The third point was killed mid-way, after its first evaluation.
-  assert any(f"| {POINTS[2]}/seed{s} | resumable" in status.stdout for s in (0, 1)), status.stdout
+  assert any(f'| {POINTS[2]}/seed{s} | resumable' in status.stdout for s in (0, 1)), status.stdout
   assert '0 running' in status.stdout
 
   resumed = _run(_command(config_file, root, *SWEEP, '--processes=2'))
