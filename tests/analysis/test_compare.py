@@ -202,7 +202,7 @@ def test_cli_labels_and_target(sweeps, capsys):
   'argv, message',
   [
     (['{tmp}/missing'], '/missing: no such directory'),
-    (['{tmp}/empty'], '/empty: neither a run directory (metrics.jsonl) nor a sweep root'),
+    (['{tmp}/empty'], '/empty: neither a run directory (metrics.jsonl), a sweep root'),
     (['{fedavg}', '--baseline', 'nope'], "--baseline 'nope' names no group"),
     (['{fedavg}', '{fedbuff}', '--labels', 'one'], '1 labels given for 2 run directories'),
   ],

@@ -95,7 +95,11 @@ def test_paths_that_hold_no_run_are_one_line_errors(tmp_path):
   for name, message in (
     ('missing', 'no such directory'),
     ('file', 'no such directory'),
-    ('empty', 'neither a run directory (metrics.jsonl) nor a sweep root (seed*/metrics.jsonl)'),
+    (
+      'empty',
+      'neither a run directory (metrics.jsonl), a sweep root (seed*/metrics.jsonl) nor a '
+      'fedsim-sweep folder (<point>/point.json)',
+    ),
   ):
     with pytest.raises(RunFilesError) as error:
       discover([tmp_path / name])
