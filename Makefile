@@ -47,7 +47,7 @@ demo: data
 	  --config.data.data_dir=$(DATA_DIR) --workdir=$(RUNS_DIR)/demo --overwrite
 
 test: setup
-	$(PY) -m pytest -q -n $(TEST_WORKERS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 test-slow: setup
 	$(PY) -m pytest -q -n $(TEST_WORKERS) -m slow

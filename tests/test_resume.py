@@ -130,9 +130,10 @@ def _assert_same_run(workdir, reference, with_trace=True):
       np.testing.assert_array_equal(got, want)
 
 
-# The two most stateful algorithms run in `make test`; the others in `make test-slow` (every
-# algorithm's save-and-restore is checked in `make test` without a process kill, below).
-_KILLED_IN_THE_FAST_SUITE = ('fedasmu', 'fedbuff_ema')
+# FedBuff with EMA runs in `make test`; the others, FedASMU's two-segment tasks included, in
+# `make test-slow` (every algorithm's save-and-restore is checked in `make test` without a
+# process kill, below, and a kill of FedCompass and FedBuff sweeps in test_lockstep_stops.py).
+_KILLED_IN_THE_FAST_SUITE = ('fedbuff_ema',)
 
 
 @pytest.mark.timeout(900)  # up to 82 s on two idle cores (fedasmu), several times that loaded
