@@ -16,7 +16,6 @@ from __future__ import annotations
 import collections
 import ctypes
 import dataclasses
-import json
 import os
 import signal
 import subprocess
@@ -28,6 +27,8 @@ from typing import Any
 from fedsim_jax.metrics.writers import write_json
 
 _PR_SET_PDEATHSIG = 1
+# The command that runs a job file (its path is appended).
+WORKER = (sys.executable, '-m', 'fedsim_jax.sweep.worker')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,17 +121,17 @@ class Outcome:
 
 
 class JobPool:
-  """Runs jobs as worker processes, at most `processes` at a time.
+  """Runs jobs as worker processes (`worker` + the job file), at most `processes` at a time.
 
   SIGINT or SIGTERM to the sweep stops it cleanly: no job starts after it, and running jobs are
   sent the same signal once (each writes checkpoints and exits); `interrupted` is then the
   signal's number.
   """
 
-  def __init__(self, root: str, processes: int, log: Callable[[str], None] = print) -> None:
+  def __init__(self, root: str, processes: int, worker: Sequence[str] = WORKER) -> None:
     self.root = root
     self.processes = processes
-    self.log = log
+    self.worker = list(worker)
     self.interrupted: int | None = None
     self._running: dict[subprocess.Popen[bytes], tuple[Job, str, Any]] = {}
 
@@ -142,7 +143,7 @@ class JobPool:
     log_file.flush()
     parent = os.getpid()
     process = subprocess.Popen(
-      [sys.executable, '-m', 'fedsim_jax.sweep.worker', job_file],
+      [*self.worker, job_file],
       stdout=log_file,
       stderr=subprocess.STDOUT,
       stdin=subprocess.DEVNULL,
@@ -150,6 +151,8 @@ class JobPool:
       preexec_fn=lambda: _stop_with_parent(parent),  # noqa: PLW1509 - no threads run here
     )
     self._running[process] = (job, log_path, log_file)
+    if self.interrupted is not None:  # the signal came as this job was starting
+      process.send_signal(self.interrupted)
 
   def _forward(self, signum: int, frame: Any) -> None:
     del frame
@@ -189,23 +192,3 @@ class JobPool:
       for number, handler in previous.items():
         signal.signal(number, handler)
     return outcomes
-
-
-def read_log_tail(path: str, lines: int = 1) -> str:
-  """The last non-empty line(s) of a job's log, for the sweep's one-line report of a failure."""
-  try:
-    with open(path, encoding='utf-8', errors='replace') as f:
-      kept = [line.rstrip() for line in f if line.strip()]
-  except OSError:
-    return ''
-  return ' / '.join(kept[-lines:])
-
-
-def job_summary(job: Job) -> dict[str, Any]:
-  """What `sweep.json` records of a job."""
-  return {'name': job.name, 'runs': [os.path.relpath(r.workdir) for r in job.runs]}
-
-
-def read_json(path: str) -> Any:
-  with open(path, encoding='utf-8') as f:
-    return json.load(f)
