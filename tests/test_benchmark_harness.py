@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from benchmarks import harness_lib
+from benchmarks import accelerator_wheels, harness_lib
+from tests import bare_image
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BINARY = os.path.join(ROOT, 'benchmarks', 'harness.py')
@@ -189,33 +190,106 @@ def test_report_prints_ratios_to_roofline_torch_and_sync():
   assert 'FedBuff / sync FedAvg (MLP), best fedsim strategy of each, examples/s: 1.50' in table
 
 
-def test_accelerator_check_runs_reduced_on_cpu_and_names_the_device(tmp_path):
-  """`benchmarks/accelerator_check.py --reduced`: the EMNIST-shaped FedAvg workload with each
-  executor strategy, a JSON line per strategy and a table headed by the device."""
-  table = tmp_path / 'accelerator.md'
+def _accelerator_check(python, tmp_path, *flags):
+  """`benchmarks/accelerator_check.py --reduced` run by `python` (fedsim from this checkout):
+  the process, its JSON lines and the table it wrote."""
+  table = tmp_path / 'out' / 'accelerator.md'
   result = subprocess.run(
     [
-      sys.executable,
+      python,
       os.path.join(ROOT, 'benchmarks', 'accelerator_check.py'),
       '--reduced',
-      '--noharness',
       f'--output={table}',
+      *flags,
     ],
     capture_output=True,
     text=True,
     cwd=ROOT,
-    timeout=300,
+    env={**os.environ, 'PYTHONPATH': ROOT},
+    timeout=600,
   )
-  assert result.returncode == 0, result.stderr[-2000:]
   records = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{')]
-  assert [r['strategy'] for r in records] == ['fedsim_vmap', 'fedsim_loop', 'fedsim_loop_host']
+  return result, records, table
+
+
+@pytest.mark.timeout(900)
+def test_accelerator_check_runs_reduced_on_cpu_and_names_the_device(tmp_path):
+  """The check, reduced, in a bare GPU machine's environment with the carried wheels
+  (`tests/bare_image.py`): every case's records, a table headed by the device and the JSON
+  lines next to it."""
+  python = bare_image.make_bare_venv(
+    str(tmp_path / 'venv'),
+    bare_image.requirement_closure(accelerator_wheels.BARE) | set(accelerator_wheels.WHEELS),
+  )
+  result, records, table = _accelerator_check(python, tmp_path)
+  assert result.returncode == 0, result.stderr[-3000:]
+  by_case = {}
   for r in records:
-    assert r['case'] == 'emnist_fedavg' and r['device'] == '1 x CPU cpu'
+    by_case.setdefault(r['case'], []).append(r)
+  backends = [(r['case'], r['strategy']) for r in records if r['case'].startswith('sync_')]
+  assert backends == [
+    ('sync_mlp', 'fedsim_vmap'),
+    ('sync_mlp', 'fedsim_loop'),
+    ('sync_cnn', 'fedsim_vmap'),
+    ('sync_cnn', 'fedsim_loop'),
+  ]
+  assert all(_positive(r['examples_per_s']) for r in records if r['case'].startswith('sync_'))
+  emnist = by_case['emnist_fedavg']
+  assert [r['strategy'] for r in emnist] == ['fedsim_vmap', 'fedsim_loop']
+  for r in emnist:
+    assert r['device'] == '1 x CPU cpu'
     assert r['rounds_measured'] == r['rounds'] == 2
     assert _positive(r['examples_per_s']) and _positive(r['round_s'])
     assert r['projected_s'] == pytest.approx(r['first_round_s'] + r['round_s'], abs=0.11)
+  [seeds] = by_case['seeds']
+  assert seeds['status'] == 'measured' and seeds['runs'] == 2
+  assert seeds['identical_metrics'] is True and seeds['execution'] == 'concurrent'
+  [points] = by_case['hyperparams']
+  assert points['learning_rates'] == [0.1, 0.05]
+  # Until lockstep sweeps take configs that differ in the learning rate, the check says so.
+  assert points['status'] == 'measured' or points['status'].startswith(
+    'unsupported: lockstep sweeps need configs that differ only in'
+  ), points
+  if points['status'] == 'measured':
+    assert points['identical_metrics'] is True
+  one, four = by_case['devices']
+  assert (one['strategy'], four['strategy']) == ('1 device', '4 devices')
+  assert one['device'] == four['device'] == '4 x CPU cpu'
+  assert four['final_loss'] == pytest.approx(one['final_loss'], abs=1e-5)
   text = table.read_text()
-  assert text.startswith('Device: 1 x CPU cpu') and text.count('| emnist_fedavg |') == 3
+  assert text.startswith('Device: 1 x CPU cpu (JAX ')
+  for title in ('**Backends', '**EMNIST FedAvg', '**Batched runs', '**Devices'):
+    assert title in text
+  assert text.count('| fedsim_loop |') == 3  # sync_mlp, sync_cnn and emnist
+  jsonl = [json.loads(line) for line in (tmp_path / 'out' / 'accelerator.jsonl').open()]
+  assert jsonl == records
+
+
+def test_accelerator_check_records_cases_past_its_budget_as_skipped(tmp_path):
+  """A budget spent before the first case: each case is recorded as skipped, in the table
+  too, and the check still succeeds."""
+  result, records, table = _accelerator_check(sys.executable, tmp_path, '--budget_seconds=0')
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert [r['case'] for r in records] == [
+    'sync_mlp',
+    'sync_cnn',
+    'emnist_fedavg',
+    'emnist_fedavg',
+    'seeds',
+    'hyperparams',
+    'devices',
+  ]
+  assert all(r['status'] == 'skipped: budget spent (0 s left)' for r in records)
+  assert table.read_text().count('| skipped: budget spent (0 s left) |') == len(records)
+
+
+def test_accelerator_check_refuses_a_bad_flag_in_one_line(tmp_path):
+  result, records, table = _accelerator_check(sys.executable, tmp_path, '--cases=backends,gpu')
+  assert result.returncode == 2 and not records and not table.exists()
+  assert result.stderr.strip().splitlines() == [
+    "error: --cases='backends,gpu': 'gpu' is invalid; allowed values: "
+    'backends,emnist,seeds,hyperparams,devices'
+  ]
 
 
 def _run_script(name, *flags):
