@@ -69,7 +69,9 @@ def test_learning_rate_points_in_lockstep_equal_separate_runs(digits_data_dir, t
       _final_params(tmp_path / f'lockstep{i}'), _final_params(tmp_path / f'alone{i}')
     ):
       np.testing.assert_array_equal(a, b)
-  # The points are different runs: each kept its own learning rates.
+  # The points are different runs, each with its own learning rates: points 0 and 1 differ only
+  # in the client's, so equal results would mean that a program compiled for one (the process's
+  # compilation cache, fedsim_jax.compilation_cache) served the other.
   finals = [_outputs(tmp_path / f'alone{i}')[0][-1]['test_loss'] for i in range(len(_POINTS))]
   assert len(set(finals)) == len(_POINTS)
 

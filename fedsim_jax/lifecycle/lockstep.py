@@ -8,8 +8,8 @@ numeric hyperparameters of `fedsim_jax.run_spec.LOCKSTEP_HYPERPARAMETERS` (clien
 learning rates and momenta, staleness exponent, proximal strength, ...). Every run builds its
 own client update, aggregator and scheduler from its own settings; with the vmap backend only
 runs with equal hyperparameters (differing in seeds alone) share task batches, since a batch
-runs one compiled program, and runs with other hyperparameters run beside them, each group in
-batches of its own.
+runs one compiled program; runs with other hyperparameters run beside them, each group in
+batches of its own (a run alone in its group with its own executor, as it would run alone).
 """
 
 from __future__ import annotations
@@ -27,7 +27,12 @@ from fedsim_jax.executor import Executor
 from fedsim_jax.executor.choice import Backend
 from fedsim_jax.lifecycle.run_lifecycle import RunLifecycle
 from fedsim_jax.run_spec import RunSpec, lockstep_hyperparameter_names
-from fedsim_jax.runtime.lockstep import lockstep_executors, run_concurrently, run_lockstep_groups
+from fedsim_jax.runtime.lockstep import (
+  SharedExecution,
+  lockstep_executors,
+  run_concurrently,
+  run_lockstep_groups,
+)
 from fedsim_jax.settings import ConfigError
 
 
@@ -152,12 +157,15 @@ def _groups(keys: Sequence[Any]) -> list[list[int]]:
 def _run_in_shared_batches(
   runs: Sequence[RunLifecycle], drivers: Sequence[Callable[[], Any]], groups: list[list[int]]
 ) -> tuple[list[Any], dict[str, Any]]:
-  """Gives the simulations of each group of runs one executor over the union of their
+  """Gives the simulations of each group of several runs one executor over the union of their
   federations (built like the group's first run's, with its client update) and calls the
-  drivers in lockstep; returns the drivers' results and the sharing figures."""
-  places: list[Any] = [None] * len(runs)
+  drivers in lockstep; a run alone in its group keeps its own executor (and its compiled
+  programs) and runs beside them. Returns the drivers' results and the sharing figures."""
+  places: list[tuple[SharedExecution, int] | None] = [None] * len(runs)
   executions = []
   for members in groups:
+    if len(members) == 1:
+      continue
     shared, executors = lockstep_executors(
       runs[members[0]].executor_like,
       [runs[i].dataset for i in members],
@@ -169,11 +177,12 @@ def _run_in_shared_batches(
       places[index] = (shared, local)
   endings = run_lockstep_groups(drivers, places)
   batches = sum(shared.batches for shared in executions)
+  tasks = sum(shared.executor.tasks_run for shared in executions)
   info = {
     'simulations': len(runs),
-    'execution': 'shared_batches',
+    'execution': 'shared_batches' if executions else 'concurrent',
     'batch_groups': len(groups),
     'shared_batches': batches,
-    'mean_shared_batch_size': sum(s.executor.tasks_run for s in executions) / max(batches, 1),
+    'mean_shared_batch_size': tasks / batches if batches else None,
   }
   return endings, info

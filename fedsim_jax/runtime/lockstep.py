@@ -21,7 +21,8 @@ XLA:CPU matrix-multiply paths whose float rounding differs in the last bits (mea
 Simulations whose client updates differ (a sweep over learning rates: each point compiles its
 own programs) cannot share a batch, which runs one program. `run_lockstep_groups` gives each
 group of simulations that share a client update its own `SharedExecution`, and the groups run
-beside each other: a group of one simulation computes exactly the batches of its run alone.
+beside each other; a simulation alone in its group keeps its own executor, and computes exactly
+its run alone.
 
 Side by side (`run_concurrently`, for the loop backend): a task is one program call whatever
 batch it is in, so a shared batch gains nothing. Each simulation keeps its own executor and all
@@ -250,21 +251,23 @@ def run_lockstep(drivers: Sequence[Callable[[], Any]], shared: SharedExecution) 
 
 
 def run_lockstep_groups(
-  drivers: Sequence[Callable[[], Any]], places: Sequence[tuple[SharedExecution, int]]
+  drivers: Sequence[Callable[[], Any]], places: Sequence[tuple[SharedExecution, int] | None]
 ) -> list[Any]:
   """`run_lockstep` over several shared executions at once: driver i runs the simulation
-  whose executor is simulation `places[i][1]` of `places[i][0]`. Each execution batches its
-  own simulations' tasks; the executions run beside each other (e.g. the points of a sweep
-  whose client updates differ, each point's seeds sharing batches). A failure stops the
-  simulations of every execution; the first is re-raised."""
-  executions = list({id(shared): shared for shared, _ in places}.values())
+  whose executor is simulation `places[i][1]` of `places[i][0]`, or (`places[i]` None) one
+  with an executor of its own. Each execution batches its own simulations' tasks; they and
+  the simulations on their own run beside each other (e.g. the points of a sweep whose client
+  updates differ, each point's seeds sharing batches). A failure stops the simulations of
+  every execution; the first is re-raised."""
+  executions = list({id(place[0]): place[0] for place in places if place is not None}.values())
 
   def on_end(index: int, error: BaseException | None) -> None:
-    shared, simulation = places[index]
-    shared.finish(simulation, error)
+    place = places[index]
+    if place is not None:
+      place[0].finish(place[1], error)
     if error is not None:
       for other in executions:
-        if other is not shared:
+        if place is None or other is not place[0]:
           other.fail(error)
 
   return _drive_in_threads(drivers, on_end=on_end)
