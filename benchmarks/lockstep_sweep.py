@@ -1,6 +1,12 @@
 """8 seeds of a FedCompass cross-silo run: sequential runs against one lockstep sweep.
 
   .venv/bin/python benchmarks/lockstep_sweep.py [--seeds=8] [--versions=200] [--model=mlp]
+  .venv/bin/python benchmarks/lockstep_sweep.py --seeds=1 --learning_rates=0.01,0.02,0.05,0.1
+
+With `--learning_rates`, the runs are every client learning rate with every seed (points that
+differ in a numeric hyperparameter run in lockstep too; `fedsim_jax.run_spec.
+LOCKSTEP_HYPERPARAMETERS`), and the warm-up runs each learning rate once, so that neither side
+finds the other's programs compiled.
 
 Each seed is the 5-client FedCompass setting (class partition, normal speeds, Q in [q_min,
 q_max]) on synthetic 28x28 data (so the benchmark needs no prepared data dir). The sequential
@@ -25,9 +31,13 @@ _VERSIONS = flags.DEFINE_integer('versions', 200, 'Server versions per simulatio
 _MODEL = flags.DEFINE_string('model', 'mlp', "'mlp' or 'mnist_cnn'.")
 _EVAL_EVERY = flags.DEFINE_integer('eval_every', 50, 'Versions between evaluations.')
 _BACKEND = flags.DEFINE_enum('backend', 'auto', ['auto', 'vmap', 'loop'], 'Executor backend.')
+_LEARNING_RATES = flags.DEFINE_list(
+  'learning_rates', [], 'Client learning rates to sweep (default: 0.05 alone).'
+)
+_DEFAULT_LEARNING_RATE = 0.05
 
 
-def _config(seed: int):
+def _config(seed: int, learning_rate: float = _DEFAULT_LEARNING_RATE):
   from fedsim_jax.config import base_config
 
   config = base_config()
@@ -38,7 +48,7 @@ def _config(seed: int):
   config.model.kwargs.hidden_sizes = (200, 200)
   config.client.local_steps = None
   config.client.batch_size = 32
-  config.client.learning_rate = 0.05
+  config.client.learning_rate = learning_rate
   config.algorithm.kwargs.update(q_min=4, q_max=20)
   config.latency.kwargs.distribution = 'normal'
   config.latency.kwargs.jitter = 0.05
@@ -61,8 +71,13 @@ def main(argv):
   from fedsim_jax.data.synthetic import toy_federation
   from fedsim_jax.experiment import run_experiment, run_experiments_lockstep
 
-  seeds = list(range(_SEEDS.value))
-  # The same data for every seed (like a seed sweep over one prepared dataset); 5 clients of
+  try:
+    rates = [float(rate) for rate in _LEARNING_RATES.value] or [_DEFAULT_LEARNING_RATE]
+  except ValueError:
+    cli.fail(f'--learning_rates={",".join(_LEARNING_RATES.value)}; allowed: numbers > 0')
+  # Every learning rate with every seed: (seed, learning rate) of each run.
+  runs = [(seed, rate) for rate in rates for seed in range(_SEEDS.value)]
+  # The same data for every run (like a sweep over one prepared dataset); 5 clients of
   # 600-1,200 examples, a 2,000-example test split.
   data = [
     toy_federation(
@@ -74,44 +89,52 @@ def main(argv):
       num_test=2000,
       seed=0,
     )
-    for _ in seeds
+    for _ in runs
   ]
   with tempfile.TemporaryDirectory() as root:
-    # Warm-up: compile the client programs once so both sides measure steady work.
-    run_experiment(_config(99), os.path.join(root, 'warmup'), dataset=data[0])
+    # Warm-up: compile the client programs of each learning rate once so both sides measure
+    # steady work.
+    for rate in rates:
+      run_experiment(_config(99, rate), os.path.join(root, f'warmup{rate}'), dataset=data[0])
     start = time.perf_counter()
-    for seed in seeds:
-      run_experiment(_config(seed), os.path.join(root, f'seq{seed}'), dataset=data[seed])
+    for i, (seed, rate) in enumerate(runs):
+      run_experiment(_config(seed, rate), os.path.join(root, f'seq{i}'), dataset=data[i])
     sequential = time.perf_counter() - start
     start = time.perf_counter()
     summaries = run_experiments_lockstep(
-      [_config(s) for s in seeds], [os.path.join(root, f'lock{s}') for s in seeds], datasets=data
+      [_config(seed, rate) for seed, rate in runs],
+      [os.path.join(root, f'lock{i}') for i in range(len(runs))],
+      datasets=data,
     )
     lockstep = time.perf_counter() - start
     identical = all(
-      _metrics(os.path.join(root, f'seq{s}')) == _metrics(os.path.join(root, f'lock{s}'))
-      for s in seeds
+      _metrics(os.path.join(root, f'seq{i}')) == _metrics(os.path.join(root, f'lock{i}'))
+      for i in range(len(runs))
     )
   info = summaries[0]['host']['lockstep']
   record = {
-    'case': 'fedcompass_cross_silo_seeds',
+    'case': 'fedcompass_cross_silo_' + ('learning_rates' if len(rates) > 1 else 'seeds'),
     'model': _MODEL.value,
     'backend': _BACKEND.value,
-    'seeds': len(seeds),
+    'seeds': _SEEDS.value,
+    'learning_rates': rates,
+    'runs': len(runs),
     'versions': _VERSIONS.value,
     'sequential_s': round(sequential, 2),
     'lockstep_s': round(lockstep, 2),
     'speedup': round(sequential / lockstep, 2),
     'execution': info['execution'],
+    'batch_groups': info.get('batch_groups'),
     'mean_shared_batch_size': info.get('mean_shared_batch_size'),
     'identical_metrics': identical,
   }
   print(json.dumps(record))
   batch = info.get('mean_shared_batch_size')
   print(
-    f'| seeds | model | sequential s | lockstep s | speed-up | execution | mean shared batch '
-    f'| identical |\n|---:|---|---:|---:|---:|---|---:|---|\n| {len(seeds)} | {_MODEL.value} '
-    f'| {sequential:.1f} | {lockstep:.1f} | {sequential / lockstep:.2f}x | {info["execution"]} '
+    f'| runs (seeds x rates) | model | sequential s | lockstep s | speed-up | execution '
+    f'| mean shared batch | identical |\n|---:|---|---:|---:|---:|---|---:|---|\n'
+    f'| {len(runs)} ({_SEEDS.value} x {len(rates)}) | {_MODEL.value} | {sequential:.1f} '
+    f'| {lockstep:.1f} | {sequential / lockstep:.2f}x | {info["execution"]} '
     f'| {"-" if batch is None else f"{batch:.1f}"} | {identical} |'
   )
 

@@ -189,9 +189,10 @@ def run_experiments_lockstep(
   overwrite: bool = False,
   writers: Sequence[WriterFactory] = (),
 ) -> list[dict[str, Any]]:
-  """Runs several experiments that differ only in their seeds together
-  (`fedsim_jax.lifecycle.lockstep.run_together`); each run directory gets exactly what
-  `run_experiment` would write (timings aside).
+  """Runs several experiments that differ only in their seeds and numeric hyperparameters
+  (`fedsim_jax.run_spec.LOCKSTEP_HYPERPARAMETERS`: client and server learning rates, momenta,
+  ...) together (`fedsim_jax.lifecycle.lockstep.run_together`); each run directory gets
+  exactly what `run_experiment` would write (timings aside).
 
   Each run is a `PreparedRun` of its own and stops as `run_experiment` does: it checkpoints
   into its own directory (periodically, at the end and on SIGINT/SIGTERM), and `resume` and
@@ -199,14 +200,15 @@ def run_experiments_lockstep(
   stalls ends with its own summary while the others run on; SIGINT/SIGTERM stop every run
   with a checkpoint and an `interrupted` summary. `writers` are opened for every run (see
   `run_experiment`). `summary['host']['lockstep']` says how the simulations ran (`execution`:
-  in shared batches with the vmap backend, at once with the loop backend).
+  in shared batches with the vmap backend, those of runs with equal hyperparameters together,
+  at once with the loop backend).
 
   Returns:
     Each run's summary, in the order of `configs` (see `run_experiment`).
 
   Raises:
-    ConfigError: the configs differ in more than `seed`, `data.partition_seed` and
-      `run.eval_every`, ask for a lazy federation (not supported in lockstep), or any run's
+    ConfigError: the configs differ in more than `seed`, `data.partition_seed`,
+      `run.eval_every` and the hyperparameters of `LOCKSTEP_HYPERPARAMETERS`, ask for a lazy federation (not supported in lockstep), or any run's
       settings or workdir are invalid (before any workdir is written).
   """
   specs = [as_spec(config) for config in configs]
@@ -220,4 +222,6 @@ def run_experiments_lockstep(
     )
     for s, w, d in zip(specs, workdirs, datasets)
   ]
-  return run_together(runs)
+  # With the vmap backend, runs that share a client update (equal but for their seeds) share
+  # task batches.
+  return run_together(runs, batch_keys=[spec.without_seeds() for spec in specs])

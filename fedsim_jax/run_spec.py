@@ -36,6 +36,40 @@ PLUGIN_FIELDS = {
   'robust': 'robust',
 }
 
+# The numeric hyperparameters the runs of a lockstep sweep may differ in besides their seeds
+# (`RunSpec.without_hyperparameters`), by section: `client.<field>`, and
+# `algorithm.kwargs.<field>` of whichever algorithm has the field. Each is a float that only
+# scales arithmetic: no array shape, no number of steps, tasks or versions and no setting
+# resolved at build time depends on it. A run reads each one only in its own client update,
+# aggregator or scheduler, and a lockstep sweep gives runs that differ in one their own
+# executors (`fedsim_jax.lifecycle.lockstep`), so they never share a compiled program.
+LOCKSTEP_HYPERPARAMETERS: dict[str, tuple[str, ...]] = {
+  'client': ('learning_rate', 'momentum', 'weight_decay'),
+  'algorithm': (
+    'server_learning_rate',  # eta_g of the server optimizer
+    'server_momentum',
+    'b1',  # the adaptive server optimizers' decays and epsilon
+    'b2',
+    'eps',
+    'staleness_a',  # the staleness function's exponent and hinge
+    'staleness_b',
+    'alpha',  # FedAsync's and FedCompass's mixing weight, FedDyn's regulariser
+    'proximal_strength',  # mu of FedProx's proximal term
+    'distillation_strength',
+    'mu',  # MOON's contrastive weight
+  ),
+}
+
+
+def lockstep_hyperparameter_names() -> tuple[str, ...]:
+  """The dotted settings of `LOCKSTEP_HYPERPARAMETERS` (`client.learning_rate`, ...)."""
+  prefixes = {'client': 'client.', 'algorithm': 'algorithm.kwargs.'}
+  return tuple(
+    prefixes[section] + field
+    for section, fields in LOCKSTEP_HYPERPARAMETERS.items()
+    for field in fields
+  )
+
 
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
@@ -185,6 +219,21 @@ class RunSpec:
       seed=0,
       data=self.data.replace(partition_seed=None),
       run=self.run.replace(eval_every=1),
+    )
+
+  def without_hyperparameters(self) -> RunSpec:
+    """`without_seeds`, with the numeric hyperparameters of `LOCKSTEP_HYPERPARAMETERS` set to
+    fixed values too: specs equal under it may run in one lockstep sweep."""
+    spec = self.without_seeds()
+    client_fields = LOCKSTEP_HYPERPARAMETERS['client']
+    settings = spec.algorithm.settings
+    algorithm_fields = set(LOCKSTEP_HYPERPARAMETERS['algorithm']) & set(settings.field_names())
+    return dataclasses.replace(
+      spec,
+      client=spec.client.replace(**dict.fromkeys(client_fields, 0.0)),
+      algorithm=Selection(
+        spec.algorithm.name, settings.replace(**dict.fromkeys(algorithm_fields, 0.0))
+      ),
     )
 
 

@@ -86,10 +86,13 @@ def test_lockstep_runs_equal_sequential_runs(digits_data_dir, tmp_path, algorith
   assert _outputs(tmp_path / 'sequential0') != _outputs(tmp_path / 'sequential1')
 
 
-@pytest.mark.parametrize('path', ['client.learning_rate', 'algorithm.kwargs.server_learning_rate'])
-def test_lockstep_configs_must_differ_only_in_seeds(digits_data_dir, tmp_path, path):
+@pytest.mark.parametrize(
+  ('path', 'value'), [('client.local_steps', 2), ('algorithm.kwargs.cohort_size', 3)]
+)
+def test_lockstep_configs_must_differ_only_in_seeds(digits_data_dir, tmp_path, path, value):
+  # Seeds and numeric hyperparameters may differ (tests/test_lockstep_hyperparameters.py).
   other = _config(digits_data_dir, 1)
-  set_by_path(other, path, 0.2)
+  set_by_path(other, path, value)
   with pytest.raises(ConfigError, match='differ only in seed'):
     run_experiments_lockstep([_config(digits_data_dir, 0), other], [tmp_path / 'a', tmp_path / 'b'])
 

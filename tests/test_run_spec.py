@@ -75,6 +75,24 @@ def test_without_seeds_ignores_only_what_a_sweep_may_vary():
   assert RunSpec.from_config(other).without_seeds() != RunSpec.from_config(base).without_seeds()
 
 
+def test_without_hyperparameters_ignores_the_named_numeric_hyperparameters_too():
+  from fedsim_jax.run_spec import lockstep_hyperparameter_names
+
+  base = config_lib.fashion_mnist_config('fedbuff')
+  other = base.copy_and_resolve_references()
+  other.seed, other.client.learning_rate, other.client.momentum = 7, 0.5, 0.5
+  other.client.weight_decay = 1e-4
+  other.algorithm.kwargs.update(server_learning_rate=0.3, server_momentum=0.5, staleness_a=1.0)
+  other.algorithm.kwargs.proximal_strength = 0.01
+  key = RunSpec.from_config(base).without_hyperparameters()
+  assert RunSpec.from_config(other).without_hyperparameters() == key
+  assert RunSpec.from_config(other).without_seeds() != RunSpec.from_config(base).without_seeds()
+  other.client.batch_size = 16  # changes the programs' shapes
+  assert RunSpec.from_config(other).without_hyperparameters() != key
+  assert 'client.learning_rate' in lockstep_hyperparameter_names()
+  assert 'algorithm.kwargs.server_learning_rate' in lockstep_hyperparameter_names()
+
+
 @pytest.mark.parametrize(
   ('path', 'value', 'named'),
   [

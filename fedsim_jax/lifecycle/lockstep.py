@@ -1,6 +1,16 @@
-"""Running several built runs together (a lockstep sweep over seeds): one signal handler for
-all of them, their simulations advanced at once or in shared batches, and each run ended with
-its own summary (`fedsim_jax.experiment.run_experiments_lockstep` builds them)."""
+"""Running several built runs together (a lockstep sweep over seeds and numeric
+hyperparameters): one signal handler for all of them, their simulations advanced at once or in
+shared batches, and each run ended with its own summary
+(`fedsim_jax.experiment.run_experiments_lockstep` builds them).
+
+The runs of a sweep may differ in `seed`, `data.partition_seed`, `run.eval_every` and the
+numeric hyperparameters of `fedsim_jax.run_spec.LOCKSTEP_HYPERPARAMETERS` (client and server
+learning rates and momenta, staleness exponent, proximal strength, ...). Every run builds its
+own client update, aggregator and scheduler from its own settings; with the vmap backend only
+runs with equal hyperparameters (differing in seeds alone) share task batches, since a batch
+runs one compiled program; runs with other hyperparameters run beside them, each group in
+batches of its own (a run alone in its group with its own executor, as it would run alone).
+"""
 
 from __future__ import annotations
 
@@ -16,8 +26,13 @@ from fedsim_jax import workdir as workdir_lib
 from fedsim_jax.executor import Executor
 from fedsim_jax.executor.choice import Backend
 from fedsim_jax.lifecycle.run_lifecycle import RunLifecycle
-from fedsim_jax.run_spec import RunSpec
-from fedsim_jax.runtime.lockstep import lockstep_executors, run_concurrently, run_lockstep
+from fedsim_jax.run_spec import RunSpec, lockstep_hyperparameter_names
+from fedsim_jax.runtime.lockstep import (
+  SharedExecution,
+  lockstep_executors,
+  run_concurrently,
+  run_lockstep_groups,
+)
 from fedsim_jax.settings import ConfigError
 
 
@@ -29,31 +44,53 @@ def check_sweep(
   overwrite: bool,
 ) -> None:
   """Refuses (`ConfigError`) a sweep that cannot run in lockstep: specs that differ in more
-  than `seed`, `data.partition_seed` and `run.eval_every`, a lazy federation, or any workdir a
-  run may not write (`fedsim_jax.workdir.check`), before the first run writes its own."""
+  than `seed`, `data.partition_seed`, `run.eval_every` and the hyperparameters of
+  `LOCKSTEP_HYPERPARAMETERS` (`RunSpec.without_hyperparameters`), a lazy federation, or any
+  workdir a run may not write (`fedsim_jax.workdir.check`), before the first run writes its
+  own."""
   if len(specs) != len(workdirs):
     raise ValueError('run_experiments_lockstep needs one workdir per config')
-  reference = specs[0].without_seeds()
-  if any(spec.without_seeds() != reference for spec in specs[1:]):
-    raise ConfigError(
-      'lockstep sweeps need configs that differ only in seed, '
-      'data.partition_seed and run.eval_every'
-    )
+  reference = specs[0].without_hyperparameters()
+  for index, spec in enumerate(specs[1:], start=1):
+    key = spec.without_hyperparameters()
+    if key != reference:
+      setting = _first_difference(reference.to_dict(), key.to_dict()) or 'a plugin setting'
+      raise ConfigError(
+        f'lockstep sweeps need configs that differ only in seed, data.partition_seed, '
+        f'run.eval_every and {", ".join(lockstep_hyperparameter_names())}; config {index} '
+        f'differs from config 0 in {setting}'
+      )
   if specs[0].data.lazy:
     raise ConfigError('data.lazy=True is invalid in a lockstep sweep; allowed: False')
   for workdir in workdirs:
     workdir_lib.check(workdir, resume=resume, overwrite=overwrite)
 
 
-def run_together(runs: Sequence[RunLifecycle]) -> list[dict[str, Any]]:
+def _first_difference(a: Any, b: Any, path: str = '') -> str | None:
+  """The dotted path of the first setting whose values differ in the nested dicts `a`, `b`
+  (None if they are equal)."""
+  if isinstance(a, dict) and isinstance(b, dict):
+    for name in dict.fromkeys([*a, *b]):
+      found = _first_difference(a.get(name), b.get(name), f'{path}{name}.')
+      if found is not None:
+        return found
+    return None
+  return None if a == b else path.rstrip('.')
+
+
+def run_together(
+  runs: Sequence[RunLifecycle], batch_keys: Sequence[Any] | None = None
+) -> list[dict[str, Any]]:
   """Runs `runs` to their ends together; returns each run's summary, in their order.
 
   Each run stops as `RunLifecycle.run` does: a run that diverges or stalls ends with its own
   summary while the others run on, and SIGINT/SIGTERM stop every run with a checkpoint and an
-  `interrupted` summary. With the vmap backend the simulations advance in lockstep and their
-  client tasks run as one shared batch; with the loop backend (one program call per task) they
-  run at once, each with its own executor, sharing the task threads.
-  `summary['host']['lockstep']` says which (`execution`).
+  `interrupted` summary. With the vmap backend the simulations advance in lockstep and the
+  client tasks of runs with equal `batch_keys` (default: all equal; e.g. each spec's
+  `without_seeds()`, runs that share a client update) run as one shared batch, each group
+  beside the others; with the loop backend (one program call per task) they run at once, each
+  with its own executor, sharing the task threads. `summary['host']['lockstep']` says which
+  (`execution`).
   """
   first = runs[0].simulation.executor
   start = time.perf_counter()
@@ -74,7 +111,8 @@ def run_together(runs: Sequence[RunLifecycle]) -> list[dict[str, Any]]:
       endings = run_concurrently(drivers, runs[0].simulation)
       info: dict[str, Any] = {'simulations': len(runs), 'execution': 'concurrent'}
     else:
-      endings, info = _run_in_shared_batches(runs, drivers)
+      keys = [None] * len(runs) if batch_keys is None else list(batch_keys)
+      endings, info = _run_in_shared_batches(runs, drivers, _groups(keys))
     # Still under the handler: a signal while the final outputs are written waits for them,
     # and a second SIGINT stops the runs not yet finished at once (as in `RunLifecycle.run`).
     summaries: list[dict[str, Any]] = []
@@ -103,23 +141,48 @@ def executor_like(first: Executor, *, sampling: str, unroll: Any) -> Callable[[A
   return lambda data, keys: Executor(first.client_update, data, keys, **settings)
 
 
+def _groups(keys: Sequence[Any]) -> list[list[int]]:
+  """The indices of equal `keys`, grouped in the order of their first index."""
+  groups: list[tuple[Any, list[int]]] = []
+  for index, key in enumerate(keys):
+    for group_key, members in groups:
+      if group_key == key:
+        members.append(index)
+        break
+    else:
+      groups.append((key, [index]))
+  return [members for _, members in groups]
+
+
 def _run_in_shared_batches(
-  runs: Sequence[RunLifecycle], drivers: Sequence[Callable[[], Any]]
+  runs: Sequence[RunLifecycle], drivers: Sequence[Callable[[], Any]], groups: list[list[int]]
 ) -> tuple[list[Any], dict[str, Any]]:
-  """Gives the runs' simulations one executor over the union of their federations and calls
-  the drivers in lockstep; returns the drivers' results and the sharing figures."""
-  shared, executors = lockstep_executors(
-    runs[0].executor_like,
-    [r.dataset for r in runs],
-    [r.simulation.executor.base_key for r in runs],
-  )
-  for run, executor in zip(runs, executors):
-    run.simulation.executor = executor
-  endings = run_lockstep(drivers, shared)
+  """Gives the simulations of each group of several runs one executor over the union of their
+  federations (built like the group's first run's, with its client update) and calls the
+  drivers in lockstep; a run alone in its group keeps its own executor (and its compiled
+  programs) and runs beside them. Returns the drivers' results and the sharing figures."""
+  places: list[tuple[SharedExecution, int] | None] = [None] * len(runs)
+  executions = []
+  for members in groups:
+    if len(members) == 1:
+      continue
+    shared, executors = lockstep_executors(
+      runs[members[0]].executor_like,
+      [runs[i].dataset for i in members],
+      [runs[i].simulation.executor.base_key for i in members],
+    )
+    executions.append(shared)
+    for local, (index, executor) in enumerate(zip(members, executors)):
+      runs[index].simulation.executor = executor
+      places[index] = (shared, local)
+  endings = run_lockstep_groups(drivers, places)
+  batches = sum(shared.batches for shared in executions)
+  tasks = sum(shared.executor.tasks_run for shared in executions)
   info = {
     'simulations': len(runs),
-    'execution': 'shared_batches',
-    'shared_batches': shared.batches,
-    'mean_shared_batch_size': shared.executor.tasks_run / max(shared.batches, 1),
+    'execution': 'shared_batches' if executions else 'concurrent',
+    'batch_groups': len(groups),
+    'shared_batches': batches,
+    'mean_shared_batch_size': tasks / batches if batches else None,
   }
   return endings, info

@@ -18,6 +18,12 @@ identical; the arithmetic is identical for small shared batches, while large one
 XLA:CPU matrix-multiply paths whose float rounding differs in the last bits (measured: 8 seeds x
 5 clients, MLP, losses equal to about 1e-5 relative after 20 versions).
 
+Simulations whose client updates differ (a sweep over learning rates: each point compiles its
+own programs) cannot share a batch, which runs one program. `run_lockstep_groups` gives each
+group of simulations that share a client update its own `SharedExecution`, and the groups run
+beside each other; a simulation alone in its group keeps its own executor, and computes exactly
+its run alone.
+
 Side by side (`run_concurrently`, for the loop backend): a task is one program call whatever
 batch it is in, so a shared batch gains nothing. Each simulation keeps its own executor and all
 run at once; their tasks share the process-wide task threads, and one simulation's host work
@@ -110,7 +116,17 @@ class SharedExecution:
         return
       self._run_when_all_wait()
 
+  def fail(self, error: BaseException) -> None:
+    """Stops every simulation of this execution with an error (a simulation of another
+    execution beside it failed)."""
+    with self._condition:
+      if self._error is None:
+        self._error = error
+      self._condition.notify_all()
+
   def _run_when_all_wait(self) -> None:
+    if self._error is not None:
+      return
     if not self._pending or set(self._pending) != self._running:
       return
     order = sorted(self._pending)
@@ -231,7 +247,30 @@ def run_lockstep(drivers: Sequence[Callable[[], Any]], shared: SharedExecution) 
   `shared`'s simulation i (one run, e.g. `PreparedRun.run_until_stopped`, which may pause
   its simulation to checkpoint: the others wait for it at the next shared batch). Returns
   the drivers' results; re-raises the first failure."""
-  return _drive_in_threads(drivers, on_end=shared.finish)
+  return run_lockstep_groups(drivers, [(shared, i) for i in range(len(drivers))])
+
+
+def run_lockstep_groups(
+  drivers: Sequence[Callable[[], Any]], places: Sequence[tuple[SharedExecution, int] | None]
+) -> list[Any]:
+  """`run_lockstep` over several shared executions at once: driver i runs the simulation
+  whose executor is simulation `places[i][1]` of `places[i][0]`, or (`places[i]` None) one
+  with an executor of its own. Each execution batches its own simulations' tasks; they and
+  the simulations on their own run beside each other (e.g. the points of a sweep whose client
+  updates differ, each point's seeds sharing batches). A failure stops the simulations of
+  every execution; the first is re-raised."""
+  executions = list({id(place[0]): place[0] for place in places if place is not None}.values())
+
+  def on_end(index: int, error: BaseException | None) -> None:
+    place = places[index]
+    if place is not None:
+      place[0].finish(place[1], error)
+    if error is not None:
+      for other in executions:
+        if place is None or other is not place[0]:
+          other.fail(error)
+
+  return _drive_in_threads(drivers, on_end=on_end)
 
 
 def run_concurrently(drivers: Sequence[Callable[[], Any]], first_simulation: Any) -> list[Any]:

@@ -1,9 +1,10 @@
 """A sweep's runs as jobs, and the jobs run as processes, at most N at a time.
 
 Runs that the engine can run in lockstep (`fedsim_jax.experiment.run_experiments_lockstep`:
-configs that differ only in their seeds, `data.partition_seed` and `run.eval_every`) form one
-job: one process, one data load, shared compiled programs. Every other difference starts another
-job. A job is a JSON file (`<sweep>/jobs/<name>.json`) that `python -m fedsim_jax.sweep.worker`
+configs that differ only in their seeds, `data.partition_seed`, `run.eval_every` and the numeric
+hyperparameters of `fedsim_jax.run_spec.LOCKSTEP_HYPERPARAMETERS`, such as the client and server
+learning rates) form one job: one process, one data load, shared compiled programs. Every other
+difference starts another job. A job is a JSON file (`<sweep>/jobs/<name>.json`) that `python -m fedsim_jax.sweep.worker`
 runs; its output goes to `<sweep>/logs/<name>.log`.
 
 A job's process stops with its parent: it is sent SIGTERM (and checkpoints) when the sweep

@@ -7,6 +7,11 @@
                 root='runs/lr_sweep')
   sweep.run(processes=2)
   print(sweep.table('final_accuracy'))
+
+Runs that may run in lockstep share a job (one process): the seeds of a point, and the points
+that differ only in numeric hyperparameters (`fedsim_jax.run_spec.LOCKSTEP_HYPERPARAMETERS`:
+the client and server learning rates and momenta, the staleness exponent, ...), so the grid
+above is one job of four runs.
 """
 
 from __future__ import annotations
@@ -87,11 +92,17 @@ class Sweep:
             'made with, or another --workdir'
           )
         self.runs.append(PlannedRun(point.name, tuple(settings), seed, workdir))
-        self._lockstep_keys.append(run_spec.without_seeds())
+        self._lockstep_keys.append(run_spec.without_hyperparameters())
 
   def states(self) -> list[RunState]:
     """Where each run stands, in plan order."""
     return [run_state(run.workdir) for run in self.runs]
+
+  def jobs(self, todo: Sequence[int] | None = None) -> list[Job]:
+    """The jobs (processes) that run the runs `todo` (indices into `runs`; default: all):
+    runs that may run in lockstep share one."""
+    todo = range(len(self.runs)) if todo is None else todo
+    return lockstep_jobs([self.runs[i] for i in todo], [self._lockstep_keys[i] for i in todo])
 
   def status(self) -> str:
     """The `--status` table: every run's state, host time and last evaluated version."""
@@ -153,7 +164,7 @@ class Sweep:
       f'{len(self.points)} points x {len(self.spec.seeds)} seeds = {len(self.runs)} runs: '
       f'{done} ended, {len(todo)} to run'
     )
-    jobs = lockstep_jobs([self.runs[i] for i in todo], [self._lockstep_keys[i] for i in todo])
+    jobs = self.jobs(todo)
     files = [(job, write_job(job, self.root, self.config_args)) for job in jobs]
     counter = iter(range(1, len(jobs) + 1))
 

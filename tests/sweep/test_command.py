@@ -38,15 +38,17 @@ def get_config():
 """
 SWEEP = [
   '--config.run.num_rounds=4',
-  '--sweep.client.learning_rate=0.05,0.1',
+  # Settings that change the compiled programs: each point is a job of its own (points that
+  # differ only in a learning rate would share one, tests/sweep/test_jobs.py).
+  '--sweep.client.local_steps=2,3',
   '--sweep.algorithm.kwargs.buffer_size=1,2',
   '--seeds=0,1',
 ]
 POINTS = [
-  'learning_rate=0.05,buffer_size=1',
-  'learning_rate=0.05,buffer_size=2',
-  'learning_rate=0.1,buffer_size=1',
-  'learning_rate=0.1,buffer_size=2',
+  'local_steps=2,buffer_size=1',
+  'local_steps=2,buffer_size=2',
+  'local_steps=3,buffer_size=1',
+  'local_steps=3,buffer_size=2',
 ]
 
 
@@ -135,7 +137,7 @@ def test_a_sweep_killed_mid_way_resumes_to_every_point_completed_once(tmp_path, 
       assert _summary(run_dir)['status'] == 'completed', run_dir
       assert [row['version'] for row in read_metrics(run_dir / 'metrics.jsonl')] == [0, 2, 4]
     assert json.loads((root / point / 'point.json').read_text()) == {
-      'client.learning_rate': float(point.split(',')[0].split('=')[1]),
+      'client.local_steps': int(point.split(',')[0].split('=')[1]),
       'algorithm.kwargs.buffer_size': int(point.split('=')[-1]),
     }
   # The runs that had finished were kept, not run again.
@@ -160,7 +162,7 @@ def test_a_sweep_killed_mid_way_resumes_to_every_point_completed_once(tmp_path, 
   metrics = read_metrics(run / 'metrics.jsonl')
   for column in ('version', 'virtual_time', 'client_updates', 'test_accuracy', 'test_loss'):
     assert rows[column].tolist() == [row[column] for row in metrics], column
-  assert set(rows['config.client.learning_rate']) == {0.1}
+  assert set(rows['config.client.local_steps']) == {3}
   assert set(rows['config.algorithm.kwargs.buffer_size']) == {2}
   assert set(rows['point']) == {POINTS[3]} and set(rows['seed']) == {1}
   assert set(rows['summary.final_accuracy']) == {_summary(run)['final_accuracy']}
