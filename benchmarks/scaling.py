@@ -9,14 +9,14 @@ Curves (`--curves`), all on the MLP (784-200-200-10 unless the curve varies it) 
 
   cohort      FedAvg's cohort, FedBuff's concurrency (buffer K = concurrency / 10, so that a
               version aggregates a tenth of the tasks in flight), 10 to 10,000, and FedCompass's
-              silos (all in flight), 10 to 1,000 (`MAX_SILOS`).
+              silos (all in flight), 10 to 300 (`SILOS`).
   clients     FedAvg (cohort 100) and FedBuff (concurrency 100, K = 10) over 1,000 to 1,000,000
               clients, schedule only (`NoTrainingExecutor`: zero deltas aggregated, a 3-scalar
               model) and trained.
   model       the three algorithms (cohort / concurrency 100, FedCompass 20 silos) with the
               MLP's two hidden layers 20 to 2,000 wide (16k to 5.6M parameters).
   evaluation  per-client evaluation (`ClientEvaluator`, 10 test examples per client) and the
-              central evaluator on as many examples, 10 to 100,000 clients.
+              central evaluator on as many examples, 10 to 100,000 clients (1M examples).
 
 Every point runs in a fresh subprocess (`--point`), so its peak RSS (`getrusage`) is its own,
 `--repeats` times; the minimum of each figure is kept. A point builds its federation (clients
@@ -76,14 +76,14 @@ Q_MIN, Q_MAX = 2, 6  # FedCompass
 TEST_EXAMPLES = 10  # per client, evaluation curve
 DEFAULT_WIDTH = 200
 # FedCompass keeps every silo in flight and its measurement needs a full turn of them: at about
-# 30 ms per client update on 2 CPU cores, 10,000 silos would take over ten minutes per point.
-MAX_SILOS = 1000
+# 30 ms per client update on 2 shared CPU cores, 10,000 silos would take over ten minutes.
+SILOS = [10, 30, 100, 300]
 
 FULL_SIZES = {
   'cohort': [10, 100, 1000, 10_000],
   'clients': [1000, 10_000, 100_000, 1_000_000],
-  'model': [20, 60, 200, 600, 2000],
-  'evaluation': [10, 100, 1000, 10_000, 100_000],
+  'model': [20, 200, 2000],
+  'evaluation': [10, 1000, 10_000, 100_000],
 }
 REDUCED_SIZES = {
   'cohort': [10, 100],
@@ -101,8 +101,7 @@ def points(curve: str, reduced: bool) -> list[dict[str, Any]]:
     return [
       dict(curve=curve, algorithm=a, size=n)
       for a in algorithms
-      for n in sizes
-      if a != 'fedcompass' or n <= MAX_SILOS
+      for n in (SILOS if a == 'fedcompass' else sizes)
     ]
   if curve == 'clients':
     modes = ('schedule',) if reduced else ('schedule', 'train')
