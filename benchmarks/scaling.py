@@ -24,7 +24,9 @@ hold 16-48 examples drawn from a shared pool of at most 50,000 examples, so a mi
 fit in memory), runs warm-up versions (compilation, and for the asynchronous algorithms a full
 turn of the tasks in flight), then measures versions until `--min_seconds` have passed and, for
 the asynchronous algorithms, as many client updates as there are tasks in flight: host seconds
-per version exclude compilation and the start-up transient. Tasks run 2 local steps of B = 16
+per version exclude compilation (also any that comes after the warm-up, when a new task-count
+or step bucket first appears: JAX's compile events are timed and subtracted, `compile_s`) and
+the start-up transient. Tasks run 2 local steps of B = 16
 (FedCompass: 2-6 steps). Evaluation points time one call after a warm-up call.
 
 Prints one JSON line per point (and writes them to `--output`), then the fitted growth of each
@@ -233,6 +235,29 @@ def simulation(point: dict[str, Any]):
   return sim, shape, num_params
 
 
+_COMPILE_EVENTS = (
+  '/jax/core/compile/jaxpr_trace_duration',
+  '/jax/core/compile/jaxpr_to_mlir_module_duration',
+  '/jax/core/compile/backend_compile_duration',
+)
+
+
+class CompileClock:
+  """Seconds JAX spent tracing, lowering and compiling while `counting` (a new task-count or
+  step bucket can first appear after the warm-up): subtracted from the measured time."""
+
+  def __init__(self) -> None:
+    import jax
+
+    self.counting = False
+    self.seconds = 0.0
+    jax.monitoring.register_event_duration_secs_listener(self._on_event)
+
+  def _on_event(self, event: str, duration: float, **_: Any) -> None:
+    if self.counting and event in _COMPILE_EVENTS:
+      self.seconds += duration
+
+
 def _in_flight(point: dict[str, Any], shape: dict[str, int]) -> int:
   """Client updates of one turn of the tasks in flight (0 for FedAvg: each round is one)."""
   return 0 if point['algorithm'] == 'fedavg' else shape['work']
@@ -264,11 +289,14 @@ def measure_simulation(
     return sim.version - versions, sim.client_updates - updates, time.perf_counter() - begin
 
   _, _, warmup_s = versions_until(turn, 1, 0.0)
+  clock = CompileClock()
+  clock.counting = True
   if profile is not None:
     profile.enable()
   versions, updates, seconds = versions_until(turn, 2, min_seconds)
   if profile is not None:
     profile.disable()
+  clock.counting = False
   return dict(
     clients=shape['clients'],
     concurrency=shape['work'],
@@ -277,7 +305,8 @@ def measure_simulation(
     params=num_params,
     versions=versions,
     updates_per_version=round(updates / versions, 1),
-    seconds=seconds / versions,
+    seconds=(seconds - clock.seconds) / versions,
+    compile_s=round(clock.seconds, 3),
     setup_s=round(setup_s, 2),
     warmup_s=round(warmup_s, 2),
   )
@@ -320,12 +349,14 @@ def measure_evaluation(
   call()
   warmup_s = time.perf_counter() - start
   times = []
+  clock = CompileClock()
   if profile is not None:
     profile.enable()
   while not times or sum(times) < min_seconds:
+    clock.counting, clock.seconds = True, 0.0
     start = time.perf_counter()
     call()
-    times.append(time.perf_counter() - start)
+    times.append(time.perf_counter() - start - clock.seconds)
   if profile is not None:
     profile.disable()
   return dict(
