@@ -98,6 +98,7 @@ REDUCED_SIZES = {
 def points(curve: str, reduced: bool) -> list[dict[str, Any]]:
   """The points of `curve`: the settings one `--point` run measures."""
   sizes = (REDUCED_SIZES if reduced else FULL_SIZES)[curve]
+  algorithms: tuple[str, ...]
   if curve == 'cohort':
     algorithms = ('fedavg', 'fedbuff') if reduced else ALGORITHMS
     return [
@@ -253,9 +254,9 @@ class CompileClock:
     self.seconds = 0.0
     jax.monitoring.register_event_duration_secs_listener(self._on_event)
 
-  def _on_event(self, event: str, duration: float, **_: Any) -> None:
+  def _on_event(self, event: str, duration_secs: float, **kwargs: str | int) -> None:
     if self.counting and event in _COMPILE_EVENTS:
-      self.seconds += duration
+      self.seconds += duration_secs
 
 
 def _in_flight(point: dict[str, Any], shape: dict[str, int]) -> int:
@@ -348,7 +349,7 @@ def measure_evaluation(
   start = time.perf_counter()
   call()
   warmup_s = time.perf_counter() - start
-  times = []
+  times: list[float] = []
   clock = CompileClock()
   if profile is not None:
     profile.enable()

@@ -136,7 +136,7 @@ CURVES = {
     'per-version overhead',
     'per-task work (training, stacking, aggregation)',
   ),
-  'clients': ('clients', 'version', 'per-version work', 'per-client state'),
+  'clients': ('clients', 'version', 'per-version work', 'per-client scans'),
   'model': ('parameters', 'version', 'per-version overhead', 'per-parameter work'),
   'evaluation': ('evaluated clients', 'evaluation', 'per-call overhead', 'per-example work'),
 }
