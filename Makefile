@@ -72,10 +72,13 @@ bench-setup: setup
 # (benchmarks/harness.py): JSON lines, then a markdown table; under 20 minutes on 2 CPU cores.
 # The PyTorch rows need `make bench-setup` (else they say 'skipped'). Extra flags:
 # BENCH_FLAGS='--cases=sync_mlp,scheduling'. Then the data layer's times against their budgets
-# (benchmarks/data_loading.py, a few minutes): the unit tests assert no wall-clock times.
+# (benchmarks/data_loading.py, a few minutes): the unit tests assert no wall-clock times. Then
+# the reduced scaling curves (benchmarks/scaling.py --reduced, about a minute; the full curves
+# of docs/results/scaling.md take about 20).
 bench: setup
 	$(PY) benchmarks/harness.py --output=$(RUNS_DIR)/bench/results.jsonl $(BENCH_FLAGS)
 	$(PY) benchmarks/data_loading.py --output=$(RUNS_DIR)/bench/data_loading.jsonl
+	$(PY) benchmarks/scaling.py --reduced --output=$(RUNS_DIR)/bench/scaling.jsonl
 
 # The wheels benchmarks/accelerator_check.py needs on a GPU machine without a package index
 # (benchmarks/README.md): downloaded into .accelerator_wheels/ (git-ignored), size checked.

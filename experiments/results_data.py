@@ -1,7 +1,7 @@
 """The small result files behind the tables of docs/results/: one JSON file per sweep.
 
 A reproduction binary run with `--export=PATH` (`experiments/sweep.py`) writes one: the kit
-(`fedasmu`, `fedcompass`, `stragglers`, `ccfedavg`, `transforms`, `heterogeneity`), the exact command, the sweep's settings, the
+(`fedasmu`, `fedcompass`, `stragglers`, `ccfedavg`, `transforms`, `heterogeneity`; `scaling`, whose records are a benchmark's points), the exact command, the sweep's settings, the
 commit it was exported at, and one record per finished run as the kit's `run_sweep` returns it,
 with the run's directory replaced by the time its `summary.json` was written (`finished`).
 `experiments/results_docs.py` renders the docs' tables from these files through the kits' table
@@ -23,7 +23,15 @@ from typing import Any
 
 from fedsim_jax.workdir import writable_directory_problem
 
-KITS = ('fedasmu', 'fedcompass', 'stragglers', 'ccfedavg', 'transforms', 'heterogeneity')
+KITS = (
+  'fedasmu',
+  'fedcompass',
+  'stragglers',
+  'ccfedavg',
+  'transforms',
+  'heterogeneity',
+  'scaling',
+)
 FORMAT = 1  # bumped when the layout changes
 
 
@@ -58,9 +66,12 @@ def _finished(run_dir: str | None) -> str | None:
 
 
 def compact_record(record: dict[str, Any]) -> dict[str, Any]:
-  """`record` without its run directory (a path on the exporting machine), with `finished`."""
+  """`record` without its run directory (a path on the exporting machine), with `finished`:
+  when its summary was written, or, for a record of no run directory (a benchmark's point),
+  its own `finished`."""
   compact = {key: value for key, value in record.items() if key != 'workdir'}
-  compact['finished'] = _finished(record.get('workdir'))
+  if 'workdir' in record or 'finished' not in record:
+    compact['finished'] = _finished(record.get('workdir'))
   return compact
 
 
@@ -161,6 +172,7 @@ IDENTITY = {
     'seed',
   ),
   'heterogeneity': ('partition', 'method', 'seed'),
+  'scaling': ('curve', 'series', 'size'),
 }
 
 

@@ -186,6 +186,29 @@ def _transforms(experiment: str, kind: str) -> Renderer:
   )
 
 
+def _scaling_curve(curve: str) -> Renderer:
+  def render(data: Mapping[str, Any]) -> str:
+    from experiments.scaling import tables
+
+    return tables.curve_table(data['records'], curve)
+
+  return Renderer(
+    'scaling', render, lambda data: any(r.get('curve') == curve for r in data['records'])
+  )
+
+
+def _scaling_growth(data: Mapping[str, Any]) -> str:
+  from experiments.scaling import tables
+
+  return tables.growth_table(data['records'])
+
+
+def _scaling_setup(data: Mapping[str, Any]) -> str:
+  from experiments.scaling import tables
+
+  return tables.setup_table(dict(data['settings'], measured=data.get('exported')))
+
+
 def _span(values: Sequence[float], unit: str, digits: int = 0) -> str:
   low, high = min(values), max(values)
   if round(low, digits) == round(high, digits):
@@ -300,6 +323,12 @@ RENDERERS: dict[str, Renderer] = {
   'transforms.attacks_agreement': _transforms('attacks', 'agreement'),
   'transforms.compression': _transforms('compression', 'table'),
   'transforms.compression_agreement': _transforms('compression', 'agreement'),
+  'scaling.setup': Renderer('scaling', _scaling_setup, merges=False),
+  'scaling.cohort': _scaling_curve('cohort'),
+  'scaling.clients': _scaling_curve('clients'),
+  'scaling.model': _scaling_curve('model'),
+  'scaling.evaluation': _scaling_curve('evaluation'),
+  'scaling.growth': Renderer('scaling', _scaling_growth),
   # Computed from the latency models alone: no runs, no result file.
   'stragglers.round_time': Renderer(None, _stragglers_round_time),
   'stragglers.latency_agreement': Renderer(None, _stragglers_latency_agreement),

@@ -16,7 +16,14 @@ _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 _SCRIPT = os.path.join(_REPO, 'experiments', 'results_docs.py')
 _FEDASMU = os.path.join(_REPO, 'experiments', 'fedasmu', 'reproduce.py')
 # The docs whose tables are results (performance.md holds dated host measurements instead).
-_TABLE_DOCS = ('ccfedavg.md', 'fedasmu.md', 'fedcompass_mnist.md', 'latency.md', 'stragglers.md')
+_TABLE_DOCS = (
+  'ccfedavg.md',
+  'fedasmu.md',
+  'fedcompass_mnist.md',
+  'latency.md',
+  'scaling.md',
+  'stragglers.md',
+)
 _RECORDED_NOTE = 'Recorded with an earlier version of the code; not yet regenerable.'
 
 
@@ -61,6 +68,7 @@ def test_every_table_is_generated_or_marked_recorded():
     'fedasmu.md',
     'fedcompass_mnist.md',
     'latency.md',
+    'scaling.md',
     'stragglers.md',
   }
 
@@ -160,7 +168,9 @@ def test_committed_result_files_are_small_and_each_feeds_a_table():
   for path in paths:
     assert os.path.getsize(path) < 100_000, path
     data = results_data.load(path)
-    assert data['command'].startswith('.venv/bin/python experiments/')
+    assert data['command'].startswith(
+      ('.venv/bin/python experiments/', '.venv/bin/python benchmarks/scaling.py')
+    )
     assert all('workdir' not in record and record['finished'] for record in data['records'])
     relative = os.path.relpath(path, _REPO)
     assert re.search(rf'<!-- table: \S+ {re.escape(relative)}', markers), relative

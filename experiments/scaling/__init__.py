@@ -1,0 +1,1 @@
+"""Scaling curves: the fitted growth and the tables of docs/results/scaling.md."""
