@@ -213,6 +213,7 @@ def _accelerator_check(python, tmp_path, *flags):
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.slow  # ~35 s; tests/test_accelerator_wheels.py checks the bare image's imports fast
 def test_accelerator_check_runs_reduced_on_cpu_and_names_the_device(tmp_path):
   """The check, reduced, in a bare GPU machine's environment with the carried wheels
   (`tests/bare_image.py`): every case's records, a table headed by the device and the JSON

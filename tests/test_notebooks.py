@@ -5,7 +5,8 @@ Each notebook is executed by `notebooks/execute.py`'s `execute_notebook` (the to
 writes the committed outputs), with FEDSIM_NOTEBOOK_QUICK=1, the kernel's working directory in
 tmp_path (its runs go there) and DATA_DIR pointing at a prepared Fashion-MNIST data dir: the
 repository's `data/` when `make data` prepared it, else one prepared once per session from the
-offline Debian source. Nothing downloads.
+offline Debian source. Nothing downloads. `make test` executes the quickstart and the sweep
+notebook; `make test-slow` the others.
 """
 
 import glob
@@ -191,7 +192,22 @@ def test_notebook_follows_the_convention(path):
     assert needle in setup.source, needle
 
 
-@pytest.mark.parametrize('path', NOTEBOOKS, ids=[os.path.basename(p) for p in NOTEBOOKS])
+# Executed in `make test`: the quickstart and the sweep notebook (the package's front door and
+# its command-line workflow); the others, 20-60 s each even at quick sizes, in `make test-slow`
+# (and at full size by `make notebooks`), which keeps `make test` within the CI budget.
+_EXECUTED_IN_THE_FAST_SUITE = ('01_quickstart.ipynb', '08_sweeps_and_load_runs.ipynb')
+
+
+@pytest.mark.parametrize(
+  'path',
+  [
+    path
+    if os.path.basename(path) in _EXECUTED_IN_THE_FAST_SUITE
+    else pytest.param(path, marks=pytest.mark.slow)
+    for path in NOTEBOOKS
+  ],
+  ids=[os.path.basename(p) for p in NOTEBOOKS],
+)
 def test_notebook_executes(path, tmp_path, fashion_mnist_data_dir):
   name = os.path.basename(path)
   executed = execute.execute_notebook(

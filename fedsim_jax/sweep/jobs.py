@@ -30,6 +30,7 @@ from fedsim_jax.metrics.writers import write_json
 _PR_SET_PDEATHSIG = 1
 # The command that runs a job file (its path is appended).
 WORKER = (sys.executable, '-m', 'fedsim_jax.sweep.worker')
+PARENT_ENV = 'FEDSIM_SWEEP_PARENT'  # the sweep's pid, for `stop_with_parent`
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,14 +102,19 @@ def write_job(job: Job, root: str, config_args: Sequence[str]) -> str:
   return path
 
 
-def _stop_with_parent(parent: int) -> None:
-  """In a job's process before it runs: SIGTERM when the sweep process ends (Linux)."""
+def stop_with_parent() -> None:
+  """In a job's process, first thing: SIGTERM when the sweep process that started it ends
+  (Linux's PR_SET_PDEATHSIG; `PARENT_ENV` names the sweep's pid). Set by the job itself rather
+  than between fork and exec, which is unsafe in a multithreaded (JAX) process."""
+  parent = os.environ.get(PARENT_ENV)
+  if parent is None:
+    return
   try:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
   except (OSError, AttributeError):  # not Linux: the job outlives a killed sweep
     return
-  if os.getppid() != parent:  # the sweep ended before prctl took effect
+  if os.getppid() != int(parent):  # the sweep ended before prctl took effect
     os.kill(os.getpid(), signal.SIGTERM)
 
 
@@ -142,14 +148,13 @@ class JobPool:
     log_file = open(log_path, 'ab')  # noqa: SIM115 - closed when the job ends
     log_file.write(f'--- {time.strftime("%Y-%m-%d %H:%M:%S")} {job.describe()}\n'.encode())
     log_file.flush()
-    parent = os.getpid()
     process = subprocess.Popen(
       [*self.worker, job_file],
       stdout=log_file,
       stderr=subprocess.STDOUT,
       stdin=subprocess.DEVNULL,
       start_new_session=True,  # a terminal's Ctrl-C reaches the sweep, which forwards it once
-      preexec_fn=lambda: _stop_with_parent(parent),  # noqa: PLW1509 - no threads run here
+      env={**os.environ, PARENT_ENV: str(os.getpid())},
     )
     self._running[process] = (job, log_path, log_file)
     if self.interrupted is not None:  # the signal came as this job was starting

@@ -19,6 +19,7 @@ from typing import Any
 from absl import flags
 
 from fedsim_jax import cli
+from fedsim_jax.sweep.jobs import stop_with_parent
 from fedsim_jax.sweep.paths import set_existing
 
 
@@ -73,6 +74,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == '__main__':
+  stop_with_parent()
   try:
     sys.exit(main(sys.argv))
   except KeyboardInterrupt:  # SIGINT before a run installed its handler: nothing to save yet
