@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Any
 
 import ml_collections
@@ -47,3 +49,14 @@ def make_tiny_config(
   for path, value in overrides.items():
     set_by_path(config, path, value)
   return config
+
+
+def run_outputs(workdir: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+  """A finished run's metrics rows and summary, without the summary's host record (timings
+  and the like, which differ between equal runs)."""
+  with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
+    metrics = [json.loads(line) for line in f]
+  with open(os.path.join(workdir, 'summary.json'), encoding='utf-8') as f:
+    summary = json.load(f)
+  summary.pop('host')
+  return metrics, summary

@@ -1,14 +1,12 @@
 """Lockstep sweeps: several seeds run together give exactly the sequential runs' results."""
 
 import functools
-import json
-import os
 
 import pytest
 
 from fedsim_jax.config import ConfigError, set_by_path
 from fedsim_jax.experiment import run_experiment, run_experiments_lockstep
-from tests.helpers import make_tiny_config
+from tests.helpers import make_tiny_config, run_outputs
 
 
 def _config(data_dir, seed, algorithm='fedavg', backend='vmap'):
@@ -28,15 +26,6 @@ def _config(data_dir, seed, algorithm='fedavg', backend='vmap'):
 
 def _schedule(row):
   return row['version'], row['virtual_time'], row['client_updates'], row['gradient_steps']
-
-
-def _outputs(workdir):
-  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
-    metrics = [json.loads(line) for line in f]
-  with open(os.path.join(workdir, 'summary.json')) as f:
-    summary = json.load(f)
-  summary.pop('host')
-  return metrics, summary
 
 
 @pytest.mark.parametrize(
@@ -67,14 +56,16 @@ def test_lockstep_runs_equal_sequential_runs(digits_data_dir, tmp_path, algorith
     # Each simulation keeps its own executor and runs beside the others: bit-identical.
     assert lockstep['execution'] == 'concurrent'
     for seed in seeds:
-      assert _outputs(tmp_path / f'lockstep{seed}') == _outputs(tmp_path / f'sequential{seed}')
+      assert run_outputs(tmp_path / f'lockstep{seed}') == run_outputs(
+        tmp_path / f'sequential{seed}'
+      )
     return
-  alone = sum(_outputs(tmp_path / f'sequential{s}')[1]['executor_batches'] for s in seeds)
+  alone = sum(run_outputs(tmp_path / f'sequential{s}')[1]['executor_batches'] for s in seeds)
   assert lockstep['execution'] == 'shared_batches' and lockstep['shared_batches'] < alone
   for seed in seeds:
     (lock_rows, lock_summary), (seq_rows, seq_summary) = (
-      _outputs(tmp_path / f'lockstep{seed}'),
-      _outputs(tmp_path / f'sequential{seed}'),
+      run_outputs(tmp_path / f'lockstep{seed}'),
+      run_outputs(tmp_path / f'sequential{seed}'),
     )
     # Scheduling is identical; arithmetic can differ in the last bits when XLA picks another
     # matrix-multiply path for a larger shared batch (see fedsim_jax.runtime.lockstep).
@@ -83,7 +74,7 @@ def test_lockstep_runs_equal_sequential_runs(digits_data_dir, tmp_path, algorith
       assert a['test_loss'] == pytest.approx(b['test_loss'], rel=1e-5)
       assert a['test_accuracy'] == pytest.approx(b['test_accuracy'], abs=2e-3)
     assert lock_summary['tasks'] == seq_summary['tasks']
-  assert _outputs(tmp_path / 'sequential0') != _outputs(tmp_path / 'sequential1')
+  assert run_outputs(tmp_path / 'sequential0') != run_outputs(tmp_path / 'sequential1')
 
 
 @pytest.mark.parametrize(

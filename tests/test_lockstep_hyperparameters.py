@@ -1,9 +1,6 @@
 """Lockstep sweeps over numeric hyperparameters (client and server learning rates): the runs
 give exactly the separate runs' results, and only those settings may differ."""
 
-import json
-import os
-
 import jax
 import numpy as np
 import pytest
@@ -11,7 +8,7 @@ import pytest
 from fedsim_jax.config import ConfigError, set_by_path
 from fedsim_jax.experiment import run_experiment, run_experiments_lockstep
 from fedsim_jax.saved_run import load_run
-from tests.helpers import make_tiny_config
+from tests.helpers import make_tiny_config, run_outputs
 
 # (client.learning_rate, algorithm.kwargs.server_learning_rate, seed) of each run.
 _POINTS = ((0.1, 1.0, 0), (0.03, 1.0, 0), (0.1, 0.5, 0))
@@ -35,15 +32,6 @@ def _config(data_dir, client_lr, server_lr, seed, backend):
   )
 
 
-def _outputs(workdir):
-  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
-    metrics = [json.loads(line) for line in f]
-  with open(os.path.join(workdir, 'summary.json')) as f:
-    summary = json.load(f)
-  summary.pop('host')
-  return metrics, summary
-
-
 def _final_params(workdir):
   return [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(load_run(workdir).params['final'])]
 
@@ -64,7 +52,7 @@ def test_learning_rate_points_in_lockstep_equal_separate_runs(digits_data_dir, t
   summaries = _run_both(digits_data_dir, tmp_path, _POINTS, 'loop')
   assert summaries[0]['host']['lockstep']['simulations'] == 3
   for i in range(len(_POINTS)):
-    assert _outputs(tmp_path / f'lockstep{i}') == _outputs(tmp_path / f'alone{i}')
+    assert run_outputs(tmp_path / f'lockstep{i}') == run_outputs(tmp_path / f'alone{i}')
     for a, b in zip(
       _final_params(tmp_path / f'lockstep{i}'), _final_params(tmp_path / f'alone{i}')
     ):
@@ -72,7 +60,7 @@ def test_learning_rate_points_in_lockstep_equal_separate_runs(digits_data_dir, t
   # The points are different runs, each with its own learning rates: points 0 and 1 differ only
   # in the client's, so equal results would mean that a program compiled for one (the process's
   # compilation cache, fedsim_jax.compilation_cache) served the other.
-  finals = [_outputs(tmp_path / f'alone{i}')[0][-1]['test_loss'] for i in range(len(_POINTS))]
+  finals = [run_outputs(tmp_path / f'alone{i}')[0][-1]['test_loss'] for i in range(len(_POINTS))]
   assert len(set(finals)) == len(_POINTS)
 
 
@@ -84,22 +72,22 @@ def test_vmap_points_run_beside_each_other_and_their_seeds_share_batches(digits_
   points = ((0.1, 1.0, 0), (0.1, 1.0, 1), (0.03, 0.5, 0))
   summaries = _run_both(digits_data_dir, tmp_path, points, 'vmap')
   lockstep = summaries[0]['host']['lockstep']
-  alone = sum(_outputs(tmp_path / f'alone{i}')[1]['executor_batches'] for i in range(3))
+  alone = sum(run_outputs(tmp_path / f'alone{i}')[1]['executor_batches'] for i in range(3))
   assert lockstep['execution'] == 'shared_batches' and lockstep['batch_groups'] == 2
   assert lockstep['shared_batches'] < alone
-  assert _outputs(tmp_path / 'lockstep2') == _outputs(tmp_path / 'alone2')
+  assert run_outputs(tmp_path / 'lockstep2') == run_outputs(tmp_path / 'alone2')
   for a, b in zip(_final_params(tmp_path / 'lockstep2'), _final_params(tmp_path / 'alone2')):
     np.testing.assert_array_equal(a, b)
   for i in (0, 1):
     (lock_rows, lock_summary), (alone_rows, alone_summary) = (
-      _outputs(tmp_path / f'lockstep{i}'),
-      _outputs(tmp_path / f'alone{i}'),
+      run_outputs(tmp_path / f'lockstep{i}'),
+      run_outputs(tmp_path / f'alone{i}'),
     )
     assert [r['virtual_time'] for r in lock_rows] == [r['virtual_time'] for r in alone_rows]
     for a, b in zip(lock_rows, alone_rows):
       assert a['test_loss'] == pytest.approx(b['test_loss'], rel=1e-5)
     assert lock_summary['tasks'] == alone_summary['tasks']
-  assert _outputs(tmp_path / 'alone0')[0][-1] != _outputs(tmp_path / 'alone2')[0][-1]
+  assert run_outputs(tmp_path / 'alone0')[0][-1] != run_outputs(tmp_path / 'alone2')[0][-1]
 
 
 @pytest.mark.parametrize(

@@ -71,6 +71,9 @@ def _metrics(workdir):
     return [json.loads(line) for line in f]
 
 
+# In `make test-slow` (about 20 s): tests/executor/test_multidevice.py checks four devices
+# against one in `make test`, through the executor rather than the binary.
+@pytest.mark.slow
 def test_the_binary_on_four_devices_gives_the_one_device_run(digits_data_dir, tmp_path):
   result = _binary(tmp_path / 'four', digits_data_dir, _environment())
   assert result.returncode == 0, result.stderr[-3000:]
