@@ -373,6 +373,9 @@ def test_binary_missing_dataset_is_one_line(tiny_fashion_mnist, tmp_path):
   assert 'Traceback' not in result.stderr
 
 
+# In `make test-slow` (about 14 s); the binary's flag and dataset errors above, and the other
+# kits' binaries on the same reproduction machinery, stay in `make test`.
+@pytest.mark.slow
 def test_binary_end_to_end_on_a_tiny_federation(tiny_fashion_mnist, tmp_path):
   flags = [
     f'--data_dir={tiny_fashion_mnist}',

@@ -469,6 +469,9 @@ def test_binary_round_time_only(tmp_path):
   assert float(cells[2]) == pytest.approx(159.5, rel=0.06)  # simulated mean, 2,000 rounds
 
 
+# In `make test-slow` (about 18 s); the binary's writer-partitioned EMNIST run below stays in
+# `make test`.
+@pytest.mark.slow
 def test_binary_end_to_end_on_a_tiny_federation(digits_data_dir, tmp_path):
   flags = [
     f'--data_dir={digits_data_dir}',
