@@ -112,7 +112,7 @@ def run_together(
       info: dict[str, Any] = {'simulations': len(runs), 'execution': 'concurrent'}
     else:
       keys = [None] * len(runs) if batch_keys is None else list(batch_keys)
-      endings, info = _run_in_shared_batches(runs, drivers, _groups(keys))
+      endings, info = _run_in_shared_batches(runs, drivers, equal_key_groups(keys))
     # Still under the handler: a signal while the final outputs are written waits for them,
     # and a second SIGINT stops the runs not yet finished at once (as in `RunLifecycle.run`).
     summaries: list[dict[str, Any]] = []
@@ -141,7 +141,7 @@ def executor_like(first: Executor, *, sampling: str, unroll: Any) -> Callable[[A
   return lambda data, keys: Executor(first.client_update, data, keys, **settings)
 
 
-def _groups(keys: Sequence[Any]) -> list[list[int]]:
+def equal_key_groups(keys: Sequence[Any]) -> list[list[int]]:
   """The indices of equal `keys`, grouped in the order of their first index."""
   groups: list[tuple[Any, list[int]]] = []
   for index, key in enumerate(keys):

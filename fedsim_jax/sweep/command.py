@@ -34,14 +34,8 @@ from absl import app, flags
 from fedsim_jax import cli
 from fedsim_jax.flag_help import show_flags_in_help
 from fedsim_jax.sweep.spec import Search, SweepError, SweepSpec, parse_values, read_file
+from fedsim_jax.sweep.sweep import METRICS
 
-METRICS = {
-  # --metric: (compare's column, whether higher is better)
-  'final_accuracy': ('final_accuracy_mean', True),
-  'best_accuracy': ('best_accuracy_mean', True),
-  'time_to_target': ('time_to_target_mean', False),
-  'client_updates_to_target': ('client_updates_to_target_mean', False),
-}
 SWEEP_PREFIX = '--sweep.'
 
 

@@ -64,16 +64,13 @@ class Job:
 def lockstep_jobs(runs: Sequence[PlannedRun], keys: Sequence[Any]) -> list[Job]:
   """`runs` grouped into jobs: runs with equal `keys` (their configs without the settings a
   lockstep sweep may vary) share one, in the order of their first run."""
-  groups: list[tuple[Any, list[PlannedRun]]] = []
-  for run, key in zip(runs, keys, strict=True):
-    for group_key, members in groups:
-      if group_key == key:
-        members.append(run)
-        break
-    else:
-      groups.append((key, [run]))
+  if len(runs) != len(keys):
+    raise ValueError('lockstep_jobs needs one key per run')
+  from fedsim_jax.lifecycle.lockstep import equal_key_groups  # Deferred: JAX start-up.
+
+  groups = [[runs[i] for i in members] for members in equal_key_groups(keys)]
   jobs = []
-  for _, members in groups:
+  for members in groups:
     points = list(dict.fromkeys(run.point for run in members))
     name = points[0] if len(points) == 1 else f'{points[0]}+{len(points) - 1}'
     jobs.append(Job(name, members))

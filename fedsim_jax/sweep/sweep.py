@@ -34,6 +34,13 @@ from fedsim_jax.sweep.spec import SweepSpec
 MANIFEST = 'sweep.json'
 TABLE_MARKDOWN = 'table.md'
 TABLE_CSV = 'table.csv'
+METRICS = {
+  # --metric: (compare's column, whether higher is better)
+  'final_accuracy': ('final_accuracy_mean', True),
+  'best_accuracy': ('best_accuracy_mean', True),
+  'time_to_target': ('time_to_target_mean', False),
+  'client_updates_to_target': ('client_updates_to_target_mean', False),
+}
 
 
 class Sweep:
@@ -202,7 +209,6 @@ class Sweep:
     `<root>/table.md` and `table.csv`, and the best point by `metric`."""
     from fedsim_jax.analysis import compare
     from fedsim_jax.analysis.run_files import finished_only, is_workdir, load
-    from fedsim_jax.sweep.command import METRICS
 
     groups = [
       [
