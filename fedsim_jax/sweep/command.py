@@ -24,6 +24,7 @@ checkpoint; rerun to continue).
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -57,7 +58,7 @@ def define_flags() -> None:
   flags.DEFINE_enum('search', None, [s.value for s in Search], 'grid (default) or random.')
   flags.DEFINE_integer('num_points', None, 'Points a random search draws.')
   flags.DEFINE_integer('search_seed', None, "The random search's seed (default 0).")
-  flags.DEFINE_integer('processes', 1, 'Jobs (processes) run at once.', lower_bound=1)
+  flags.DEFINE_integer('processes', 1, 'Jobs (processes) run at once (an integer >= 1).')
   flags.DEFINE_bool('status', False, 'List every run of the sweep and where it stands; run none.')
   flags.DEFINE_enum(
     'metric',
@@ -152,6 +153,11 @@ def main(argv: list[str]) -> None:
     spec = build_spec(_SWEPT, file)
   except (SweepError, cli.FlagError) as error:
     cli.fail(str(error))
+  if values.processes < 1:
+    cli.fail(f'--processes={values.processes} is invalid; allowed values: an integer >= 1')
+  target = values.target
+  if target is not None and not (math.isfinite(target) and 0.0 <= target <= 1.0):
+    cli.fail(f'--target={target} is invalid; allowed values: an accuracy within [0, 1]')
   sweep = Sweep(
     spec,
     config=values['config'].value,

@@ -191,6 +191,9 @@ def test_a_sweep_killed_mid_way_resumes_to_every_point_completed_once(tmp_path, 
     ),
     (['--sweep.client.learning_rate=0.1', '--sweep_file=/nonexistent.toml'], 'cannot be read'),
     (['--sweep.client.learning_rate=0.1', '--seeds=0,-1'], 'seeds'),
+    (['--sweep.client.learning_rate=0.1', '--target=nan'], '--target=nan'),
+    (['--sweep.client.learning_rate=0.1', '--processes=0'], 'processes'),
+    (['--sweep.client.learning_rate=0.1', '--search=random', '--num_points=-1'], 'num_points'),
   ],
 )
 def test_bad_sweep_specs_are_one_line_exit_2_and_write_nothing(
