@@ -74,7 +74,7 @@ bench-setup: setup
 # BENCH_FLAGS='--cases=sync_mlp,scheduling'. Then the data layer's times against their budgets
 # (benchmarks/data_loading.py, a few minutes): the unit tests assert no wall-clock times. Then
 # the reduced scaling curves (benchmarks/scaling.py --reduced, about a minute; the full curves
-# of docs/results/scaling.md take about 20).
+# of docs/results/performance.md take about 20).
 bench: setup
 	$(PY) benchmarks/harness.py --output=$(RUNS_DIR)/bench/results.jsonl $(BENCH_FLAGS)
 	$(PY) benchmarks/data_loading.py --output=$(RUNS_DIR)/bench/data_loading.jsonl

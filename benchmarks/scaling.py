@@ -31,7 +31,7 @@ the start-up transient. Tasks run 2 local steps of B = 16
 
 Prints one JSON line per point (and writes them to `--output`), then the fitted growth of each
 series (`experiments/scaling/tables.py`). `--export` writes the result file that
-docs/results/scaling.md renders (`experiments/results_docs.py`). `--profile` with `--point`
+docs/results/performance.md's scaling curves render (`experiments/results_docs.py`). `--profile` with `--point`
 prints the measured phase's cProfile to stderr.
 """
 
@@ -66,7 +66,7 @@ _MIN_SECONDS = flags.DEFINE_float(
   'min_seconds', None, 'Least measured seconds per point (default 1, 0.2 with --reduced).'
 )
 _OUTPUT = flags.DEFINE_string('output', None, 'Also write the JSON lines to this file.')
-_EXPORT = flags.DEFINE_string('export', None, 'Write the result file of docs/results/scaling.md.')
+_EXPORT = flags.DEFINE_string('export', None, 'Write the result file of the scaling curves (docs/results/data/scaling.json).')
 _POINT = flags.DEFINE_string('point', None, 'Internal: measure this one point (JSON) here.')
 _PROFILE = flags.DEFINE_bool('profile', False, 'With --point: cProfile the measured phase.')
 

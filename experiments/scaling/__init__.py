@@ -1,1 +1,1 @@
-"""Scaling curves: the fitted growth and the tables of docs/results/scaling.md."""
+"""Scaling curves: the fitted growth and the tables of the scaling curves of docs/results/performance.md."""

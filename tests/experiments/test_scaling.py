@@ -126,7 +126,7 @@ def test_docs_render_the_scaling_file_and_check_fails_when_a_point_changes(tmp_p
     f'<!-- table: {name} {relative} -->\n\n<!-- end table -->\n\n'
     for name in ('runs', 'scaling.setup', 'scaling.cohort', 'scaling.growth')
   )
-  doc = tmp_path / 'docs' / 'results' / 'scaling.md'
+  doc = tmp_path / 'docs' / 'results' / 'performance.md'
   doc.write_text('# Scaling\n\n' + body, 'utf-8')
   assert results_docs.check(str(tmp_path))  # the empty tables differ from the data
   assert results_docs.write(str(tmp_path)) == [str(doc)]
