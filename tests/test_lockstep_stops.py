@@ -65,7 +65,8 @@ def _float_federation(config, poisoned):
   return dataclasses.replace(federation, train_x=x)
 
 
-@pytest.mark.parametrize('backend', ['loop', 'vmap'])
+# The stop of one seed is the lifecycle's, whatever the backend: vmap's in `make test-slow`.
+@pytest.mark.parametrize('backend', ['loop', pytest.param('vmap', marks=pytest.mark.slow)])
 def test_a_diverging_seed_ends_with_its_own_summary_and_the_others_finish(
   digits_data_dir, tmp_path, backend
 ):
@@ -196,12 +197,13 @@ KILL_CASES = {
 }
 
 
-# FedBuff with EMA on the loop backend runs in `make test-slow`: the loop backend and FedBuff
-# with EMA are each covered by one of the other two cases.
+# The vmap case (shared batches, whose checkpoints hold every seed's share) runs in `make test`;
+# the loop cases in `make test-slow`: a sweep on the loop backend resumes from checkpoints in
+# `make test` after an interrupt (above), and killed single runs in tests/test_resume.py.
 @pytest.mark.parametrize(
   'case',
   [
-    pytest.param(case, marks=pytest.mark.slow) if case == 'fedbuff_ema_loop' else case
+    case if case == 'fedbuff_ema_vmap' else pytest.param(case, marks=pytest.mark.slow)
     for case in sorted(KILL_CASES)
   ],
 )
