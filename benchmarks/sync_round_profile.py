@@ -13,8 +13,9 @@ measures, in one process and interleaved (each figure the best of `--repeats`):
   with steps of the clients' size; `two_streams_b32_scan10` the same with each call running
   10 steps as one compiled program (`lax.scan`), as a fedsim task does;
 - `fedsim_loop`, `fedsim_loop_1thread`: the harness's fedsim rounds (loop backend, one task per
-  core or one at a time), with the share of the round spent inside `Executor.run` (training)
-  and outside it (scheduling, sampling, aggregation, Python).
+  core or one at a time), with the share of the round spent inside the executor (training,
+  and the running sum of the round's deltas) and outside it (scheduling, sampling, the server
+  step, Python).
 
 Prints one JSON line per figure and a table of each figure against `roofline_b1024` and
 `two_streams_b32`.
@@ -121,7 +122,8 @@ def _streams(
 
 
 def _fedsim_round(strategy: str, fed: Any, model: Any, sizes: Any, seconds: float) -> dict:
-  """The harness's fedsim round, with the time inside `Executor.run` measured."""
+  """The harness's fedsim round, with the time inside the executor (`Executor.run`, or
+  `Executor.add_weighted_sum`, which trains a round summing as it goes) measured."""
   import jax
   import optax
 
@@ -133,16 +135,19 @@ def _fedsim_round(strategy: str, fed: Any, model: Any, sizes: Any, seconds: floa
   client_update = sgd_client_update(model, optax.sgd(h.CLIENT_LEARNING_RATE), sizes.batch_size)
   executor = h.fedsim_executor(strategy, client_update, fed)
   inside = [0.0]
-  run = executor.run
 
-  def timed_run(*args: Any, **kwargs: Any) -> Any:
-    start = time.perf_counter()
-    result = run(*args, **kwargs)
-    jax.block_until_ready(result)
-    inside[0] += time.perf_counter() - start
-    return result
+  def timed(method: Any) -> Any:
+    def call(*args: Any, **kwargs: Any) -> Any:
+      start = time.perf_counter()
+      result = method(*args, **kwargs)
+      jax.block_until_ready(result)
+      inside[0] += time.perf_counter() - start
+      return result
 
-  executor.run = timed_run  # type: ignore[method-assign]
+    return call
+
+  executor.run = timed(executor.run)  # type: ignore[method-assign]
+  executor.add_weighted_sum = timed(executor.add_weighted_sum)  # type: ignore[method-assign]
   sim = h.fedavg_simulation(
     executor,
     fed,

@@ -1,7 +1,9 @@
 """Runs batches of client tasks: vmap or loop backends over one pure local-update function.
 
 The runtime hands the executor every pending task whose inputs are known; the executor pads the
-batch to a bucketed number of tasks and of local steps, runs it, and returns stacked results.
+batch to a bucketed number of tasks and of local steps, runs it, and returns stacked results
+(`Executor.run`). For a linear aggregation it can instead return only the weighted sum of the
+tasks' deltas (`Executor.add_weighted_sum`), which the loop backend computes as the tasks train.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import concurrent.futures
 import dataclasses
 import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +31,11 @@ from fedsim_jax.str_enum import parse
 from fedsim_jax.tree import stack
 
 BACKENDS = tuple(backend.value for backend in Backend)
+# Tasks per program of `Executor.add_weighted_sum` on the loop backend: enough that a program's
+# call costs little against its tasks, few enough that the shares of a round balance over the
+# task threads (a round of 100 is 13 shares). Results depend on it (the order of the sum), so
+# it is a constant, not a setting that follows the machine.
+SUM_SHARE_TASKS = 8
 STEP_LOOPS = tuple(step_loop.value for step_loop in StepLoop)
 
 
@@ -74,6 +81,19 @@ class TaskBatchResult:
   num_tasks: int
   row_offset: int = 0
   view: bool = False
+
+
+class _TaskRows(NamedTuple):
+  """A batch's tasks as program inputs, one row per task (`Executor._task_rows`)."""
+
+  params: Params  # the start model, or each distinct one stacked ([V, ...])
+  params_index: np.ndarray  # each row's start model in `params`
+  client_ids: np.ndarray
+  num_steps: np.ndarray
+  seeds: np.ndarray
+  streams: np.ndarray
+  task_inputs: Any
+  shared_params: bool  # every row starts from one model: `params` is not stacked
 
 
 def _stream_key(base_key: jax.Array, stream: jax.Array) -> jax.Array:
@@ -245,7 +265,27 @@ class Executor:
         params, client_ids, num_steps, seeds, streams, task_inputs, data, base_key, max_steps
       )
 
+    def summed_share(
+      total, coefficients, params, params_index, client_ids, num_steps, seeds, streams,
+      task_inputs, data, base_key, shared_params,
+    ):  # fmt: skip
+      # total + sum_k coefficients[k] * delta_k over a share of tasks run one after another in
+      # one program (`add_weighted_sum`), each row computed as `one_task` alone computes it.
+      def add_row(total, row):
+        coefficient, index, client_id, steps, seed, stream, inputs = row
+        start = params
+        if not shared_params:
+          start = jax.tree_util.tree_map(lambda p: p[index], params)
+        delta, _ = one_task(
+          start, client_id, steps, seed, stream, inputs, data, base_key, max_steps=None
+        )
+        return jax.tree_util.tree_map(lambda t, d: t + coefficient * d, total, delta), None
+
+      rows = (coefficients, params_index, client_ids, num_steps, seeds, streams, task_inputs)
+      return jax.lax.scan(add_row, total, rows)[0]
+
     self._one_task = jit(one_task, static_argnames=('max_steps',))
+    self._summed_share = jit(summed_share, static_argnames=('shared_params',))
     self._init = jit(
       lambda start_params, task_inputs, data, client_id, key: (
         client_update.init(start_params, task_inputs),
@@ -282,6 +322,74 @@ class Executor:
       return self._run_vmap(tasks)
     return self._run_loop(tasks)
 
+  @property
+  def sums_tasks(self) -> bool:
+    """Whether `add_weighted_sum` runs tasks summing as they go (the loop backend with its
+    default whole-task programs of exact step counts); else it stacks `run`'s results."""
+    return self.backend is Backend.LOOP and self.step_loop is StepLoop.SCAN and self._exact_steps
+
+  def add_weighted_sum(
+    self, total: Params, tasks: Sequence[ClientTask], coefficients: np.ndarray
+  ) -> Params:
+    """`total + sum_k coefficients[k] * delta_k` over `tasks`, without returning their results.
+
+    What a linear aggregation of a round needs (`runtime.summed_aggregation`). With
+    `sums_tasks`, the tasks run in shares of `SUM_SHARE_TASKS`, each share one program that
+    trains its tasks one after another and adds each delta to a running sum, so a round's
+    deltas are never held or stacked together; the shares run `threads` at a time and their
+    sums are added in share order, so the result does not depend on `threads`. Otherwise the
+    deltas of `run(tasks)` are summed. Either way the sum adds in another order than a
+    reduction over stacked deltas: results differ from one in float rounding.
+    """
+    if not tasks:
+      raise ValueError('Executor.add_weighted_sum needs at least one task')
+    coefficients = np.asarray(coefficients, np.float32)
+    if not self.sums_tasks:
+      result = self.run(tasks)
+      padded = np.zeros(jax.tree_util.tree_leaves(result.deltas)[0].shape[0], np.float32)
+      padded[: len(tasks)] = coefficients
+      return _add_tensordot(total, padded, result.deltas)
+    if self.federation is not None:
+      block, tasks = self.federation.gather_tasks(tasks)
+      self.block_shapes.add((tuple(block.x.shape), tuple(block.indices.shape)))
+      self.data = self.replicate(block)
+    self.tasks_run += len(tasks)
+    self.steps_run += sum(t.num_steps for t in tasks)
+    self.steps_computed += sum(t.num_steps for t in tasks)
+    size = SUM_SHARE_TASKS
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, total)
+
+    def run_share(start: int) -> Params:
+      share = tasks[start : start + size]
+      rows = self._task_rows(share, size)
+      weights = np.zeros(size, np.float32)
+      weights[: len(share)] = coefficients[start : start + size]
+      signature = ('summed_share', size, rows.shared_params, int(rows.params_index.max()))
+      self._signatures.add((*signature, jax.tree_util.tree_structure(rows.task_inputs)))
+      return jax.block_until_ready(
+        self._summed_share(
+          zeros,
+          weights,
+          rows.params,
+          rows.params_index,
+          rows.client_ids,
+          rows.num_steps,
+          rows.seeds,
+          rows.streams,
+          rows.task_inputs,
+          self.data,
+          self.base_key,
+          shared_params=rows.shared_params,
+        )
+      )
+
+    starts = range(0, len(tasks), size)
+    if self.threads > 1 and len(starts) > 1:
+      sums = list(_task_threads(self.threads).map(run_share, starts))
+    else:
+      sums = [run_share(start) for start in starts]
+    return _add_in_order(total, sums)
+
   def _shard_rows(self, tree: Any) -> Any:
     """Places per-row arrays with their leading axis split over the mesh."""
     if self._mesh is None or tree is None:
@@ -294,12 +402,10 @@ class Executor:
       return tree
     return jax.device_put(tree, NamedSharding(self._mesh, PartitionSpec()))
 
-  def _run_vmap(self, tasks: Sequence[ClientTask]) -> TaskBatchResult:
-    num_rows = round_up_to_bucket(len(tasks), self.bucket_bits)
-    num_rows = -(-num_rows // self.devices) * self.devices  # whole rows per device
-    max_steps = round_up_to_bucket(max(t.num_steps for t in tasks), self.bucket_bits)
+  def _task_rows(self, tasks: Sequence[ClientTask], num_rows: int) -> _TaskRows:
+    """`tasks` as program inputs of `num_rows` rows; padding rows run client 0 for zero steps
+    and their results are never read."""
     padding = num_rows - len(tasks)
-    # Padding rows run client 0 for zero steps; their results are never read.
     client_ids = np.array([t.client_id for t in tasks] + [0] * padding, np.int32)
     num_steps = np.array([t.num_steps for t in tasks] + [0] * padding, np.int32)
     seeds = np.array([t.seed for t in tasks] + [0] * padding, np.uint32)
@@ -324,6 +430,16 @@ class Executor:
     task_inputs = None
     if tasks[0].task_inputs is not None:
       task_inputs = stack([t.task_inputs for t in tasks] + [tasks[0].task_inputs] * padding)
+    return _TaskRows(
+      params, params_index, client_ids, num_steps, seeds, streams, task_inputs, shared
+    )
+
+  def _run_vmap(self, tasks: Sequence[ClientTask]) -> TaskBatchResult:
+    num_rows = round_up_to_bucket(len(tasks), self.bucket_bits)
+    num_rows = -(-num_rows // self.devices) * self.devices  # whole rows per device
+    max_steps = round_up_to_bucket(max(t.num_steps for t in tasks), self.bucket_bits)
+    rows = self._task_rows(tasks, num_rows)
+    params, shared, task_inputs = rows.params, rows.shared_params, rows.task_inputs
     self._signatures.add(
       (
         'vmap',
@@ -336,7 +452,7 @@ class Executor:
     self.steps_computed += num_rows * max_steps
     params = self.replicate(params)
     params_index, client_ids, num_steps, seeds, streams, task_inputs = self._shard_rows(
-      (params_index, client_ids, num_steps, seeds, streams, task_inputs)
+      (rows.params_index, rows.client_ids, rows.num_steps, rows.seeds, rows.streams, task_inputs)
     )
     deltas, aux = self._many_tasks(
       params,
@@ -398,6 +514,22 @@ class Executor:
       results = [run_task(task) for task in tasks]
     deltas, auxes = zip(*results)
     return TaskBatchResult(deltas=stack(deltas), aux=stack(auxes), num_tasks=len(tasks))
+
+
+@jax.jit
+def _add_in_order(total: Params, sums: Sequence[Params]) -> Params:
+  """total + sums[0] + sums[1] + ..., added in that order (one program, not one op per leaf)."""
+  for part in sums:
+    total = jax.tree_util.tree_map(jnp.add, total, part)
+  return total
+
+
+@functools.partial(jax.jit, donate_argnums=0)
+def _add_tensordot(total: Params, coefficients: jax.Array, deltas: Params) -> Params:
+  """total + sum_k coefficients[k] * deltas[k] over stacked deltas."""
+  return jax.tree_util.tree_map(
+    lambda t, d: t + jnp.tensordot(coefficients, d, axes=1), total, deltas
+  )
 
 
 class NoTrainingExecutor:

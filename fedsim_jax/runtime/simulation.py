@@ -14,8 +14,8 @@ execution"). A task whose inputs change during training is split into segments a
 
 `Simulation` keeps the run's clock, version and server state, executes the scheduler's
 actions, and composes one part per job: the event loop (`runtime.event_loop`), the task
-table and its deferred results (`runtime.task_table`), the chunked aggregation of rounds
-larger than `max_batch_tasks` (`runtime.chunked_aggregation`), the clients' activity
+table and its deferred results (`runtime.task_table`), the summed aggregation of rounds of a
+linear aggregator (`runtime.summed_aggregation`), the clients' activity
 (`runtime.client_activity`), the tasks' outcomes (`runtime.outcomes`) and what a checkpoint
 holds (`runtime.simulation_state`).
 """
@@ -32,7 +32,6 @@ from fedsim_jax.executor import ClientTask
 from fedsim_jax.executor.choice import resolve_max_batch_tasks
 from fedsim_jax.models import Params
 from fedsim_jax.runtime import simulation_state
-from fedsim_jax.runtime.chunked_aggregation import ChunkedAggregation
 from fedsim_jax.runtime.client_activity import ClientActivity
 from fedsim_jax.runtime.event_loop import EventLoop, SimulationStalled, StopCondition
 from fedsim_jax.runtime.events import EventKind, EventQueue
@@ -41,6 +40,7 @@ from fedsim_jax.runtime.outcomes import TaskOutcomes
 from fedsim_jax.runtime.scheduler import Scheduler
 from fedsim_jax.runtime.scheduler_context import SchedulerContext
 from fedsim_jax.runtime.statistics import run_report
+from fedsim_jax.runtime.summed_aggregation import SummedAggregation
 from fedsim_jax.runtime.task_table import TaskTable
 from fedsim_jax.runtime.task_trace import TaskLog
 from fedsim_jax.runtime.tasks import (
@@ -135,7 +135,7 @@ class Simulation:
       `executor.choice.resolve_max_batch_tasks`; None: no limit). It bounds the updates held
       at once (`runtime.task_table`); a larger round whose aggregator has a linear form is
       summed chunk by chunk, in another order than one pass, so its results differ in rounding
-      from an unbounded run's (`runtime.chunked_aggregation`).
+      from an unbounded run's (`runtime.summed_aggregation`).
   """
 
   def __init__(
@@ -176,7 +176,7 @@ class Simulation:
       max_batch_tasks = resolve_max_batch_tasks(max_batch_tasks, model_bytes)
     self.tasks = TaskTable(executor, max_batch_tasks)
     self._apply = jax.jit(aggregator.apply)
-    self._chunked = ChunkedAggregation.of(aggregator, max_batch_tasks)
+    self._summed = SummedAggregation.of(aggregator, max_batch_tasks)
     self.server_state = aggregator.init(init_params)
     self.now = 0.0
     self.version = 0
@@ -394,18 +394,20 @@ class Simulation:
   ) -> None:
     """Aggregates the updates of arrived `handles` with `weights` into a new server version
     (`staleness` as in `updates`). A round larger than `max_batch_tasks` whose aggregator has
-    a linear form is summed chunk by chunk (`runtime.chunked_aggregation`)."""
+    a linear form is applied from the sum of its updates when they are still pending and the
+    executor sums tasks as it runs them, or when the round is larger than `max_batch_tasks`
+    (chunk by chunk; `runtime.summed_aggregation`)."""
     if not handles:
       raise ValueError('apply_updates needs at least one update')
     if not self.aggregate:  # timeline only: the updates count, the model stays
       self._check_arrived(handles, 'aggregate')
       self._new_version(handles)
       return
-    if self._chunked is not None and self._chunked.applies_to(len(handles)):
+    if self._summed is not None and self._summed.applies_to(handles, self.tasks):
       self._check_arrived(handles, 'aggregate')
       if staleness is None:
         staleness = [self.version - h.version for h in handles]
-      self.server_state = self._chunked.apply(
+      self.server_state = self._summed.apply(
         self.server_state, self.params, self.tasks, handles, weights, staleness, self.bucket_bits
       )
       self._new_version(handles)

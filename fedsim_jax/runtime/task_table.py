@@ -122,6 +122,19 @@ class TaskTable:
       client_ids=[h.client_id for h in handles],
     )
 
+  def add_weighted_sum(
+    self, total: Params, handles: Sequence[TaskHandle], coefficients: np.ndarray
+  ) -> Params:
+    """`total + sum_k coefficients[k] * delta_k` over the pending tasks `handles`, computed by
+    the executor without keeping their results (`Executor.add_weighted_sum`): what a linear
+    aggregation of them needs, and all it gets."""
+    wanted = {h.task_id for h in handles}
+    self.pending = [h for h in self.pending if h.task_id not in wanted]
+    total = self.executor.add_weighted_sum(total, [h.task for h in handles], coefficients)
+    self.executor_batches += 1
+    self.executed_tasks += len(handles)
+    return total
+
   def compute_pending(self, needed: Sequence[TaskHandle] = ()) -> None:
     """Computes the pending tasks: all of them at once, or, when more than `max_batch_tasks`
     are pending, those of `needed` that are, in batches of at most `max_batch_tasks` filled up

@@ -30,7 +30,13 @@ from fedsim_jax.strategy.staleness import polynomial
 
 
 class RecordingExecutor:
-  """An executor that records each batch's size and the updates the simulation holds then."""
+  """An executor that records each batch's size and the updates the simulation holds then.
+
+  It stacks every batch's results (`run`), as the vmap backend does, even over the loop
+  backend, which would otherwise sum a round's pending tasks as they train, holding none
+  (tests/runtime/test_summed_aggregation.py)."""
+
+  sums_tasks = False
 
   def __init__(self, executor):
     self.executor = executor

@@ -75,8 +75,9 @@ def _simulation(fed):
 def _with_string_statuses(state):
   """`state` as a checkpoint written before `TaskStatus` holds it: statuses plain strings."""
   state = pickle.loads(pickle.dumps(state))
-  handles = list(state['_unresolved'].values()) + list(state['_pending'])
-  for handle in handles:
+  # A pending task is unresolved too: one object in both, converted once.
+  handles = {id(h): h for h in [*state['_unresolved'].values(), *state['_pending']]}
+  for handle in handles.values():
     handle.status = str(handle.status.value)
   return state
 
