@@ -3,11 +3,13 @@ momentum and weight decay): the runs give exactly the separate runs' results, th
 trains points that share a client program in one, and only those settings may differ."""
 
 import jax
+import ml_collections
 import numpy as np
 import pytest
 
 from fedsim_jax.config import ConfigError, set_by_path
 from fedsim_jax.experiment import run_experiment, run_experiments_lockstep
+from fedsim_jax.run_spec import RunSpec
 from fedsim_jax.saved_run import load_run
 from tests.helpers import make_tiny_config, run_outputs
 
@@ -167,6 +169,39 @@ def test_vmap_points_differing_in_a_client_term_train_in_their_own_programs(
     [config(*point) for point in points], [tmp_path / f'lockstep{i}' for i in range(3)]
   )
   assert summaries[0]['host']['lockstep']['batch_groups'] == 2
+
+
+@pytest.mark.parametrize(
+  ('algorithm', 'path', 'values', 'shared'),
+  [
+    ('fedasync', 'algorithm.kwargs.alpha', (0.5, 0.9), True),  # FedAsync's mixing: server side
+    ('feddyn', 'algorithm.kwargs.alpha', (0.01, 0.1), False),  # FedDyn's client regulariser
+    ('fedavg', 'client.learning_rate', (0.1, 0.03), True),
+    ('ditto', 'client.learning_rate', (0.1, 0.03), False),  # its personal step's rate
+    ('fedprox', 'algorithm.kwargs.proximal_strength', (0.01, 0.1), False),
+    ('fedavg', 'algorithm.kwargs.server_momentum', (0.0, 0.9), True),
+  ],
+)
+def test_client_program_key_ignores_only_what_the_client_program_takes_as_arguments(
+  algorithm, path, values, shared
+):
+  keys = []
+  for value in values:
+    config = make_tiny_config(algorithm, **{path: value})
+    keys.append(RunSpec.from_config(config).client_program_key())
+  assert (keys[0] == keys[1]) is shared
+
+
+def test_client_program_key_of_a_user_algorithm_keeps_every_hyperparameter():
+  # Its factory may read a client setting into its client update: no sharing assumed.
+  keys = []
+  for rate in (0.1, 0.03):
+    config = make_tiny_config(**{'client.learning_rate': rate})
+    config.algorithm.name = 'damped_fedavg'
+    config.algorithm.module = 'tests.fixtures.damped_fedavg'
+    config.algorithm.kwargs = ml_collections.ConfigDict({'cohort_size': 3})
+    keys.append(RunSpec.from_config(config).client_program_key())
+  assert keys[0] != keys[1]
 
 
 @pytest.mark.parametrize(
