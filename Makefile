@@ -74,11 +74,14 @@ bench-setup: setup
 # BENCH_FLAGS='--cases=sync_mlp,scheduling'. Then the data layer's times against their budgets
 # (benchmarks/data_loading.py, a few minutes): the unit tests assert no wall-clock times. Then
 # the reduced scaling curves (benchmarks/scaling.py --reduced, about a minute; the full curves
-# of docs/results/performance.md take about 20).
+# of docs/results/performance.md take about 20). Then 3 client learning rates on the vmap
+# backend, sequential runs against one lockstep sweep training them as one program
+# (benchmarks/lockstep_sweep.py --reduced, under a minute: metrics checked, speed-up printed).
 bench: setup
 	$(PY) benchmarks/harness.py --output=$(RUNS_DIR)/bench/results.jsonl $(BENCH_FLAGS)
 	$(PY) benchmarks/data_loading.py --output=$(RUNS_DIR)/bench/data_loading.jsonl
 	$(PY) benchmarks/scaling.py --reduced --output=$(RUNS_DIR)/bench/scaling.jsonl
+	$(PY) benchmarks/lockstep_sweep.py --reduced --output=$(RUNS_DIR)/bench/lockstep_sweep.jsonl
 
 # The wheels benchmarks/accelerator_check.py needs on a GPU machine without a package index
 # (benchmarks/README.md): downloaded into .accelerator_wheels/ (git-ignored), size checked.

@@ -2,17 +2,24 @@
 
   .venv/bin/python benchmarks/lockstep_sweep.py [--seeds=8] [--versions=200] [--model=mlp]
   .venv/bin/python benchmarks/lockstep_sweep.py --seeds=1 --learning_rates=0.01,0.02,0.05,0.1
+  .venv/bin/python benchmarks/lockstep_sweep.py --reduced  # `make bench`: 3 rates, vmap, < 1 min
 
 With `--learning_rates`, the runs are every client learning rate with every seed (points that
 differ in a numeric hyperparameter run in lockstep too; `fedsim_jax.run_spec.
-LOCKSTEP_HYPERPARAMETERS`), and the warm-up runs each learning rate once, so that neither side
-finds the other's programs compiled.
+LOCKSTEP_HYPERPARAMETERS`; with the vmap backend the client learning rates train as one
+vmapped program, each run's rate an argument of it), and the warm-up runs each learning rate
+once (and a lockstep sweep of other seeds runs first), so that each side times its own
+steady work. `--reduced` is the quick case of
+`make bench`: 1 seed x 3 client learning rates, vmap backend, 12 versions.
 
 Each seed is the 5-client FedCompass setting (class partition, normal speeds, Q in [q_min,
 q_max]) on synthetic 28x28 data (so the benchmark needs no prepared data dir). The sequential
 runs call `run_experiment` once per seed; the sweep calls `run_experiments_lockstep` once.
-Both write to a temporary directory; the script checks that the metrics are identical and
-prints host seconds, the speed-up, how the sweep executed its tasks (`concurrent` for the loop
+Both write to a temporary directory; the script checks that the metrics are identical, or else
+that the schedules (versions, virtual times, updates, steps) are and the other metrics equal
+within `--rtol` (accuracies within `--accuracy_tolerance`): a larger shared batch can take other
+XLA:CPU matrix-multiply paths, whose last-bit differences training amplifies over the versions
+(`fedsim_jax.runtime.lockstep`); it exits 1 otherwise. It prints host seconds, the speed-up, how the sweep executed its tasks (`concurrent` for the loop
 backend, `shared_batches` for vmap, with the mean shared batch size) as a JSON line and a table.
 Evaluation runs every `--eval_every` versions in both.
 """
@@ -34,7 +41,20 @@ _BACKEND = flags.DEFINE_enum('backend', 'auto', ['auto', 'vmap', 'loop'], 'Execu
 _LEARNING_RATES = flags.DEFINE_list(
   'learning_rates', [], 'Client learning rates to sweep (default: 0.05 alone).'
 )
+_RTOL = flags.DEFINE_float('rtol', 1e-4, 'Relative tolerance of the metrics check (losses).')
+_ACCURACY_TOLERANCE = flags.DEFINE_float(
+  'accuracy_tolerance', 2e-3, 'Absolute tolerance of the metrics check (accuracies).'
+)
+_REDUCED = flags.DEFINE_bool(
+  'reduced',
+  False,
+  'The quick case: 1 seed x 3 client learning rates (0.02, 0.05, 0.1), vmap backend, 12 versions '
+  'evaluated every 6 (overrides those flags).',
+)
+_OUTPUT = flags.DEFINE_string('output', None, 'Also append the JSON line to this file.')
 _DEFAULT_LEARNING_RATE = 0.05
+# The metrics of a run's schedule, which lockstep must reproduce exactly.
+_SCHEDULE = ('version', 'virtual_time', 'client_updates', 'gradient_steps')
 
 
 def _config(seed: int, learning_rate: float = _DEFAULT_LEARNING_RATE):
@@ -64,6 +84,30 @@ def _metrics(workdir):
     return f.read()
 
 
+def _differences(sequential: str, lockstep: str) -> tuple[float, float] | None:
+  """The largest relative difference of two runs' float metrics other than accuracies, and the
+  largest absolute difference of their accuracies; None when their rows, schedules or other
+  values differ."""
+  rows_a = [json.loads(line) for line in sequential.splitlines()]
+  rows_b = [json.loads(line) for line in lockstep.splitlines()]
+  if len(rows_a) != len(rows_b):
+    return None
+  relative, accuracy = 0.0, 0.0
+  for a, b in zip(rows_a, rows_b):
+    if a.keys() != b.keys() or any(a.get(k) != b.get(k) for k in _SCHEDULE):
+      return None
+    for key, x in a.items():
+      y = b[key]
+      if isinstance(x, float) and isinstance(y, (int, float)):
+        if 'accuracy' in key:
+          accuracy = max(accuracy, abs(x - y))
+        else:
+          relative = max(relative, abs(x - y) / max(abs(x), abs(y), 1e-12))
+      elif x != y:
+        return None
+  return relative, accuracy
+
+
 def main(argv):
   if len(argv) > 1:
     cli.fail(f'unexpected arguments: {argv[1:]}')
@@ -71,6 +115,11 @@ def main(argv):
   from fedsim_jax.data.synthetic import toy_federation
   from fedsim_jax.experiment import run_experiment, run_experiments_lockstep
 
+  if _REDUCED.value:
+    for name, value in dict(
+      seeds=1, learning_rates=['0.02', '0.05', '0.1'], backend='vmap', versions=12, eval_every=6
+    ).items():
+      flags.FLAGS[name].value = value
   try:
     rates = [float(rate) for rate in _LEARNING_RATES.value] or [_DEFAULT_LEARNING_RATE]
   except ValueError:
@@ -96,6 +145,14 @@ def main(argv):
     # steady work.
     for rate in rates:
       run_experiment(_config(99, rate), os.path.join(root, f'warmup{rate}'), dataset=data[0])
+    # ... and the sweep's shared programs (other seeds: the same programs, whose learning rates
+    # are arguments with the vmap backend), so that neither side times a compilation the other
+    # does not.
+    run_experiments_lockstep(
+      [_config(99 + seed, rate) for seed, rate in runs],
+      [os.path.join(root, f'warmup_lock{i}') for i in range(len(runs))],
+      datasets=data,
+    )
     start = time.perf_counter()
     for i, (seed, rate) in enumerate(runs):
       run_experiment(_config(seed, rate), os.path.join(root, f'seq{i}'), dataset=data[i])
@@ -107,10 +164,16 @@ def main(argv):
       datasets=data,
     )
     lockstep = time.perf_counter() - start
-    identical = all(
-      _metrics(os.path.join(root, f'seq{i}')) == _metrics(os.path.join(root, f'lock{i}'))
+    pairs = [
+      (_metrics(os.path.join(root, f'seq{i}')), _metrics(os.path.join(root, f'lock{i}')))
       for i in range(len(runs))
-    )
+    ]
+  identical = all(a == b for a, b in pairs)
+  differences = [_differences(a, b) for a, b in pairs]
+  relative = accuracy = None
+  if None not in differences:
+    relative = max(d[0] for d in differences if d is not None)
+    accuracy = max(d[1] for d in differences if d is not None)
   info = summaries[0]['host']['lockstep']
   record = {
     'case': 'fedcompass_cross_silo_' + ('learning_rates' if len(rates) > 1 else 'seeds'),
@@ -127,8 +190,18 @@ def main(argv):
     'batch_groups': info.get('batch_groups'),
     'mean_shared_batch_size': info.get('mean_shared_batch_size'),
     'identical_metrics': identical,
+    'max_relative_difference': relative,
+    'max_accuracy_difference': accuracy,
   }
-  print(json.dumps(record))
+  line = json.dumps(record)
+  print(line)
+  if _OUTPUT.value:
+    try:
+      os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT.value)), exist_ok=True)
+      with open(_OUTPUT.value, 'a', encoding='utf-8') as output:
+        output.write(line + '\n')
+    except OSError as error:
+      cli.fail(f'--output={_OUTPUT.value}: {error.strerror or error}')
   batch = info.get('mean_shared_batch_size')
   print(
     f'| runs (seeds x rates) | model | sequential s | lockstep s | speed-up | execution '
@@ -137,6 +210,16 @@ def main(argv):
     f'| {lockstep:.1f} | {sequential / lockstep:.2f}x | {info["execution"]} '
     f'| {"-" if batch is None else f"{batch:.1f}"} | {identical} |'
   )
+  if relative is None or accuracy is None:
+    print('metrics differ: the lockstep runs scheduled other versions, times or updates')
+    raise SystemExit(1)
+  if relative > _RTOL.value or accuracy > _ACCURACY_TOLERANCE.value:
+    print(
+      f'metrics differ: largest relative difference {relative:.3g} (--rtol={_RTOL.value}), '
+      f'largest accuracy difference {accuracy:.3g} '
+      f'(--accuracy_tolerance={_ACCURACY_TOLERANCE.value})'
+    )
+    raise SystemExit(1)
 
 
 if __name__ == '__main__':

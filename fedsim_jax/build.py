@@ -20,7 +20,8 @@ from absl import logging
 
 from fedsim_jax import algorithms, memory_estimate
 from fedsim_jax import config as config_lib
-from fedsim_jax.client import client_optimizer
+from fedsim_jax.client import ClientOptimizer, ClientUpdate, client_optimizer
+from fedsim_jax.client.local_update import optimizer_of_values
 from fedsim_jax.data import client_test as client_test_lib
 from fedsim_jax.data import datasets
 from fedsim_jax.data.client_test import ClientTestData, ClientTestSet
@@ -44,6 +45,7 @@ from fedsim_jax.lifecycle.parts import client_evaluator, evaluator
 from fedsim_jax.models import Model, ModelContext
 from fedsim_jax.models import build_model as build_registered_model
 from fedsim_jax.registry import Selection
+from fedsim_jax.run_settings import ClientSettings
 from fedsim_jax.run_spec import RunSpec, as_spec
 from fedsim_jax.runtime import Simulation, StopCondition
 from fedsim_jax.runtime.latency import (
@@ -54,6 +56,7 @@ from fedsim_jax.runtime.latency import build_availability as build_registered_av
 from fedsim_jax.runtime.latency import build_latency as build_registered_latency
 from fedsim_jax.saved_run import model_description
 from fedsim_jax.settings import Settings
+from fedsim_jax.str_enum import parse
 from fedsim_jax.strategy.client_loss import ClientLoss
 from fedsim_jax.transforms import attacks, with_update_transforms
 from fedsim_jax.transforms import plugins as transform_plugins
@@ -463,6 +466,7 @@ def build_simulation(
       devices=executor_settings.devices,
       threads=resolve_threads(executor_settings.threads, backend),
       host_threads=host_threads,
+      client_update_for=client_update_builder(algorithm, model, client),
     )
   except ValueError as error:  # e.g. more devices than this host has
     raise config_lib.ConfigError(str(error)) from None
@@ -481,6 +485,26 @@ def build_simulation(
     max_batch_tasks=executor_settings.max_batch_tasks,
     client_loss=ClientLoss(model, dataset, spec.run.eval_batch_size),
   )
+
+
+def client_update_builder(
+  algorithm: algorithms.Algorithm, model: Model, client: ClientSettings
+) -> Callable[[Any], ClientUpdate]:
+  """Builds the run's client update from the client optimizer's values by name
+  (`RunSpec.client_hyperparameters`), possibly traced: what a lockstep sweep's shared executor
+  trains each run's tasks with (`Executor(client_update_for=...)`). The values were checked
+  with the config; the optimizer's structure is this run's (`client.optimizer`, and whether
+  `client.weight_decay` is 0)."""
+  optimizer = parse(ClientOptimizer, client.optimizer, 'client.optimizer')
+  decays = bool(client.weight_decay)
+
+  def client_update_for(values: Any) -> ClientUpdate:
+    chosen = optimizer_of_values(
+      optimizer, values['learning_rate'], values['momentum'], values['weight_decay'], decays=decays
+    )
+    return algorithm.make_client_update(model, chosen, client.batch_size)
+
+  return client_update_for
 
 
 def stop_condition(config: Spec) -> StopCondition:

@@ -200,8 +200,10 @@ def run_experiments_lockstep(
   stalls ends with its own summary while the others run on; SIGINT/SIGTERM stop every run
   with a checkpoint and an `interrupted` summary. `writers` are opened for every run (see
   `run_experiment`). `summary['host']['lockstep']` says how the simulations ran (`execution`:
-  in shared batches with the vmap backend, those of runs with equal hyperparameters together,
-  at once with the loop backend).
+  in shared batches with the vmap backend, at once with the loop backend). With the vmap
+  backend, runs that differ only in seeds, server-side hyperparameters and the client
+  optimizer's values train in one vmapped program (`RunSpec.client_program_key`,
+  `batch_groups`); runs differing in a client term's strength train in batches of their own.
 
   Returns:
     Each run's summary, in the order of `configs` (see `run_experiment`).
@@ -222,6 +224,10 @@ def run_experiments_lockstep(
     )
     for s, w, d in zip(specs, workdirs, datasets)
   ]
-  # With the vmap backend, runs that share a client update (equal but for their seeds) share
-  # task batches.
-  return run_together(runs, batch_keys=[spec.without_seeds() for spec in specs])
+  # With the vmap backend, runs whose client tasks compile to one program (differing in seeds,
+  # server-side hyperparameters and client optimizer values) share task batches.
+  return run_together(
+    runs,
+    batch_keys=[spec.client_program_key() for spec in specs],
+    hyperparameters=[spec.client_hyperparameters() for spec in specs],
+  )

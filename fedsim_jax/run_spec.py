@@ -41,8 +41,12 @@ PLUGIN_FIELDS = {
 # `algorithm.kwargs.<field>` of whichever algorithm has the field. Each is a float that only
 # scales arithmetic: no array shape, no number of steps, tasks or versions and no setting
 # resolved at build time depends on it. A run reads each one only in its own client update,
-# aggregator or scheduler, and a lockstep sweep gives runs that differ in one their own
-# executors (`fedsim_jax.lifecycle.lockstep`), so they never share a compiled program.
+# aggregator or scheduler. With the vmap backend, a lockstep sweep trains runs whose client
+# tasks compile to the same program (`RunSpec.client_program_key`) in shared batches: the
+# server-side ones (`SERVER_HYPERPARAMETERS`) never reach that program, and the client
+# optimizer's (`client.*`) are its arguments, one value per run (`Executor(client_update_for=
+# ...)`); the algorithms' client terms (proximal and distillation strength, MOON's mu, FedDyn's
+# alpha) are constants of it, so runs differing in one train in batches of their own.
 LOCKSTEP_HYPERPARAMETERS: dict[str, tuple[str, ...]] = {
   'client': ('learning_rate', 'momentum', 'weight_decay'),
   'algorithm': (
@@ -59,6 +63,31 @@ LOCKSTEP_HYPERPARAMETERS: dict[str, tuple[str, ...]] = {
     'mu',  # MOON's contrastive weight
   ),
 }
+
+
+# Of `LOCKSTEP_HYPERPARAMETERS['algorithm']`, those only the server side reads (the server
+# optimizer, the staleness function, FedAsync's, FedCompass's and FedASMU's mixing weight), in
+# the built-in algorithms but those `CLIENT_UPDATE_READS` names.
+SERVER_HYPERPARAMETERS = (
+  'server_learning_rate',
+  'server_momentum',
+  'b1',
+  'b2',
+  'eps',
+  'staleness_a',
+  'staleness_b',
+  'alpha',
+)
+
+# Built-in algorithms whose client update reads a lockstep hyperparameter as a constant beyond
+# the client optimizer: FedDyn's regulariser its `alpha`, Ditto's personal step
+# `client.learning_rate` (unless `personal_learning_rate` is set; kept either way).
+CLIENT_UPDATE_READS: dict[str, tuple[str, ...]] = {
+  'feddyn': ('algorithm.kwargs.alpha',),
+  'ditto': ('client.learning_rate',),
+}
+
+_BUILT_IN_ALGORITHMS = 'fedsim_jax.algorithms.'
 
 
 def lockstep_hyperparameter_names() -> tuple[str, ...]:
@@ -234,6 +263,43 @@ class RunSpec:
       algorithm=Selection(
         spec.algorithm.name, settings.replace(**dict.fromkeys(algorithm_fields, 0.0))
       ),
+    )
+
+  def client_hyperparameters(self) -> dict[str, float]:
+    """The client optimizer's numeric hyperparameters by name (`learning_rate`, `momentum`,
+    `weight_decay`): the values a shared executor passes its programs for this run's tasks
+    (`Executor(stream_hyperparameters=...)`)."""
+    return {name: float(getattr(self.client, name)) for name in LOCKSTEP_HYPERPARAMETERS['client']}
+
+  def client_program_key(self) -> RunSpec:
+    """`without_seeds`, with the hyperparameters that do not change the program a client task
+    compiles to set to fixed values: runs with equal keys may train in one vmapped program
+    (the client optimizer's values its arguments, `client_hyperparameters`).
+
+    Fixed: the server-side `SERVER_HYPERPARAMETERS`, and the client optimizer's values but
+    for whether `client.weight_decay` is 0 (a weight decay is an optimizer chain element; the
+    momentum optimizer keeps a trace for every momentum). Kept: the algorithms' client terms
+    and what `CLIENT_UPDATE_READS` names. An algorithm registered outside fedsim_jax keeps
+    every hyperparameter (its factory may read any of them into its client update)."""
+    spec = self.without_seeds()
+    algorithm = self.algorithm.name
+    factory = algorithms.get_spec(algorithm).factory
+    if not getattr(factory, '__module__', '').startswith(_BUILT_IN_ALGORITHMS):
+      return spec
+    kept = CLIENT_UPDATE_READS.get(algorithm, ())
+    client = {'momentum': 0.0, 'weight_decay': float(bool(spec.client.weight_decay))}
+    if 'client.learning_rate' not in kept:
+      client['learning_rate'] = 0.0
+    settings = spec.algorithm.settings
+    server = {
+      name
+      for name in set(SERVER_HYPERPARAMETERS) & set(settings.field_names())
+      if f'algorithm.kwargs.{name}' not in kept
+    }
+    return dataclasses.replace(
+      spec,
+      client=spec.client.replace(**client),
+      algorithm=Selection(algorithm, settings.replace(**dict.fromkeys(server, 0.0))),
     )
 
 

@@ -246,12 +246,30 @@ def client_optimizer(
   if learning_rate <= 0:
     raise ValueError(f'client.learning_rate={learning_rate}; must be > 0')
   optimizer = parse(ClientOptimizer, name, 'client.optimizer')
+  return optimizer_of_values(
+    optimizer, learning_rate, momentum, weight_decay, decays=bool(weight_decay)
+  )
+
+
+def optimizer_of_values(
+  optimizer: ClientOptimizer,
+  learning_rate: Any,
+  momentum: Any,
+  weight_decay: Any,
+  *,
+  decays: bool,
+) -> optax.GradientTransformation:
+  """`client_optimizer` without its checks, its numbers possibly traced arrays (a lockstep
+  sweep's per-simulation values, `Executor(client_update_for=...)`): nothing here reads them
+  in Python. The state's structure depends only on `optimizer` and `decays` (whether the
+  weight decay is a chain element: `weight_decay != 0`), never on the values; the momentum
+  optimizer keeps a trace for every momentum, 0 included."""
   if optimizer is ClientOptimizer.SGD:
     opt = optax.sgd(learning_rate)
   elif optimizer is ClientOptimizer.MOMENTUM:
     opt = optax.sgd(learning_rate, momentum=momentum)
   else:
     opt = optax.adam(learning_rate)
-  if weight_decay:
+  if decays:
     opt = optax.chain(optax.add_decayed_weights(weight_decay), opt)
   return opt

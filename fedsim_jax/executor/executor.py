@@ -11,7 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -145,6 +145,15 @@ class Executor:
     host_threads: how many host threads launch programs on the results at once (a lockstep
       sweep's simulations; 1 otherwise): with several XLA:CPU devices, it sizes the thread pool
       the devices need.
+    client_update_for: builds the client update from numeric hyperparameters given as traced
+      scalars by name (e.g. the client optimizer's `learning_rate`); with
+      `stream_hyperparameters`, each task trains with the update built from its stream's
+      values instead of `client_update`. The values must already be valid (checked where the
+      config is), and every update it builds must have the structure of `client_update`.
+    stream_hyperparameters: each stream's values (arrays `[S]` by name, one row per base key of
+      a lockstep sweep's shared executor): arguments of the compiled programs, never constants
+      of them, so one program serves every value. Needs `client_update_for` and whole-task
+      programs (not `step_loop='host'`).
   """
 
   def __init__(
@@ -161,6 +170,8 @@ class Executor:
     devices: int = 1,
     threads: int = 1,
     host_threads: int = 1,
+    client_update_for: Callable[[Mapping[str, jax.Array]], ClientUpdate] | None = None,
+    stream_hyperparameters: Mapping[str, Any] | None = None,
   ) -> None:
     backend = parse(Backend, backend, 'executor.backend')
     step_loop = parse(StepLoop, step_loop, 'executor.step_loop')
@@ -186,6 +197,10 @@ class Executor:
       raise ValueError(f"executor.threads={threads} needs executor.backend='loop'")
     if isinstance(host_threads, bool) or not isinstance(host_threads, int) or host_threads < 1:
       raise ValueError(f'host_threads={host_threads!r}; allowed: an integer >= 1')
+    if stream_hyperparameters is not None and client_update_for is None:
+      raise ValueError('stream_hyperparameters needs client_update_for')
+    if stream_hyperparameters is not None and step_loop is StepLoop.HOST:
+      raise ValueError("stream_hyperparameters needs executor.step_loop='scan'")
     self.threads = threads
     self.devices = devices
     self.host_threads = host_threads
@@ -206,6 +221,14 @@ class Executor:
       data = jax.device_put(data, NamedSharding(self._mesh, PartitionSpec()))
     self.step_loop = step_loop
     self.client_update = client_update
+    self.client_update_for = client_update_for
+    # Each stream's hyperparameters, passed to the programs as an argument (None: every task
+    # trains with `client_update`).
+    self.stream_hyperparameters = None
+    if stream_hyperparameters is not None:
+      self.stream_hyperparameters = self.replicate(
+        {name: jnp.asarray(values, jnp.float32) for name, values in stream_hyperparameters.items()}
+      )
     self.data = data
     self.base_key = base_key
     self.backend = backend
@@ -218,11 +241,26 @@ class Executor:
     self.steps_computed = 0  # including masked padding steps: the cost actually paid
 
     def one_task(
-      params, client_id, num_steps, seed, stream, task_inputs, data, base_key, max_steps
+      params,
+      client_id,
+      num_steps,
+      seed,
+      stream,
+      task_inputs,
+      data,
+      base_key,
+      hyperparameters,
+      max_steps,
     ):
       key = jax.random.fold_in(_stream_key(base_key, stream), seed)
+      update = client_update
+      if hyperparameters is not None:  # the update of the task's stream's values
+        assert client_update_for is not None
+        update = client_update_for(
+          {name: values[stream] for name, values in hyperparameters.items()}
+        )
       return run_local_training(
-        client_update,
+        update,
         data,
         params,
         client_id,
@@ -244,6 +282,7 @@ class Executor:
       task_inputs,
       data,
       base_key,
+      hyperparameters,
       max_steps,
       shared_params,
     ):
@@ -260,14 +299,24 @@ class Executor:
         None,
         None,
         None,
+        None,
       )
       return jax.vmap(one_task, in_axes=in_axes)(
-        params, client_ids, num_steps, seeds, streams, task_inputs, data, base_key, max_steps
+        params,
+        client_ids,
+        num_steps,
+        seeds,
+        streams,
+        task_inputs,
+        data,
+        base_key,
+        hyperparameters,
+        max_steps,
       )
 
     def summed_share(
       total, coefficients, params, params_index, client_ids, num_steps, seeds, streams,
-      task_inputs, data, base_key, shared_params,
+      task_inputs, data, base_key, hyperparameters, shared_params,
     ):  # fmt: skip
       # total + sum_k coefficients[k] * delta_k over a share of tasks run one after another in
       # one program (`add_weighted_sum`), each row computed as `one_task` alone computes it.
@@ -277,7 +326,7 @@ class Executor:
         if not shared_params:
           start = jax.tree_util.tree_map(lambda p: p[index], params)
         delta, _ = one_task(
-          start, client_id, steps, seed, stream, inputs, data, base_key, max_steps=None
+          start, client_id, steps, seed, stream, inputs, data, base_key, hyperparameters, None
         )
         return jax.tree_util.tree_map(lambda t, d: t + coefficient * d, total, delta), None
 
@@ -379,6 +428,7 @@ class Executor:
           rows.task_inputs,
           self.data,
           self.base_key,
+          self.stream_hyperparameters,
           shared_params=rows.shared_params,
         )
       )
@@ -464,6 +514,7 @@ class Executor:
       task_inputs,
       self.data,
       self.base_key,
+      self.stream_hyperparameters,
       max_steps=max_steps,
       shared_params=shared,
     )
@@ -491,6 +542,7 @@ class Executor:
       task.task_inputs,
       self.data,
       self.base_key,
+      self.stream_hyperparameters,
       max_steps=self._loop_max_steps(task.num_steps),
     )
 

@@ -5,11 +5,16 @@ shared batches, and each run ended with its own summary
 
 The runs of a sweep may differ in `seed`, `data.partition_seed`, `run.eval_every` and the
 numeric hyperparameters of `fedsim_jax.run_spec.LOCKSTEP_HYPERPARAMETERS` (client and server
-learning rates and momenta, staleness exponent, proximal strength, ...). Every run builds its
-own client update, aggregator and scheduler from its own settings; with the vmap backend only
-runs with equal hyperparameters (differing in seeds alone) share task batches, since a batch
-runs one compiled program; runs with other hyperparameters run beside them, each group in
-batches of its own (a run alone in its group with its own executor, as it would run alone).
+learning rates and momenta, staleness exponent, proximal strength, ...). Every run keeps its
+own aggregator and scheduler, built from its own settings. With the vmap backend, runs whose
+client tasks compile to the same program (equal `RunSpec.client_program_key`: differing in
+seeds, server-side hyperparameters and the client optimizer's learning rate, momentum and
+weight decay) share task batches: one vmapped program over the union of their federations,
+each task training with its run's key stream and client optimizer values, which are
+arguments of the program (`Executor(stream_hyperparameters=...)`). Runs differing in a
+hyperparameter compiled into the program (FedProx's proximal strength, MOON's mu, ..., or
+whether the weight decay is 0) run beside them, each group in batches of its own (a run alone
+in its group with its own executor, as it would run alone).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import functools
 import os
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fedsim_jax import interrupts
@@ -79,7 +84,9 @@ def _first_difference(a: Any, b: Any, path: str = '') -> str | None:
 
 
 def run_together(
-  runs: Sequence[RunLifecycle], batch_keys: Sequence[Any] | None = None
+  runs: Sequence[RunLifecycle],
+  batch_keys: Sequence[Any] | None = None,
+  hyperparameters: Sequence[Mapping[str, float]] | None = None,
 ) -> list[dict[str, Any]]:
   """Runs `runs` to their ends together; returns each run's summary, in their order.
 
@@ -87,10 +94,12 @@ def run_together(
   summary while the others run on, and SIGINT/SIGTERM stop every run with a checkpoint and an
   `interrupted` summary. With the vmap backend the simulations advance in lockstep and the
   client tasks of runs with equal `batch_keys` (default: all equal; e.g. each spec's
-  `without_seeds()`, runs that share a client update) run as one shared batch, each group
-  beside the others; with the loop backend (one program call per task) they run at once, each
-  with its own executor, sharing the task threads. `summary['host']['lockstep']` says which
-  (`execution`).
+  `client_program_key()`, runs whose tasks compile to one program) run as one shared batch,
+  each group beside the others; where a group's runs differ in `hyperparameters` (each run's
+  client optimizer values, `RunSpec.client_hyperparameters`), each run's tasks train with its
+  own, passed to the shared program. With the loop backend (one program call per task) they
+  run at once, each with its own executor, sharing the task threads.
+  `summary['host']['lockstep']` says which (`execution`).
   """
   first = runs[0].simulation.executor
   start = time.perf_counter()
@@ -112,7 +121,7 @@ def run_together(
       info: dict[str, Any] = {'simulations': len(runs), 'execution': 'concurrent'}
     else:
       keys = [None] * len(runs) if batch_keys is None else list(batch_keys)
-      endings, info = _run_in_shared_batches(runs, drivers, equal_key_groups(keys))
+      endings, info = _run_in_shared_batches(runs, drivers, equal_key_groups(keys), hyperparameters)
     # Still under the handler: a signal while the final outputs are written waits for them,
     # and a second SIGINT stops the runs not yet finished at once (as in `RunLifecycle.run`).
     summaries: list[dict[str, Any]] = []
@@ -125,9 +134,11 @@ def run_together(
   return summaries
 
 
-def executor_like(first: Executor, *, sampling: str, unroll: Any) -> Callable[[Any, Any], Executor]:
+def executor_like(first: Executor, *, sampling: str, unroll: Any) -> Callable[..., Executor]:
   """Builds executors like `first` (which was built with `sampling` and `unroll`) over other
-  data and keys: a shared batch's (`lockstep_executors`)."""
+  data and keys, `(data, keys, stream_hyperparameters=None)`: a shared batch's
+  (`lockstep_executors`); with `stream_hyperparameters`, each stream trains with the client
+  update `first.client_update_for` builds from its values."""
   settings = dict(
     backend=first.backend,
     sampling=sampling,
@@ -138,7 +149,18 @@ def executor_like(first: Executor, *, sampling: str, unroll: Any) -> Callable[[A
     threads=first.threads,
     host_threads=first.host_threads,
   )
-  return lambda data, keys: Executor(first.client_update, data, keys, **settings)
+
+  def build(data: Any, keys: Any, stream_hyperparameters: Any = None) -> Executor:
+    return Executor(
+      first.client_update,
+      data,
+      keys,
+      client_update_for=first.client_update_for,
+      stream_hyperparameters=stream_hyperparameters,
+      **settings,
+    )
+
+  return build
 
 
 def equal_key_groups(keys: Sequence[Any]) -> list[list[int]]:
@@ -154,20 +176,38 @@ def equal_key_groups(keys: Sequence[Any]) -> list[list[int]]:
   return [members for _, members in groups]
 
 
+def stream_hyperparameters(
+  values: Sequence[Mapping[str, float]],
+) -> dict[str, list[float]] | None:
+  """The hyperparameters of a shared executor's streams by name (`Executor`), or None when
+  every stream's are equal (the group's first run's client update serves them all)."""
+  if all(value == values[0] for value in values[1:]):
+    return None
+  return {name: [value[name] for value in values] for name in values[0]}
+
+
 def _run_in_shared_batches(
-  runs: Sequence[RunLifecycle], drivers: Sequence[Callable[[], Any]], groups: list[list[int]]
+  runs: Sequence[RunLifecycle],
+  drivers: Sequence[Callable[[], Any]],
+  groups: list[list[int]],
+  hyperparameters: Sequence[Mapping[str, float]] | None = None,
 ) -> tuple[list[Any], dict[str, Any]]:
   """Gives the simulations of each group of several runs one executor over the union of their
-  federations (built like the group's first run's, with its client update) and calls the
-  drivers in lockstep; a run alone in its group keeps its own executor (and its compiled
-  programs) and runs beside them. Returns the drivers' results and the sharing figures."""
+  federations (built like the group's first run's, its programs taking each run's
+  `hyperparameters` where they differ) and calls the drivers in lockstep; a run alone in its
+  group keeps its own executor (and its compiled programs) and runs beside them. Returns the
+  drivers' results and the sharing figures."""
   places: list[tuple[SharedExecution, int] | None] = [None] * len(runs)
   executions = []
   for members in groups:
     if len(members) == 1:
       continue
+    build = runs[members[0]].executor_like
+    if hyperparameters is not None:
+      values = stream_hyperparameters([hyperparameters[i] for i in members])
+      build = functools.partial(build, stream_hyperparameters=values)
     shared, executors = lockstep_executors(
-      runs[members[0]].executor_like,
+      build,
       [runs[i].dataset for i in members],
       [runs[i].simulation.executor.base_key for i in members],
     )

@@ -95,8 +95,9 @@ class RunParts:
   resolved_config: dict[str, Any]  # written as config.json; a resumed run's must match
   selections: dict[str, Selection]  # the resolved plugin sections (data, partition, model, ...)
   options: RunOptions
-  # An executor like the simulation's over other data and keys (lockstep's shared batches).
-  executor_like: Callable[[Any, Any], Executor]
+  # An executor like the simulation's over other data and keys (lockstep's shared batches):
+  # `(data, keys, stream_hyperparameters=None)` (`fedsim_jax.lifecycle.lockstep.executor_like`).
+  executor_like: Callable[..., Executor]
   # Differential privacy: epsilon per metrics row and in the summary, the epsilon budget.
   privacy: PrivacyMonitor | None = None
   # The update transforms' figures for the summary (`transforms`), and what each task record

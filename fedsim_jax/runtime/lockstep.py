@@ -18,9 +18,12 @@ identical; the arithmetic is identical for small shared batches, while large one
 XLA:CPU matrix-multiply paths whose float rounding differs in the last bits (measured: 8 seeds x
 5 clients, MLP, losses equal to about 1e-5 relative after 20 versions).
 
-Simulations whose client updates differ (a sweep over learning rates: each point compiles its
-own programs) cannot share a batch, which runs one program. `run_lockstep_groups` gives each
-group of simulations that share a client update its own `SharedExecution`, and the groups run
+Simulations whose client updates differ only in the client optimizer's values (a sweep over
+client learning rates) share a batch too: the shared executor takes each simulation's values as
+arguments of its one program (`Executor(stream_hyperparameters=...)`), and each task trains with
+its simulation's. Simulations whose client programs differ (a client term's strength, a weight
+decay on or off) cannot share a batch, which runs one program: `run_lockstep_groups` gives each
+group of simulations that share a client program its own `SharedExecution`, and the groups run
 beside each other; a simulation alone in its group keeps its own executor, and computes exactly
 its run alone.
 

@@ -3,7 +3,9 @@
 Runs that the engine can run in lockstep (`fedsim_jax.experiment.run_experiments_lockstep`:
 configs that differ only in their seeds, `data.partition_seed`, `run.eval_every` and the numeric
 hyperparameters of `fedsim_jax.run_spec.LOCKSTEP_HYPERPARAMETERS`, such as the client and server
-learning rates) form one job: one process, one data load, shared compiled programs. Every other
+learning rates) form one job: one process, one data load, shared compiled programs (with the
+vmap backend, one vmapped client program for the runs of equal
+`fedsim_jax.run_spec.RunSpec.client_program_key`, seeds and learning rates included). Every other
 difference starts another job. A job is a JSON file (`<sweep>/jobs/<name>.json`) that `python -m fedsim_jax.sweep.worker`
 runs; its output goes to `<sweep>/logs/<name>.log`.
 

@@ -11,7 +11,8 @@
 Runs that may run in lockstep share a job (one process): the seeds of a point, and the points
 that differ only in numeric hyperparameters (`fedsim_jax.run_spec.LOCKSTEP_HYPERPARAMETERS`:
 the client and server learning rates and momenta, the staleness exponent, ...), so the grid
-above is one job of four runs.
+above is one job of four runs; with the vmap backend its four runs train as one vmapped client
+program (`fedsim_jax.lifecycle.lockstep`).
 """
 
 from __future__ import annotations

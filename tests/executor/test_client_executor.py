@@ -1,5 +1,7 @@
 """Client engine and executor: batch sampling, masking, backend equality, bucketing."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -313,3 +315,53 @@ def test_loop_backend_runs_exact_steps_in_one_program():
   scanned = Executor(update, fed.device_arrays(), jax.random.PRNGKey(1), backend='loop', unroll=2)
   _assert_trees_equal(result.deltas, scanned.run(tasks).deltas)
   assert scanned.num_compiled_programs == 6 and scanned.steps_computed > 47
+
+
+@pytest.mark.parametrize('backend', ['vmap', 'loop'])
+def test_stream_hyperparameters_train_each_stream_with_its_own_learning_rate(backend):
+  # One executor over two streams whose client learning rates are program arguments gives each
+  # task exactly what an executor built with that learning rate as a constant gives.
+  fed = make_toy_federation(num_clients=4)
+  model, params, _ = _setup(fed)
+  rates = (0.1, 0.03)
+
+  def update_for(values):
+    return sgd_client_update(model, optax.sgd(values['learning_rate']), 5)
+
+  keys = jnp.stack([jax.random.PRNGKey(1), jax.random.PRNGKey(2)])
+  shared = Executor(
+    update_for({'learning_rate': rates[0]}),
+    fed.device_arrays(),
+    keys,
+    backend=backend,
+    client_update_for=update_for,
+    stream_hyperparameters={'learning_rate': list(rates)},
+  )
+  tasks = [ClientTask(client, 3, client, params, stream=client % 2) for client in range(4)]
+  batch = shared.run(tasks)
+  for stream, rate in enumerate(rates):
+    alone = Executor(
+      sgd_client_update(model, optax.sgd(rate), 5),
+      fed.device_arrays(),
+      keys[stream],
+      backend=backend,
+    )
+    mine = [i for i, task in enumerate(tasks) if task.stream == stream]
+    expected = alone.run([dataclasses.replace(tasks[i], stream=0) for i in mine])
+    for row, i in enumerate(mine):
+      _assert_trees_equal(
+        jax.tree_util.tree_map(lambda leaf: leaf[i], batch.deltas),
+        jax.tree_util.tree_map(lambda leaf: leaf[row], expected.deltas),
+      )
+
+
+def test_stream_hyperparameters_need_a_client_update_builder():
+  fed = make_toy_federation(num_clients=2)
+  _, _, update = _setup(fed)
+  with pytest.raises(ValueError, match='needs client_update_for'):
+    Executor(
+      update,
+      fed.device_arrays(),
+      jax.random.PRNGKey(0),
+      stream_hyperparameters={'learning_rate': [0.1]},
+    )
