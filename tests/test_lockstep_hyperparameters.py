@@ -74,19 +74,21 @@ def _assert_equal_runs(lockstep, alone):
 
 
 def test_vmap_client_learning_rates_and_seeds_train_in_one_program(digits_data_dir, tmp_path):
-  # The vmap backend: 3 client learning rates x 2 seeds, and server learning rates, train as ONE
+  # The vmap backend: 2 client learning rates x 2 seeds, and server learning rates, train as ONE
   # vmapped program over the union of the runs' federations (each task with its run's key
   # stream and its run's client learning rate, an argument of the program). Measured
   # bit-identical to each config run alone (metrics and final parameters): the learning rate
   # enters the same float32 multiply whether a constant or an argument, and batches this small
   # take the same XLA:CPU paths; seed sweeps allow the last bits to differ in larger batches
   # (fedsim_jax.runtime.lockstep), which these are not.
-  points = [(lr, 1.0, seed) for lr in (0.1, 0.03, 0.2) for seed in (0, 1)] + [(0.1, 0.5, 0)]
+  points = [(lr, 1.0, seed) for lr in (0.1, 0.03) for seed in (0, 1)] + [(0.1, 0.5, 0)]
   summaries = _run_both(digits_data_dir, tmp_path, points, 'vmap')
   lockstep = summaries[0]['host']['lockstep']
   assert lockstep['execution'] == 'shared_batches'
   assert lockstep['batch_groups'] == 1
-  alone = sum(run_outputs(tmp_path / f'alone{i}')[1]['executor_batches'] for i in range(7))
+  alone = sum(
+    run_outputs(tmp_path / f'alone{i}')[1]['executor_batches'] for i in range(len(points))
+  )
   assert lockstep['shared_batches'] < alone and lockstep['mean_shared_batch_size'] > 5
   for i in range(len(points)):
     _assert_equal_runs(tmp_path / f'lockstep{i}', tmp_path / f'alone{i}')

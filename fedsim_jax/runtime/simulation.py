@@ -176,7 +176,10 @@ class Simulation:
       max_batch_tasks = resolve_max_batch_tasks(max_batch_tasks, model_bytes)
     self.tasks = TaskTable(executor, max_batch_tasks)
     self._apply = jax.jit(aggregator.apply)
-    self._summed = SummedAggregation.of(aggregator, max_batch_tasks)
+    # How a round of a linear aggregator is applied from the sum of its updates (None: the
+    # aggregator has no linear form; set it to None to have every round stacked and given to
+    # `aggregator.apply`, e.g. to inspect each `UpdateBatch`).
+    self.summed_aggregation = SummedAggregation.of(aggregator, max_batch_tasks)
     self.server_state = aggregator.init(init_params)
     self.now = 0.0
     self.version = 0
@@ -403,11 +406,12 @@ class Simulation:
       self._check_arrived(handles, 'aggregate')
       self._new_version(handles)
       return
-    if self._summed is not None and self._summed.applies_to(handles, self.tasks):
+    summed = self.summed_aggregation
+    if summed is not None and summed.applies_to(handles, self.tasks):
       self._check_arrived(handles, 'aggregate')
       if staleness is None:
         staleness = [self.version - h.version for h in handles]
-      self.server_state = self._summed.apply(
+      self.server_state = summed.apply(
         self.server_state, self.params, self.tasks, handles, weights, staleness, self.bucket_bits
       )
       self._new_version(handles)

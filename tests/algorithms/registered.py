@@ -125,7 +125,12 @@ class Aggregation:
 
 
 def record_aggregations(sim: Simulation) -> list[Aggregation]:
-  """Records every server update `sim` makes from now on (a list that fills as it runs)."""
+  """Records every server update `sim` makes from now on (a list that fills as it runs).
+
+  Every round is stacked into the `UpdateBatch` recorded: a round summed as it trains
+  (`runtime.summed_aggregation`) builds none; tests/runtime/test_summed_aggregation.py checks
+  that summing gives the stacked rounds' models."""
+  sim.summed_aggregation = None
   recorded: list[Aggregation] = []
   apply = sim.apply_update_batch
 
