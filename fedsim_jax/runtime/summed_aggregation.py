@@ -4,11 +4,14 @@ An aggregator with a linear form (`Aggregator.linear`: `server_update` with a bu
 FedAvg, FedOpt, FedBuff and their kin) reduces a round to sum_k a_k delta_k followed by one
 server step. Two cases take that form instead of stacking the round's updates:
 
-- **Summed as they train.** When the round's tasks are still pending (deferred, and no
-  scheduler has read their results) and the executor sums tasks as it runs them
-  (`Executor.sums_tasks`: the loop backend on CPU), `Executor.add_weighted_sum` trains them
-  adding each delta to a running sum, so a round's deltas are never held, stacked and reduced:
-  on CPU that memory traffic costs more than the round's server step.
+- **Summed as they train.** When the round's tasks are exactly the pending ones (deferred, no
+  scheduler has read their results, and no other task is waiting to be computed: a synchronous
+  round) and the executor sums tasks as it runs them (`Executor.sums_tasks`: the loop backend
+  on CPU), `Executor.add_weighted_sum` trains them adding each delta to a running sum, so a
+  round's deltas are never held, stacked and reduced: on CPU that memory traffic costs more
+  than the round's server step. With other tasks pending (an asynchronous buffer while the
+  rest are in flight), they are all computed in one batch as before, which keeps the task
+  threads busy, and the buffer is stacked.
 - **Chunk by chunk.** A round larger than `max_batch_tasks` is summed in chunks of at most that
   many updates, each chunk's updates computed, added to the running sum and freed before the
   next is computed, so the updates held at once stay bounded whatever the round's size.
@@ -62,11 +65,11 @@ class SummedAggregation:
     return cls(aggregator.linear, max_batch_tasks)
 
   def applies_to(self, handles: Sequence[TaskHandle], tasks: TaskTable) -> bool:
-    """Whether a round of `handles` is applied from its sum: it exceeds one chunk, or every
-    task of it is pending and the executor sums tasks as it runs them."""
+    """Whether a round of `handles` is applied from its sum: it exceeds one chunk, or its
+    tasks are exactly the pending ones and the executor sums tasks as it runs them."""
     if self.chunk_tasks is not None and len(handles) > self.chunk_tasks:
       return True
-    return _sums_tasks(tasks) and not any(h.computed for h in handles)
+    return _sums_tasks(tasks) and tasks.pending_are(handles)
 
   def apply(
     self,
@@ -79,8 +82,8 @@ class SummedAggregation:
     bucket_bits: int,
   ) -> Any:
     """The server state after one server step from sum_k a_k delta_k over `handles`, chunk by
-    chunk: a chunk of pending tasks summed by the executor as they train, any other chunk's
-    results computed (or read), summed and freed in turn (`params`: the global model, whose
+    chunk: summed by the executor as they train when they are exactly the pending tasks, else
+    each chunk's results computed (or read), summed and freed in turn (`params`: the global model, whose
     shape the sum takes; `bucket_bits`: bucketing of batch sizes, as `stack_results`')."""
     weights, staleness = list(weights), list(staleness)
     scalars = update_scalars(
@@ -94,10 +97,11 @@ class SummedAggregation:
     numerators = np.asarray(self._numerators(scalars), np.float32)
     total = jax.tree_util.tree_map(jnp.zeros_like, params)
     limit = self.chunk_tasks or len(handles)
+    summing = _sums_tasks(tasks) and tasks.pending_are(handles)
     for start in range(0, len(handles), limit):
       part = handles[start : start + limit]
       coefficients = numerators[start : start + len(part)]
-      if _sums_tasks(tasks) and not any(h.computed for h in part):
+      if summing:
         total = tasks.add_weighted_sum(total, part, coefficients)
         continue
       chunk = tasks.stacked_updates(

@@ -122,6 +122,11 @@ class TaskTable:
       client_ids=[h.client_id for h in handles],
     )
 
+  def pending_are(self, handles: Sequence[TaskHandle]) -> bool:
+    """Whether `handles` are exactly the tasks waiting to be computed."""
+    waiting = {h.task_id for h in self.pending if h.status in UNRESOLVED_STATUSES}
+    return not any(h.computed for h in handles) and waiting == {h.task_id for h in handles}
+
   def add_weighted_sum(
     self, total: Params, handles: Sequence[TaskHandle], coefficients: np.ndarray
   ) -> Params:

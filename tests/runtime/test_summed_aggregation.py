@@ -154,26 +154,38 @@ def test_a_synchronous_round_is_summed_as_it_trains_to_the_stacked_rounds_model(
     np.testing.assert_array_equal(got, want)
 
 
-def test_buffered_updates_are_summed_and_tasks_still_in_flight_stay_pending():
-  def fedbuff(sums_tasks=None):
-    fed = _federation()
-    executor, model = _executor(fed)
-    counting = Counting(executor, sums_tasks)
-    scheduler = AsynchronousScheduler(10, 4, LocalWork(steps=3, batch_size=4))
-    aggregator = server_update(optax.sgd(1.0), staleness_scaled(count_mean(), polynomial(0.5)))
-    sim = _simulation(scheduler, aggregator, counting, model, fed)
-    sim.run(StopCondition(max_versions=6))
-    return sim
+def test_a_buffer_aggregated_while_other_tasks_are_in_flight_is_stacked_with_them():
+  # FedBuff: when K updates are aggregated, the other tasks in flight are pending too; they
+  # are computed in the same batch (keeping the task threads busy), so the buffer is stacked.
+  fed = _federation()
+  executor, model = _executor(fed)
+  counting = Counting(executor)
+  scheduler = AsynchronousScheduler(10, 4, LocalWork(steps=3, batch_size=4))
+  aggregator = server_update(optax.sgd(1.0), staleness_scaled(count_mean(), polynomial(0.5)))
+  sim = _simulation(scheduler, aggregator, counting, model, fed)
+  sim.run(StopCondition(max_versions=6))
+  assert counting.summed == [] and max(counting.stacked) >= 10
 
-  summed, stacked = fedbuff(), fedbuff(sums_tasks=False)
-  assert summed.executor.summed == [4] * 6 and summed.executor.stacked == []
-  # Every task not yet aggregated (in flight, or arrived and buffered) is still pending: none
-  # is computed before its buffer is aggregated, and no result is held.
-  assert {h.task_id for h in summed.tasks.pending} == set(summed.tasks.unresolved)
-  assert len(summed.tasks.pending) >= 9 and not summed.tasks.held_results
-  assert summed.accounting.as_dict() == stacked.accounting.as_dict()
-  np.testing.assert_array_equal(summed.aggregated_counts, stacked.aggregated_counts)
-  for got, want in zip(_leaves(summed.params), _leaves(stacked.params)):
+
+def test_a_round_larger_than_the_bound_is_summed_chunk_by_chunk_as_it_trains():
+  fed = _federation()
+  executor, model = _executor(fed, threads=2)
+  counting = Counting(executor)
+  scheduler = SynchronousScheduler(20, LocalWork(steps=3, batch_size=4))
+  sim = _simulation(scheduler, server_update(optax.sgd(1.0)), counting, model, fed)
+  sim.summed_aggregation.chunk_tasks = 8  # as `max_batch_tasks=8` sets it
+  sim.run(StopCondition(max_versions=2))
+  assert counting.summed == [8, 8, 4, 8, 8, 4] and counting.stacked == []
+  whole = _simulation(
+    SynchronousScheduler(20, LocalWork(steps=3, batch_size=4)),
+    server_update(optax.sgd(1.0)),
+    Counting(_executor(fed)[0]),
+    model,
+    fed,
+  )
+  whole.run(StopCondition(max_versions=2))
+  assert whole.executor.summed == [20, 20]
+  for got, want in zip(_leaves(sim.params), _leaves(whole.params)):
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
 
 
