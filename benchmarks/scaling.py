@@ -66,7 +66,9 @@ _MIN_SECONDS = flags.DEFINE_float(
   'min_seconds', None, 'Least measured seconds per point (default 1, 0.2 with --reduced).'
 )
 _OUTPUT = flags.DEFINE_string('output', None, 'Also write the JSON lines to this file.')
-_EXPORT = flags.DEFINE_string('export', None, 'Write the result file of the scaling curves (docs/results/data/scaling.json).')
+_EXPORT = flags.DEFINE_string(
+  'export', None, 'Write the result file of the scaling curves (docs/results/data/scaling.json).'
+)
 _POINT = flags.DEFINE_string('point', None, 'Internal: measure this one point (JSON) here.')
 _PROFILE = flags.DEFINE_bool('profile', False, 'With --point: cProfile the measured phase.')
 
