@@ -25,6 +25,7 @@ examples, a chunk of clients at a time under `vmap`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -139,6 +140,18 @@ def _padded(array: np.ndarray, length: int) -> np.ndarray:
   return np.concatenate([array, np.repeat(array[:1], pad, 0)])
 
 
+def _local_owners(owner: np.ndarray, num_batches: int, size: int) -> tuple[np.ndarray, jax.Array]:
+  """Each batch's first evaluated client (`[num_batches]`) and its rows' clients counted from
+  it (`[num_batches, size]`; padding rows `size`, a segment that `segment_sum` drops)."""
+  padded = np.zeros(num_batches * size, np.int32)
+  padded[: len(owner)] = owner
+  padded = padded.reshape(num_batches, size)
+  firsts = padded[:, 0].copy()  # a batch's first row is real: padding ends the last batch only
+  local = padded - firsts[:, None]
+  local.reshape(-1)[len(owner) :] = size
+  return firsts, jnp.asarray(local)
+
+
 def _bucket(n: int) -> int:
   """`n` rounded up to a power of two (so few example counts compile)."""
   return 1 << max(int(n) - 1, 0).bit_length()
@@ -193,15 +206,26 @@ class ClientEvaluator:
         x, y, w
       )
 
-    @jax.jit
-    def batch_sums(params, x, y, w, owner):
-      metrics = per_example(params, x, y, w)
-      return {
-        name: jax.ops.segment_sum(metrics[name], owner, num_segments=num_evaluated)
-        for name in ('correct', 'loss_sum', 'count')
-      }
+    size = self.batch_size
 
-    self._batch_sums = batch_sums
+    @functools.partial(jax.jit, donate_argnums=0)
+    def add_batch(totals, params, x, y, w, first, local_owner):
+      # A batch's rows belong to consecutive evaluated clients first, first + 1, ...: each sum
+      # is over the batch's own (at most `size`) clients, added to their slots of the totals,
+      # so a batch costs O(size) whatever the number of evaluated clients.
+      metrics = per_example(params, x, y, w)
+      out = {}
+      for name, total in totals.items():
+        sums = jax.ops.segment_sum(metrics[name], local_owner, num_segments=size)
+        # Summed apart from the totals, then added: the order of a one-pass sum per batch.
+        sums = jax.lax.optimization_barrier(sums)
+        slots = jax.lax.dynamic_slice(total, (first,), (size,))
+        out[name] = jax.lax.dynamic_update_slice(total, slots + sums, (first,))
+      return out
+
+    self._add_batch = add_batch
+    # Totals have `size` slots past the last evaluated client, so a batch's slots always fit.
+    self._num_slots = num_evaluated + size
     self._evaluate_each = jax.jit(jax.vmap(model.evaluate))
     if personalization is not None:
       self._tune_and_evaluate = jax.jit(self._personalized_program(personalization))
@@ -248,7 +272,7 @@ class ClientEvaluator:
       jnp.asarray(x.reshape(shape + x.shape[1:])),
       jnp.asarray(y.reshape(shape + y.shape[1:]).astype(np.int32)),
       jnp.asarray(weights.reshape(shape)),
-      jnp.asarray(_padded(owner.astype(np.int32), total).reshape(shape)),
+      *_local_owners(owner, total // size, size),
     )
 
   def __call__(
@@ -259,14 +283,15 @@ class ClientEvaluator:
     if self.sample_size is None:
       if self._all is None:
         self._all = self._batches(clients)
-      xs, ys, ws, owners = self._all
+      xs, ys, ws, firsts, owners = self._all
     else:
-      xs, ys, ws, owners = self._batches(clients)
-    totals = None
+      xs, ys, ws, firsts, owners = self._batches(clients)
+    totals = {
+      name: jnp.zeros(self._num_slots, jnp.float32) for name in ('correct', 'loss_sum', 'count')
+    }
     for i in range(xs.shape[0]):
-      sums = self._batch_sums(params, xs[i], ys[i], ws[i], owners[i])
-      totals = sums if totals is None else jax.tree_util.tree_map(jnp.add, totals, sums)
-    totals = jax.device_get(totals)
+      totals = self._add_batch(totals, params, xs[i], ys[i], ws[i], firsts[i], owners[i])
+    totals = {name: value[: len(clients)] for name, value in jax.device_get(totals).items()}
     count = np.asarray(totals['count'], np.float64)
     personalized = own = None
     if self.personalization is not None:
