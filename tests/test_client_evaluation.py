@@ -294,3 +294,13 @@ def test_compare_tabulates_and_plot_draws_the_per_client_figures(tmp_path, capsy
   assert 'skipping clients' not in capsys.readouterr().err
   plot.write_plots(groups, tmp_path / 'plots_b', kinds=['clients'])
   assert 'skipping clients of b' in capsys.readouterr().err
+
+
+def test_each_batch_sums_into_its_own_consecutive_clients_and_drops_padding():
+  from fedsim_jax.metrics.client_evaluation import _local_owners
+
+  # Rows of evaluated clients 0, 0, 1, 2, 2, 2, 3 in batches of 3: the last batch is padded.
+  firsts, local = _local_owners(np.array([0, 0, 1, 2, 2, 2, 3]), num_batches=3, size=3)
+  np.testing.assert_array_equal(firsts, [0, 2, 3])
+  # Padding rows get segment 3 (= the batch size), which segment_sum drops.
+  np.testing.assert_array_equal(np.asarray(local), [[0, 0, 1], [0, 0, 0], [0, 3, 3]])

@@ -144,13 +144,13 @@ def _padded(array: np.ndarray, length: int) -> np.ndarray:
 def _local_owners(owner: np.ndarray, num_batches: int, size: int) -> tuple[np.ndarray, jax.Array]:
   """Each batch's first evaluated client (`[num_batches]`) and its rows' clients counted from
   it (`[num_batches, size]`; padding rows `size`, a segment that `segment_sum` drops)."""
-  padded = np.zeros(num_batches * size, np.int32)
-  padded[: len(owner)] = owner
-  padded = padded.reshape(num_batches, size)
-  firsts = padded[:, 0].copy()  # a batch's first row is real: padding ends the last batch only
-  local = padded - firsts[:, None]
-  local.reshape(-1)[len(owner) :] = size
-  return firsts, jnp.asarray(local)
+  flat = np.zeros(num_batches * size, np.int32)
+  flat[: len(owner)] = owner
+  # A batch's first row is real: padding ends the last batch only.
+  firsts = flat[::size].copy()
+  local = flat - np.repeat(firsts, size)
+  local[len(owner) :] = size
+  return firsts, jnp.asarray(local.reshape(num_batches, size))
 
 
 def _bucket(n: int) -> int:
