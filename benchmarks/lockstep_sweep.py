@@ -25,6 +25,7 @@ Evaluation runs every `--eval_every` versions in both.
 """
 
 import json
+import math
 import os
 import tempfile
 import time
@@ -123,7 +124,16 @@ def main(argv):
   try:
     rates = [float(rate) for rate in _LEARNING_RATES.value] or [_DEFAULT_LEARNING_RATE]
   except ValueError:
+    rates = [math.nan]
+  if not all(math.isfinite(rate) and rate > 0 for rate in rates):
     cli.fail(f'--learning_rates={",".join(_LEARNING_RATES.value)}; allowed: numbers > 0')
+  for name, value, low in (('seeds', _SEEDS.value, 1), ('versions', _VERSIONS.value, 1),
+                           ('eval_every', _EVAL_EVERY.value, 1)):  # fmt: skip
+    if value < low:
+      cli.fail(f'--{name}={value}; allowed: an integer >= {low}')
+  for name, value in (('rtol', _RTOL.value), ('accuracy_tolerance', _ACCURACY_TOLERANCE.value)):
+    if not (math.isfinite(value) and value >= 0):
+      cli.fail(f'--{name}={value}; allowed: a finite number >= 0')
   # Every learning rate with every seed: (seed, learning rate) of each run.
   runs = [(seed, rate) for rate in rates for seed in range(_SEEDS.value)]
   # The same data for every run (like a sweep over one prepared dataset); 5 clients of

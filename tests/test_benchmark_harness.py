@@ -339,3 +339,27 @@ def test_cnn_step_profile_names_what_each_operation_computes():
   assert 'Conv_1/conv_general_dilated' in computed and 'Dense_0/dot_general' in computed
   micros = [float(row.rsplit('|', 2)[1].replace(',', '')) for row in rows]
   assert all(m >= 0 for m in micros) and micros[-2] >= max(micros[:-2]) and micros[-1] > 0
+
+
+@pytest.mark.parametrize(
+  'args',
+  [
+    ['--rtol=nan'],
+    ['--accuracy_tolerance=-1'],
+    ['--learning_rates=0.1,-1'],
+    ['--learning_rates=inf'],
+    ['--learning_rates=x'],
+    ['--seeds=0'],
+    ['--versions=0'],
+  ],
+)
+def test_lockstep_sweep_benchmark_refuses_bad_flags_in_one_line(args, tmp_path):
+  result = subprocess.run(
+    [sys.executable, os.path.join(ROOT, 'benchmarks', 'lockstep_sweep.py'), *args,
+     f'--output={tmp_path / "x.jsonl"}'],
+    capture_output=True, text=True, cwd=ROOT, timeout=120,
+  )  # fmt: skip
+  assert result.returncode == 2, result.stderr
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith('error: '), result.stderr
+  assert not os.path.exists(tmp_path / 'x.jsonl')
