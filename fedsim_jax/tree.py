@@ -6,6 +6,7 @@ The bottom tier of the package: imports only jax. Inner products of trees are
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,3 +28,12 @@ def stack(trees: Sequence[Any]) -> Any:
   """Trees of one structure stacked leafwise along a new leading axis (leaves `[len(trees),
   ...]`)."""
   return jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *trees)
+
+
+@functools.partial(jax.jit, donate_argnums=0)
+def add_weighted_rows(total: Any, coefficients: jax.Array, stacked: Any) -> Any:
+  """`total + sum_k coefficients[k] * stacked[k]` leafwise over the rows of a stacked tree (a
+  linear aggregation's sum of stacked deltas); `total` is donated."""
+  return jax.tree_util.tree_map(
+    lambda t, d: t + jnp.tensordot(coefficients, d, axes=1), total, stacked
+  )

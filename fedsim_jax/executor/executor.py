@@ -28,7 +28,7 @@ from fedsim_jax.executor import cpu_pool
 from fedsim_jax.executor.choice import Backend, StepLoop, jit
 from fedsim_jax.models import Params
 from fedsim_jax.str_enum import parse
-from fedsim_jax.tree import stack
+from fedsim_jax.tree import add_weighted_rows, stack
 
 BACKENDS = tuple(backend.value for backend in Backend)
 # Tasks per program of `Executor.add_weighted_sum` on the loop backend: enough that a program's
@@ -397,7 +397,7 @@ class Executor:
       result = self.run(tasks)
       padded = np.zeros(jax.tree_util.tree_leaves(result.deltas)[0].shape[0], np.float32)
       padded[: len(tasks)] = coefficients
-      return _add_tensordot(total, padded, result.deltas)
+      return add_weighted_rows(total, padded, result.deltas)
     if self.federation is not None:
       block, tasks = self.federation.gather_tasks(tasks)
       self.block_shapes.add((tuple(block.x.shape), tuple(block.indices.shape)))
@@ -574,14 +574,6 @@ def _add_in_order(total: Params, sums: Sequence[Params]) -> Params:
   for part in sums:
     total = jax.tree_util.tree_map(jnp.add, total, part)
   return total
-
-
-@functools.partial(jax.jit, donate_argnums=0)
-def _add_tensordot(total: Params, coefficients: jax.Array, deltas: Params) -> Params:
-  """total + sum_k coefficients[k] * deltas[k] over stacked deltas."""
-  return jax.tree_util.tree_map(
-    lambda t, d: t + jnp.tensordot(coefficients, d, axes=1), total, deltas
-  )
 
 
 class NoTrainingExecutor:

@@ -35,12 +35,7 @@ from fedsim_jax.models import Params
 from fedsim_jax.runtime.task_table import TaskTable
 from fedsim_jax.runtime.tasks import TaskHandle
 from fedsim_jax.runtime.updates import Aggregator, update_scalars
-
-
-def _accumulate(total: Params, coefficients: jax.Array, deltas: Params) -> Params:
-  return jax.tree_util.tree_map(
-    lambda t, d: t + jnp.tensordot(coefficients, d, axes=1), total, deltas
-  )
+from fedsim_jax.tree import add_weighted_rows
 
 
 class SummedAggregation:
@@ -54,7 +49,6 @@ class SummedAggregation:
   def __init__(self, linear: Any, chunk_tasks: int | None) -> None:
     self.chunk_tasks = chunk_tasks
     self._numerators: Callable[..., Any] = jax.jit(linear.numerators)
-    self._accumulate: Callable[..., Params] = jax.jit(_accumulate, donate_argnums=0)
     self._apply_sum: Callable[..., Any] = jax.jit(linear.apply_sum)
 
   @classmethod
@@ -113,7 +107,7 @@ class SummedAggregation:
       )
       padded = np.zeros(len(chunk.weights), np.float32)
       padded[: len(part)] = coefficients
-      total = self._accumulate(total, padded, chunk.deltas)
+      total = add_weighted_rows(total, padded, chunk.deltas)
       del chunk
       for handle in part:  # summed: free the update before the next chunk is computed
         tasks.free_result(handle)
